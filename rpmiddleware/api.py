@@ -1,0 +1,99 @@
+"""
+Reply streams: the Python API's handle on one turn.
+
+In-process integrations (a game written in Python, the client endpoint, the
+demo) ask L{rpmiddleware.middleware.Middleware} for a reply and get a
+L{ReplyStream}: every envelope of that request as it arrives, a Deferred for
+the end, and a way to cancel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from rpmiddleware.envelope import Envelope
+from rpmiddleware.interfaces import IReplyStream
+from rpmiddleware.messages import MESSAGES, textOfDelta
+
+StreamObserver = Callable[[Envelope], None]
+
+
+class ReplyFailed(Exception):
+    """
+    RPEngine (or the middleware on its behalf) ended the request with
+    C{request.error}.
+    """
+
+    def __init__(self, envelope: Envelope) -> None:
+        self.envelope = envelope
+        self.code = str(envelope.get("code", "request_failed"))
+        self.message = str(envelope.get("message", ""))
+        self.retryable = bool(envelope.get("retryable", False))
+        super().__init__(f"{self.code}: {self.message}")
+
+
+class ReplyCancelled(Exception):
+    """
+    The request ended with C{reply.cancelled}.
+    """
+
+    def __init__(self, envelope: Envelope) -> None:
+        self.envelope = envelope
+        super().__init__(f"request {envelope.requestId} was cancelled")
+
+
+@implementer(IReplyStream)
+class ReplyStream:
+    log = Logger()
+
+    def __init__(self, requestId: str, cancel: Callable[[ReplyStream], None]) -> None:
+        self.requestId = requestId
+        self.envelopes: list[Envelope] = []
+        self.done: Deferred[Envelope] = Deferred()
+        self._observers: list[StreamObserver] = []
+        self._cancel = cancel
+        self.finished = False
+        self.cancelRequested = False
+
+    def subscribe(self, observer: StreamObserver) -> None:
+        for envelope in self.envelopes:
+            observer(envelope)
+        self._observers.append(observer)
+
+    def cancel(self) -> None:
+        if self.finished or self.cancelRequested:
+            return
+        self.cancelRequested = True
+        self._cancel(self)
+
+    def text(self) -> str:
+        """
+        The reply text received so far, from the deltas.
+        """
+        return "".join(
+            textOfDelta(e.fields) for e in self.envelopes if e.type == "reply.text.delta"
+        )
+
+    def received(self, envelope: Envelope) -> None:
+        if self.finished:
+            return
+        self.envelopes.append(envelope)
+        for observer in list(self._observers):
+            try:
+                observer(envelope)
+            except Exception:
+                self.log.failure("reply stream observer failed on {type}", type=envelope.type)
+        spec = MESSAGES.get(envelope.type)
+        if spec is None or not spec.terminal:
+            return
+        self.finished = True
+        if envelope.type == "reply.completed":
+            self.done.callback(envelope)
+        elif envelope.type == "reply.cancelled":
+            self.done.errback(ReplyCancelled(envelope))
+        else:
+            self.done.errback(ReplyFailed(envelope))

@@ -1,0 +1,217 @@
+"""
+The plugin chain: calls each plugin in turn and keeps a failing one from
+hurting anything else.
+
+Game-to-engine envelopes pass the plugins in configured order; engine-to-game
+envelopes pass them in reverse, so the plugin nearest the engine sees a reply
+first.  While every plugin answers synchronously an envelope crosses the whole
+chain in one reactor turn with no Deferred allocated.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from rpmiddleware.envelope import Direction, Envelope, summarize
+from rpmiddleware.interfaces import IChainContext, IEngineSessionInfo, IEnvelopePlugin
+
+Deliver = Callable[[Envelope], Any]
+
+_METHOD = {
+    Direction.TO_ENGINE: "envelopeToEngine",
+    Direction.TO_GAME: "envelopeToGame",
+}
+
+
+@implementer(IChainContext)
+class _PluginContext:
+    """
+    One plugin's handle on the chain, positioned at that plugin.
+    """
+
+    def __init__(self, chain: PluginChain, index: int, plugin: IEnvelopePlugin) -> None:
+        self._chain = chain
+        self._index = index
+        self.plugin = plugin
+
+    @property
+    def reactor(self) -> Any:
+        return self._chain.reactor
+
+    @property
+    def session(self) -> IEngineSessionInfo | None:
+        return self._chain.session
+
+    def sendToEngine(self, envelope: Envelope) -> Deferred[None]:
+        envelope.meta.setdefault("origin", self.plugin.name)
+        return self._chain._run(envelope, Direction.TO_ENGINE, self._index + 1)
+
+    def sendToGame(self, envelope: Envelope) -> Deferred[None]:
+        envelope.meta.setdefault("origin", self.plugin.name)
+        return self._chain._run(envelope, Direction.TO_GAME, len(self._chain.plugins) - self._index)
+
+
+class PluginChain:
+    """
+    An ordered chain of L{IEnvelopePlugin}s between two ends.
+
+    @param toEngine: called with each envelope that leaves the chain toward
+        RPEngine.
+    @param toGame: called with each envelope that leaves toward the game.
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        plugins: Sequence[IEnvelopePlugin],
+        toEngine: Deliver,
+        toGame: Deliver,
+        reactor: Any,
+    ) -> None:
+        self.plugins = list(plugins)
+        self.reactor = reactor
+        self.session: IEngineSessionInfo | None = None
+        self._ends = {Direction.TO_ENGINE: toEngine, Direction.TO_GAME: toGame}
+        contexts = [_PluginContext(self, i, p) for i, p in enumerate(self.plugins)]
+        self._contexts = contexts
+        forward = [
+            (p, getattr(p, "envelopeToEngine"), c)
+            for p, c in zip(self.plugins, contexts, strict=True)
+        ]
+        backward = [
+            (p, getattr(p, "envelopeToGame"), c)
+            for p, c in zip(reversed(self.plugins), reversed(contexts), strict=True)
+        ]
+        self._steps = {Direction.TO_ENGINE: forward, Direction.TO_GAME: backward}
+
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.plugins]
+
+    def sendToEngine(self, envelope: Envelope) -> Deferred[None]:
+        """
+        An envelope from the game enters the chain.
+        """
+        return self._run(envelope, Direction.TO_ENGINE, 0)
+
+    def sendToGame(self, envelope: Envelope) -> Deferred[None]:
+        """
+        An envelope from RPEngine enters the chain.
+        """
+        return self._run(envelope, Direction.TO_GAME, 0)
+
+    def engineSessionStarted(self, session: IEngineSessionInfo) -> None:
+        self.session = session
+        for plugin, context in zip(self.plugins, self._contexts, strict=True):
+            self._callHook(plugin, "engineSessionStarted", session, context)
+
+    def engineSessionEnded(self, session: IEngineSessionInfo) -> None:
+        if self.session is session:
+            self.session = None
+        for plugin, context in zip(self.plugins, self._contexts, strict=True):
+            self._callHook(plugin, "engineSessionEnded", session, context)
+
+    def _callHook(self, plugin: IEnvelopePlugin, name: str, *args: Any) -> None:
+        try:
+            getattr(plugin, name)(*args)
+        except Exception:
+            self.log.failure(
+                "plugin {plugin} failed in {hook}; the chain goes on",
+                plugin=plugin.name,
+                hook=name,
+            )
+
+    def _run(self, envelope: Envelope, direction: Direction, start: int) -> Deferred[None]:
+        envelope.meta.setdefault("enteredAt", time.perf_counter())
+        steps = self._steps[direction]
+        for index in range(start, len(steps)):
+            plugin, method, context = steps[index]
+            try:
+                result = method(envelope, context)
+            except Exception:
+                self._isolate(Failure(), plugin, envelope, direction)
+                continue
+            if result is envelope:
+                continue
+            if result is None:
+                self._decided(envelope, plugin, "dropped")
+                return succeed(None)
+            if isinstance(result, Deferred):
+                self._decided(envelope, plugin, "held")
+                return self._resume(result, envelope, direction, index, plugin)
+            envelope = self._checked(result, envelope, plugin, direction)
+        self._deliver(envelope, direction)
+        return succeed(None)
+
+    def _resume(
+        self,
+        held: Deferred[Any],
+        original: Envelope,
+        direction: Direction,
+        index: int,
+        plugin: IEnvelopePlugin,
+    ) -> Deferred[None]:
+        def released(result: Any) -> Deferred[None] | None:
+            if result is None:
+                self._decided(original, plugin, "dropped")
+                return None
+            envelope = self._checked(result, original, plugin, direction)
+            return self._run(envelope, direction, index + 1)
+
+        def failed(failure: Failure) -> Deferred[None]:
+            self._isolate(failure, plugin, original, direction)
+            return self._run(original, direction, index + 1)
+
+        return held.addCallbacks(released, failed)
+
+    def _checked(
+        self, result: Any, original: Envelope, plugin: IEnvelopePlugin, direction: Direction
+    ) -> Envelope:
+        if isinstance(result, Envelope):
+            if result is not original:
+                result.meta = {**original.meta, **result.meta}
+                self._decided(result, plugin, "replaced")
+            return result
+        self.log.error(
+            "plugin {plugin} returned {kind} for {envelope}, not an Envelope or None; "
+            "passing the envelope on unchanged",
+            plugin=plugin.name,
+            kind=type(result).__name__,
+            envelope=summarize(original.fields),
+            direction=direction.value,
+        )
+        return original
+
+    def _decided(self, envelope: Envelope, plugin: IEnvelopePlugin, decision: str) -> None:
+        envelope.meta.setdefault("decisions", []).append((plugin.name, decision))
+
+    def _isolate(
+        self, failure: Failure, plugin: IEnvelopePlugin, envelope: Envelope, direction: Direction
+    ) -> None:
+        self._decided(envelope, plugin, "failed")
+        self.log.failure(
+            "plugin {plugin} failed on {envelope} ({direction}); passing it on unchanged",
+            failure,
+            plugin=plugin.name,
+            envelope=summarize(envelope.fields),
+            direction=direction.value,
+        )
+
+    def _deliver(self, envelope: Envelope, direction: Direction) -> None:
+        try:
+            self._ends[direction](envelope)
+        except Exception:
+            self.log.failure(
+                "delivering {envelope} ({direction}) failed",
+                envelope=summarize(envelope.fields),
+                direction=direction.value,
+            )
+

@@ -1,0 +1,158 @@
+"""
+Finding plugin factories and building the configured chain from them.
+
+Built-in plugins come from the top-level C{plugins} package; third-party ones
+announce themselves with a drop-in module in a C{twisted/plugins/} folder and
+are found with L{twisted.plugin.getPlugins}.  Configuration alone decides
+which run and in what order.  A drop-in that fails to import is reported by
+name and the others still load.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from twisted.logger import ILogObserver, Logger, globalLogPublisher
+from twisted.plugin import getPlugins
+from zope.interface import implementer
+from zope.interface.verify import verifyObject
+
+from rpmiddleware.config import ConfigError, Settings
+from rpmiddleware.interfaces import IEnvelopePlugin, IPluginFactory, IPluginServices
+
+log = Logger()
+
+
+@dataclass
+class DropinProblem:
+    """
+    A drop-in module that could not be loaded.
+    """
+
+    module: str
+    error: str
+
+    def __str__(self) -> str:
+        return f"{self.module}: {self.error}"
+
+
+@dataclass
+class PluginRegistry:
+    factories: dict[str, IPluginFactory] = field(default_factory=dict)
+    #: Where each factory came from: "built-in" or a drop-in module name.
+    origins: dict[str, str] = field(default_factory=dict)
+    problems: list[DropinProblem] = field(default_factory=list)
+
+    def add(self, factory: IPluginFactory, origin: str) -> None:
+        name = factory.name
+        if name in self.factories:
+            self.problems.append(
+                DropinProblem(
+                    origin,
+                    f"plugin name {name!r} is already taken by {self.origins[name]}; ignored",
+                )
+            )
+            return
+        self.factories[name] = factory
+        self.origins[name] = origin
+
+
+def _moduleOf(failure: Any) -> str:
+    """
+    The drop-in module a failed import came from, from its traceback.
+    """
+    value = failure.value
+    filename = getattr(value, "filename", None)
+    if isinstance(value, SyntaxError) and filename:
+        return os.path.basename(str(filename))
+    for frame in reversed(failure.frames):
+        path = frame[1]
+        if os.path.join("twisted", "plugins") in path or "plugins" in path.split(os.sep)[-2:-1]:
+            if not path.endswith(os.path.join("twisted", "plugin.py")):
+                return os.path.basename(path)
+    return "an unknown drop-in"
+
+
+def discoverPlugins(package: ModuleType | None = None) -> PluginRegistry:
+    """
+    Every plugin factory: the built-ins, then the drop-ins found in
+    C{package} (C{twisted.plugins} unless given).
+    """
+    import plugins as builtins
+
+    registry = PluginRegistry()
+    for factory in builtins.FACTORIES:
+        registry.add(factory, "built-in")
+
+    failures: list[Any] = []
+
+    @implementer(ILogObserver)
+    def collect(event: dict[str, Any]) -> None:
+        failure = event.get("log_failure")
+        if failure is not None:
+            failures.append(failure)
+
+    if package is None:
+        import twisted.plugins as package
+    globalLogPublisher.addObserver(collect)
+    try:
+        found = list(getPlugins(IPluginFactory, package))
+    finally:
+        globalLogPublisher.removeObserver(collect)
+    for factory in found:
+        if any(factory is builtin for builtin in builtins.FACTORIES):
+            continue
+        registry.add(factory, getattr(factory, "__module__", None) or "a drop-in")
+    for failure in failures:
+        problem = DropinProblem(_moduleOf(failure), f"{failure.type.__name__}: {failure.value}")
+        registry.problems.append(problem)
+        log.error("plugin drop-in {module} failed to load: {error}", module=problem.module,
+                  error=problem.error)
+    return registry
+
+
+def chainOrder(settings: Settings, defaults: Mapping[str, int]) -> list[str]:
+    """
+    Plugin names in chain order: the defaults overlaid with the configuration,
+    lowest priority first (nearest the game), ties broken by name.
+    """
+    priorities: dict[str, int | None] = dict(defaults)
+    priorities.update(settings.chain)
+    enabled = [(p, name) for name, p in priorities.items() if p is not None]
+    return [name for _, name in sorted(enabled)]
+
+
+def buildChain(
+    settings: Settings, registry: PluginRegistry, services: IPluginServices
+) -> list[IEnvelopePlugin]:
+    """
+    Build the configured plugins, in order.
+
+    @raise ConfigError: for an unknown plugin name or settings a plugin refuses.
+    """
+    import plugins as builtins
+
+    built = []
+    for name in chainOrder(settings, builtins.DEFAULT_CHAIN):
+        factory = registry.factories.get(name)
+        if factory is None:
+            known = ", ".join(sorted(registry.factories)) or "none"
+            hint = ""
+            if registry.problems:
+                hint = "; drop-ins that failed to load: " + "; ".join(map(str, registry.problems))
+            raise ConfigError(
+                f"{settings.source}: unknown plugin {name!r} in [chain] (known: {known}){hint}"
+            )
+        try:
+            plugin = factory.buildPlugin(settings.pluginSettings(name), services)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{settings.source}: plugin {name!r}: {e}")
+        if not IEnvelopePlugin.providedBy(plugin):
+            raise ConfigError(f"plugin {name!r} built {plugin!r}, which is not an IEnvelopePlugin")
+        verifyObject(IEnvelopePlugin, plugin)
+        built.append(plugin)
+    return built

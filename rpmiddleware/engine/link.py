@@ -1,0 +1,213 @@
+"""
+The engine end of the chain: which RPEngine session is live, and what happens
+to work when there is none.
+
+Rules (docs/engine-endpoint.md explains why):
+  - the newest RPEngine connection wins: when a second one completes its
+    handshake the older one is closed with code 4001;
+  - with no RPEngine, requests wait here (bounded) and enter the chain again,
+    in order, when a session starts, so per-session plugins such as the card
+    cache see them fresh;
+  - when a session ends, a request RPEngine never acknowledged is sent again in
+    the next session, and one it had acknowledged ends with a retryable
+    C{engine_disconnected} error: it is gone with the session, and sending it
+    again could play the same turn twice.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from twisted.logger import Logger
+
+from rpmiddleware.engine.session import CLOSE_SUPERSEDED, EngineSession
+from rpmiddleware.envelope import Envelope, summarize
+from rpmiddleware.messages import MESSAGES
+
+if TYPE_CHECKING:
+    from rpmiddleware.chain import PluginChain
+
+#: Messages that still mean something in a later session.
+RESENDABLE = frozenset({"reply.request", "voice.capture.start", "character.sync"})
+#: Messages that withdraw a request.
+WITHDRAWING = frozenset({"request.cancel", "voice.capture.cancel", "voice.capture.stop"})
+
+
+class EngineLink:
+    """
+    Holds the live L{EngineSession} and the requests waiting for one.
+    """
+
+    log = Logger()
+
+    def __init__(self, waitingLimit: int = 64) -> None:
+        self.session: EngineSession | None = None
+        self.chain: PluginChain | None = None
+        self.waitingLimit = waitingLimit
+        self._waiting: deque[Envelope] = deque()
+        self._open: dict[str, tuple[EngineSession, Envelope]] = {}
+        self._stateObservers: list[Callable[[EngineSession | None], None]] = []
+
+    @property
+    def connected(self) -> bool:
+        return self.session is not None
+
+    @property
+    def waiting(self) -> list[Envelope]:
+        return list(self._waiting)
+
+    def observeState(self, observer: Callable[[EngineSession | None], None]) -> None:
+        """
+        Call C{observer} with the new session (or C{None}) whenever it changes.
+        """
+        self._stateObservers.append(observer)
+
+    def _stateChanged(self) -> None:
+        for observer in list(self._stateObservers):
+            try:
+                observer(self.session)
+            except Exception:
+                self.log.failure("engine state observer failed")
+
+    def _chain(self) -> PluginChain:
+        assert self.chain is not None, "EngineLink used before a chain was attached"
+        return self.chain
+
+    # The end of the game-to-engine direction.
+
+    def send(self, envelope: Envelope) -> None:
+        session = self.session
+        if session is None or session.closed:
+            self._holdWithoutEngine(envelope)
+            return
+        session.send(envelope)
+        spec = MESSAGES.get(envelope.type)
+        if spec is not None and spec.opensRequest and envelope.requestId:
+            self._open[envelope.requestId] = (session, envelope)
+
+    def _holdWithoutEngine(self, envelope: Envelope) -> None:
+        kind = envelope.type
+        if kind in RESENDABLE:
+            if len(self._waiting) >= self.waitingLimit:
+                self.log.warn(
+                    "no RPEngine and {count} requests already waiting; refusing {envelope}",
+                    count=len(self._waiting),
+                    envelope=summarize(envelope.fields),
+                )
+                self._answer(
+                    envelope,
+                    "request.error",
+                    code="engine_unavailable",
+                    message=(
+                        f"RPEngine is not connected and {self.waitingLimit} requests are "
+                        "already waiting for it"
+                    ),
+                    retryable=True,
+                    sourceMessageId=envelope.messageId,
+                )
+                return
+            envelope.fields.pop("messageId", None)
+            envelope.fields.pop("sessionId", None)
+            self._waiting.append(envelope)
+            self.log.info(
+                "no RPEngine connected; {envelope} waits ({count} waiting)",
+                envelope=summarize(envelope.fields),
+                count=len(self._waiting),
+            )
+            return
+        if kind in WITHDRAWING:
+            for waiting in list(self._waiting):
+                if waiting.requestId and waiting.requestId == envelope.requestId:
+                    self._waiting.remove(waiting)
+                    self._answer(waiting, "reply.cancelled")
+                    return
+        self.log.info(
+            "no RPEngine connected; dropped {envelope}, which means nothing to a later session",
+            envelope=summarize(envelope.fields),
+        )
+
+    def _answer(self, request: Envelope, kind: str, **fields: Any) -> None:
+        sessionId = self.session.sessionId if self.session is not None else None
+        if request.requestId:
+            fields["requestId"] = request.requestId
+        answer = Envelope.build(kind, sessionId, **fields)
+        answer.meta["synthetic"] = True
+        self._chain().sendToGame(answer)
+
+    # Callbacks from EngineSession.
+
+    def welcomed(self, session: EngineSession) -> None:
+        previous, self.session = self.session, session
+        if previous is not None and not previous.closed:
+            self.log.warn(
+                "a second RPEngine connected ({new}); closing the older one ({old})",
+                new=session.peer,
+                old=previous.peer,
+            )
+            previous.close(CLOSE_SUPERSEDED, "replaced by a newer RPEngine connection")
+            # The old connection's close completes later; its requests are
+            # settled now so that the new session can take them.
+            self.ended(previous)
+        chain = self._chain()
+        chain.engineSessionStarted(session)
+        self._stateChanged()
+        waiting, self._waiting = self._waiting, deque()
+        for envelope in waiting:
+            chain.sendToEngine(envelope)
+
+    def received(self, session: EngineSession, envelope: Envelope) -> None:
+        if session is not self.session:
+            return
+        spec = MESSAGES[envelope.type]
+        if spec.terminal and envelope.requestId:
+            self._open.pop(envelope.requestId, None)
+        self._chain().sendToGame(envelope)
+
+    def ended(self, session: EngineSession) -> None:
+        if session.sessionId is None or session.settled:
+            return
+        session.settled = True
+        if self.session is session:
+            self.session = None
+            self._stateChanged()
+        chain = self._chain()
+        chain.engineSessionEnded(session)
+        unacked = {e.messageId for e in session.unacknowledged()}
+        lost = [
+            (requestId, envelope)
+            for requestId, (owner, envelope) in self._open.items()
+            if owner is session
+        ]
+        for requestId, envelope in lost:
+            del self._open[requestId]
+            if envelope.messageId in unacked:
+                unacked.discard(envelope.messageId)
+                self._resubmit(envelope)
+            else:
+                self._answer(
+                    envelope,
+                    "request.error",
+                    code="engine_disconnected",
+                    message="RPEngine disconnected during this reply; it can be asked again",
+                    retryable=True,
+                    sourceMessageId=envelope.messageId,
+                )
+        for envelope in session.unacknowledged():
+            if envelope.messageId in unacked and envelope.type == "character.sync":
+                self._resubmit(envelope)
+
+    def _resubmit(self, envelope: Envelope) -> None:
+        again = Envelope(
+            {k: v for k, v in envelope.fields.items() if k not in ("messageId", "sessionId")},
+            {"resubmitted": True},
+        )
+        self.log.info(
+            "resending {envelope}, which RPEngine never acknowledged, in the next session",
+            envelope=summarize(again.fields),
+        )
+        self._chain().sendToEngine(again)
+
+    def openRequests(self) -> list[str]:
+        return list(self._open)

@@ -1,0 +1,288 @@
+"""
+One RPEngine connection session: handshake, validation, duplicates, acks.
+
+This is the protocol's reliability layer and knows nothing of WebSockets: it
+reads decoded JSON objects and writes through an L{IMessageWriter}-shaped
+object, so tests drive it with a list and a L{Clock}.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from rpmiddleware.envelope import Direction, Envelope, isoTimestamp, newMessageId, summarize
+from rpmiddleware.interfaces import IEngineSessionInfo
+from rpmiddleware.messages import ProtocolViolation, ackReference, validate
+
+#: Close codes this side uses (4000-4999 are for applications).
+CLOSE_HELLO_TIMEOUT = 4008
+CLOSE_SUPERSEDED = 4001
+CLOSE_SHUTDOWN = 1001
+
+
+class MessageWriter(Protocol):
+    def sendText(self, payload: bytes) -> None: ...
+
+    def close(self, code: int, reason: str) -> None: ...
+
+
+@dataclass
+class SessionOptions:
+    serverVersion: str = "rpmiddleware"
+    helloTimeout: float = 5.0
+    ackTimeout: float = 5.0
+    maxRetransmits: int = 3
+    dedupWindow: int = 4096
+    ackEngineMessages: bool = False
+
+
+@dataclass
+class _Unacked:
+    envelope: Envelope
+    payload: bytes
+    attempts: int = 0
+    timer: IDelayedCall | None = field(default=None, repr=False)
+
+
+@implementer(IEngineSessionInfo)
+class EngineSession:
+    """
+    The game side of one RPEngine connection.
+
+    @param onWelcome: called with this session once C{welcome} is sent.
+    @param onEnvelope: called with each valid, new, non-ack envelope.
+    @param onAcked: called with each envelope of ours that RPEngine acked.
+    @param onClosed: called with this session when the connection ends.
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        writer: MessageWriter,
+        clock: IReactorTime,
+        options: SessionOptions,
+        onWelcome: Callable[[EngineSession], None],
+        onEnvelope: Callable[[EngineSession, Envelope], None],
+        onClosed: Callable[[EngineSession], None],
+        onAcked: Callable[[EngineSession, Envelope], None] = lambda s, e: None,
+        peer: str = "",
+    ) -> None:
+        self._writer = writer
+        self._clock = clock
+        self._options = options
+        self._onWelcome = onWelcome
+        self._onEnvelope = onEnvelope
+        self._onAcked = onAcked
+        self._onClosed = onClosed
+        self.peer = peer
+        self.sessionId: str | None = None
+        self.startedAt: float | None = None
+        self.closed = False
+        #: Set by the link once this session's requests were resent or failed.
+        self.settled = False
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._unacked: OrderedDict[str, _Unacked] = OrderedDict()
+        self.duplicatesDropped = 0
+        self.invalidDropped = 0
+        self._helloTimer: IDelayedCall | None = clock.callLater(
+            options.helloTimeout, self._helloTimedOut
+        )
+
+    # Reading
+
+    def received(self, fields: Any) -> None:
+        """
+        One decoded JSON value arrived from RPEngine.
+        """
+        if self.closed:
+            return
+        try:
+            spec = validate(fields, Direction.TO_GAME, self.sessionId)
+        except ProtocolViolation as e:
+            self.invalid(e.reason, e.messageId)
+            return
+        envelope = Envelope(fields)
+        if spec.type == "hello":
+            self._hello(envelope)
+            return
+        if self.sessionId is None:
+            self.invalid(f"{spec.type} arrived before hello", envelope.messageId)
+            return
+        messageId = str(envelope.messageId)
+        if spec.type == "ack":
+            self._acked(envelope)
+            return
+        if messageId in self._seen:
+            self.duplicatesDropped += 1
+            self._seen.move_to_end(messageId)
+            self.log.info(
+                "dropped duplicate {type} {messageId} from RPEngine",
+                type=spec.type,
+                messageId=messageId,
+                sessionId=self.sessionId,
+            )
+            return
+        self._remember(messageId)
+        if self._options.ackEngineMessages:
+            self.send(Envelope.build("ack", sourceMessageId=messageId))
+        self._onEnvelope(self, envelope)
+
+    def _remember(self, messageId: str) -> None:
+        self._seen[messageId] = None
+        while len(self._seen) > self._options.dedupWindow:
+            self._seen.popitem(last=False)
+
+    def invalid(self, reason: str, messageId: str | None = None) -> None:
+        """
+        Log and drop something RPEngine sent that breaks the protocol.
+        """
+        self.invalidDropped += 1
+        self.log.warn(
+            "dropped invalid envelope from RPEngine: {reason}",
+            reason=reason,
+            messageId=messageId,
+            sessionId=self.sessionId,
+            peer=self.peer,
+        )
+
+    def _hello(self, hello: Envelope) -> None:
+        if self.sessionId is not None:
+            # RPEngine repeats the handshake only on a new connection; a second
+            # hello here is a confused peer.  Keep the session it has.
+            self.invalid("hello repeated on an established session", hello.messageId)
+            return
+        if self._helloTimer is not None and self._helloTimer.active():
+            self._helloTimer.cancel()
+        self._helloTimer = None
+        self.sessionId = uuid.uuid4().hex
+        self.startedAt = self._clock.seconds()
+        self._remember(str(hello.messageId))
+        self.send(
+            Envelope.build("welcome", self.sessionId, serverVersion=self._options.serverVersion)
+        )
+        self.log.info(
+            "RPEngine connected from {peer}: session {sessionId}",
+            peer=self.peer,
+            sessionId=self.sessionId,
+            clientVersion=hello.get("clientVersion"),
+        )
+        self._onWelcome(self)
+
+    def _helloTimedOut(self) -> None:
+        self._helloTimer = None
+        self.log.warn(
+            "no hello from {peer} within {timeout} s; closing",
+            peer=self.peer,
+            timeout=self._options.helloTimeout,
+        )
+        self._writer.close(CLOSE_HELLO_TIMEOUT, "no hello within the handshake timeout")
+
+    def _acked(self, ack: Envelope) -> None:
+        reference = ackReference(ack.fields)
+        entry = self._unacked.pop(reference, None) if reference else None
+        if entry is None:
+            # A late ack for a retransmitted message, or for one we never sent.
+            self.log.debug("ack for unknown messageId {reference}", reference=reference)
+            return
+        if entry.timer is not None and entry.timer.active():
+            entry.timer.cancel()
+        self._onAcked(self, entry.envelope)
+
+    # Writing
+
+    def send(self, envelope: Envelope) -> Envelope:
+        """
+        Stamp C{envelope} for this session and write it.  Everything but an
+        ack is kept until RPEngine acknowledges it, and sent again with the
+        same messageId if that takes longer than the ack timeout.
+        """
+        fields = envelope.fields
+        if self.sessionId is not None:
+            fields["sessionId"] = self.sessionId
+        if not fields.get("messageId"):
+            fields["messageId"] = newMessageId()
+        fields["timestamp"] = isoTimestamp()
+        payload = envelope.toBytes()
+        if envelope.type != "ack" and self._options.maxRetransmits >= 0:
+            entry = _Unacked(envelope, payload)
+            self._unacked[fields["messageId"]] = entry
+            entry.timer = self._clock.callLater(
+                self._options.ackTimeout, self._retransmit, fields["messageId"]
+            )
+        self._writer.sendText(payload)
+        return envelope
+
+    def _retransmit(self, messageId: str) -> None:
+        entry = self._unacked.get(messageId)
+        if entry is None or self.closed:
+            return
+        if entry.attempts >= self._options.maxRetransmits:
+            del self._unacked[messageId]
+            self.log.warn(
+                "RPEngine never acknowledged {envelope} after {attempts} retransmissions",
+                envelope=summarize(entry.envelope.fields),
+                attempts=entry.attempts,
+            )
+            return
+        entry.attempts += 1
+        self.log.info(
+            "retransmitting unacknowledged {envelope} (attempt {attempt})",
+            envelope=summarize(entry.envelope.fields),
+            attempt=entry.attempts,
+        )
+        self._writer.sendText(entry.payload)
+        entry.timer = self._clock.callLater(self._options.ackTimeout, self._retransmit, messageId)
+
+    def unacknowledged(self) -> list[Envelope]:
+        """
+        What was sent in this session and never acknowledged, oldest first.
+        """
+        return [entry.envelope for entry in self._unacked.values()]
+
+    def isAcknowledged(self, messageId: str) -> bool:
+        return messageId not in self._unacked
+
+    # Ending
+
+    def close(self, code: int, reason: str) -> None:
+        self._writer.close(code, reason)
+
+    def connectionLost(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._helloTimer is not None and self._helloTimer.active():
+            self._helloTimer.cancel()
+        for entry in self._unacked.values():
+            if entry.timer is not None and entry.timer.active():
+                entry.timer.cancel()
+        self._onClosed(self)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "sessionId": self.sessionId,
+            "peer": self.peer,
+            "unacknowledged": len(self._unacked),
+            "duplicatesDropped": self.duplicatesDropped,
+            "invalidDropped": self.invalidDropped,
+        }
+
+
+def decodeText(payload: bytes) -> Any:
+    """
+    Decode one text frame; L{ProtocolViolation} if it is not JSON.
+    """
+    try:
+        return json.loads(payload)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ProtocolViolation(f"not valid JSON: {e}")

@@ -1,0 +1,144 @@
+"""
+The RPEngine v3 envelope: one JSON object per WebSocket message.
+
+An L{Envelope} keeps every field it was given, known or not, because RPEngine
+promises to preserve unknown fields and so must we: a newer RPEngine may add
+fields that a plugin further down the chain understands.  Middleware-only
+annotations (which client asked, what the chain decided) live in C{meta} and
+never reach the wire.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import uuid
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+PROTOCOL = "gemtavern.rp_engine"
+PROTOCOL_VERSION = 3
+
+#: Fields every envelope carries, in the order the seed lists them.
+ENVELOPE_FIELDS = ("protocol", "protocolVersion", "type", "messageId", "sessionId", "timestamp")
+
+
+class Direction(enum.Enum):
+    """
+    Which way an envelope travels through the chain.
+    """
+
+    TO_ENGINE = "to_engine"
+    TO_GAME = "to_game"
+
+    @property
+    def opposite(self) -> Direction:
+        return Direction.TO_GAME if self is Direction.TO_ENGINE else Direction.TO_ENGINE
+
+
+def newMessageId() -> str:
+    return uuid.uuid4().hex
+
+
+def isoTimestamp(when: datetime | None = None) -> str:
+    """
+    An ISO 8601 UTC timestamp with milliseconds and a C{Z}, as in the seed's
+    examples (C{2026-07-16T00:00:00.000Z}).
+    """
+    when = when or datetime.now(UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+
+
+class Envelope:
+    """
+    A protocol message that remembers every field it carries.
+
+    Plugins may read and change C{fields} in place or build a new envelope
+    with L{replace}; C{meta} is for annotations that stay inside the
+    middleware.
+    """
+
+    __slots__ = ("fields", "meta")
+
+    def __init__(self, fields: dict[str, Any], meta: dict[str, Any] | None = None) -> None:
+        self.fields = fields
+        self.meta: dict[str, Any] = meta if meta is not None else {}
+
+    @classmethod
+    def build(cls, type: str, sessionId: str | None = None, **fields: Any) -> Envelope:
+        """
+        A new envelope with the seed's common fields filled in.
+        """
+        head: dict[str, Any] = {
+            "protocol": PROTOCOL,
+            "protocolVersion": PROTOCOL_VERSION,
+            "type": type,
+            "messageId": newMessageId(),
+        }
+        if sessionId is not None:
+            head["sessionId"] = sessionId
+        head["timestamp"] = isoTimestamp()
+        head.update(fields)
+        return cls(head)
+
+    @property
+    def type(self) -> str:
+        return str(self.fields.get("type", ""))
+
+    @property
+    def messageId(self) -> str | None:
+        return self.fields.get("messageId")
+
+    @property
+    def sessionId(self) -> str | None:
+        return self.fields.get("sessionId")
+
+    @property
+    def requestId(self) -> str | None:
+        value = self.fields.get("requestId")
+        return value if isinstance(value, str) else None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.fields.get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.fields[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.fields[key] = value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.fields
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.fields)
+
+    def replace(self, **changes: Any) -> Envelope:
+        """
+        A shallow copy with some fields changed; C{meta} is copied too.
+        """
+        fields = dict(self.fields)
+        fields.update(changes)
+        return Envelope(fields, dict(self.meta))
+
+    def copy(self) -> Envelope:
+        return self.replace()
+
+    def toBytes(self) -> bytes:
+        return json.dumps(self.fields, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Envelope) and other.fields == self.fields
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<Envelope {self.type} {self.messageId} request={self.requestId}>"
+
+
+def summarize(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """
+    The identifying fields of an envelope, for log events: never payloads.
+    """
+    return {k: fields[k] for k in ("type", "messageId", "sessionId", "requestId") if k in fields}

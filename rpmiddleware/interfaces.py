@@ -1,0 +1,156 @@
+"""
+The contracts between the middleware and its plugins.
+
+A plugin is a provider of L{IEnvelopePlugin}: one narrow job, applied to every
+envelope that passes.  Envelopes travel game-to-engine through the plugins in
+configured order and engine-to-game in the reverse order, like Scrapy's
+downloader middleware; the L{chain <rpmiddleware.chain.PluginChain>} owns the
+calling, the Deferreds and the error isolation so that plugins stay small.
+
+Third-party plugins announce themselves with a drop-in module in a
+C{twisted/plugins/} folder holding an object that provides L{IPluginFactory}.
+"""
+
+from __future__ import annotations
+
+from zope.interface import Attribute, Interface
+
+
+class IEngineSessionInfo(Interface):
+    """
+    What a plugin may know of one RPEngine connection session.
+    """
+
+    sessionId = Attribute("The sessionId sent in welcome (str).")
+    startedAt = Attribute("Reactor time at which welcome was sent (float).")
+
+
+class IChainContext(Interface):
+    """
+    A plugin's view of the chain at its own position.
+
+    Envelopes a plugin originates start at the plugin's position and travel on
+    in their direction, so they pass every plugin after it and never the ones
+    before: a plugin that answers a request is not asked about its own answer.
+    """
+
+    plugin = Attribute("The IEnvelopePlugin this context belongs to.")
+    reactor = Attribute("The reactor (IReactorTime at least) the middleware runs on.")
+    session = Attribute(
+        "The live RPEngine session (IEngineSessionInfo), or None while no RPEngine is connected."
+    )
+
+    def sendToEngine(envelope):  # type: ignore[no-untyped-def]
+        """
+        Originate C{envelope} toward RPEngine from just after this plugin.
+
+        @return: a Deferred that fires when the envelope has left the chain
+            (sent, queued, or dropped by a later plugin).
+        """
+
+    def sendToGame(envelope):  # type: ignore[no-untyped-def]
+        """
+        Originate C{envelope} toward the game from just after this plugin (in
+        the engine-to-game order).
+
+        @return: a Deferred, as for L{sendToEngine}.
+        """
+
+
+class IEnvelopePlugin(Interface):
+    """
+    One link of the chain.
+
+    Both envelope methods return the envelope to pass on (the same one, a
+    changed one or a new one), C{None} to drop it, or a Deferred that fires
+    with either of those to hold it for a while.  A plugin that raises (or
+    whose Deferred fails) is logged with its name and skipped: the envelope
+    goes on unchanged and the connection lives.
+
+    Nothing orders held envelopes: one that a plugin holds lets later ones
+    pass.  A plugin that needs order holds those too.
+    """
+
+    name = Attribute("The name configuration refers to this plugin by (str).")
+
+    def envelopeToEngine(envelope, context):  # type: ignore[no-untyped-def]
+        """
+        See an envelope on its way from the game to RPEngine.
+
+        @type envelope: L{rpmiddleware.envelope.Envelope}
+        @type context: L{IChainContext}
+        """
+
+    def envelopeToGame(envelope, context):  # type: ignore[no-untyped-def]
+        """
+        See an envelope on its way from RPEngine to the game.
+        """
+
+    def engineSessionStarted(session, context):  # type: ignore[no-untyped-def]
+        """
+        A new RPEngine session began (C{welcome} was sent): per-session state
+        starts empty.
+
+        @type session: L{IEngineSessionInfo}
+        """
+
+    def engineSessionEnded(session, context):  # type: ignore[no-untyped-def]
+        """
+        That RPEngine session is over (the connection closed or was replaced).
+        """
+
+
+class IPluginFactory(Interface):
+    """
+    Makes a plugin from its configuration; what a drop-in announces.
+    """
+
+    name = Attribute("The unique name configuration refers to (str).")
+    description = Attribute("One line on what the plugin does (str).")
+
+    def buildPlugin(settings, services):  # type: ignore[no-untyped-def]
+        """
+        Make the plugin.
+
+        @param settings: this plugin's table from the configuration file (a
+            mapping, empty when the file has none).
+        @type services: L{IPluginServices}
+        @return: an L{IEnvelopePlugin} provider.
+        @raise ValueError: when C{settings} are wrong; the message is shown
+            to the user at start-up.
+        """
+
+
+class IPluginServices(Interface):
+    """
+    What the middleware lends a plugin when it is built.
+    """
+
+    reactor = Attribute("The reactor the middleware runs on.")
+    cards = Attribute("The shared rpmiddleware.cards.CardHasher.")
+    timeline = Attribute("The shared rpmiddleware.timeline.Timeline of requests.")
+    config = Attribute("The whole rpmiddleware.config.Settings, read-only.")
+
+
+class IReplyStream(Interface):
+    """
+    One reply turn asked through the Python API.
+    """
+
+    requestId = Attribute("The requestId sent to RPEngine (str).")
+    envelopes = Attribute("Every envelope received for this request so far, in order (list).")
+    done = Attribute(
+        "Deferred firing with the terminal reply.completed envelope, or failing with "
+        "rpmiddleware.api.ReplyFailed (request.error) or ReplyCancelled (reply.cancelled)."
+    )
+
+    def subscribe(observer):  # type: ignore[no-untyped-def]
+        """
+        Call C{observer(envelope)} for each envelope of this request, starting
+        with those already received.
+        """
+
+    def cancel():  # type: ignore[no-untyped-def]
+        """
+        Ask RPEngine to stop this reply; C{done} then fails with ReplyCancelled.
+        """

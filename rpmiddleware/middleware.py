@@ -1,0 +1,287 @@
+"""
+The middleware itself: the chain between the engine link and the game router,
+and the Python API that in-process integrations and the client endpoint use.
+
+    RPEngine <-> EngineSession <-> EngineLink <-> PluginChain <-> GameRouter <-> clients
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from rpmiddleware.api import ReplyStream
+from rpmiddleware.cards import CardHasher, snapshotTransfer, validateCard
+from rpmiddleware.chain import PluginChain
+from rpmiddleware.config import Settings
+from rpmiddleware.engine.link import EngineLink
+from rpmiddleware.engine.session import EngineSession, MessageWriter, SessionOptions
+from rpmiddleware.envelope import Envelope
+from rpmiddleware.interfaces import IEnvelopePlugin, IPluginServices
+from rpmiddleware.messages import SPEECH_MODEL
+from rpmiddleware.router import GameRouter
+from rpmiddleware.timeline import Timeline
+
+DEFAULT_OUTPUT: dict[str, Any] = {
+    "modalities": ["text", "audio"],
+    "language": "en",
+    "audio": {"model": SPEECH_MODEL, "voice": "F1", "format": "pcm_s16le"},
+}
+
+
+@implementer(IPluginServices)
+class PluginServices:
+    """
+    What plugins are lent when they are built.
+    """
+
+    def __init__(
+        self, reactor: Any, config: Settings, cards: CardHasher, timeline: Timeline
+    ) -> None:
+        self.reactor = reactor
+        self.config = config
+        self.cards = cards
+        self.timeline = timeline
+
+
+class Middleware:
+    """
+    One middleware instance: what C{twistd rpmiddleware} serves and what
+    tests and embedding programs drive directly.
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        reactor: Any,
+        settings: Settings | None = None,
+        plugins: Sequence[IEnvelopePlugin] = (),
+        services: PluginServices | None = None,
+    ) -> None:
+        self.reactor = reactor
+        self.settings = settings or Settings()
+        self.services = services or PluginServices(
+            reactor, self.settings, CardHasher(reactor), Timeline()
+        )
+        self.link = EngineLink(self.settings.engine.waiting_limit)
+        self.router = GameRouter(self.services.timeline)
+        self.chain = PluginChain(plugins, self.link.send, self.router.deliver, reactor)
+        self.link.chain = self.chain
+        self.characters: dict[tuple[str, str], dict[str, Any]] = {}
+
+    @classmethod
+    def fromSettings(cls, reactor: Any, settings: Settings, registry: Any = None) -> Middleware:
+        """
+        Build the configured chain (L{rpmiddleware.discovery}) and the middleware.
+
+        @raise rpmiddleware.config.ConfigError: for an unknown or misconfigured plugin.
+        """
+        from rpmiddleware.discovery import buildChain, discoverPlugins
+
+        services = PluginServices(reactor, settings, CardHasher(reactor), Timeline())
+        registry = registry if registry is not None else discoverPlugins()
+        plugins = buildChain(settings, registry, services)
+        return cls(reactor, settings, plugins, services)
+
+    @property
+    def timeline(self) -> Timeline:
+        return self.services.timeline
+
+    @property
+    def cards(self) -> CardHasher:
+        return self.services.cards
+
+    # The engine side.
+
+    def sessionOptions(self) -> SessionOptions:
+        server, engine = self.settings.server, self.settings.engine
+        from rpmiddleware import __version__
+
+        return SessionOptions(
+            serverVersion=server.server_version or f"rpmiddleware-{__version__}",
+            helloTimeout=server.hello_timeout,
+            ackTimeout=engine.ack_timeout,
+            maxRetransmits=engine.max_retransmits,
+            dedupWindow=engine.dedup_window,
+            ackEngineMessages=engine.ack_engine_messages,
+        )
+
+    def newEngineSession(self, writer: MessageWriter, peer: str = "") -> EngineSession:
+        """
+        A session for a new RPEngine connection, wired to the engine link.
+        """
+        link = self.link
+        return EngineSession(
+            writer,
+            self.reactor,
+            self.sessionOptions(),
+            onWelcome=link.welcomed,
+            onEnvelope=link.received,
+            onClosed=link.ended,
+            peer=peer,
+        )
+
+    # Characters.
+
+    def registerCharacter(
+        self, characterId: str, card: dict[str, Any], integrationId: str | None = None
+    ) -> None:
+        """
+        Remember the card to play as C{characterId}.
+
+        @raise rpmiddleware.cards.InvalidCard: naming the field that is wrong.
+        """
+        validateCard(card)
+        self.characters[(integrationId or self.settings.game.integration_id, characterId)] = card
+
+    def character(self, characterId: str, integrationId: str | None = None) -> dict[str, Any]:
+        key = (integrationId or self.settings.game.integration_id, characterId)
+        try:
+            return self.characters[key]
+        except KeyError:
+            raise KeyError(f"no character {characterId!r} is registered for {key[0]!r}")
+
+    # The Python API.
+
+    def requestReply(
+        self,
+        characterId: str,
+        *,
+        text: str | None = None,
+        audio: Mapping[str, Any] | None = None,
+        card: dict[str, Any] | None = None,
+        integrationId: str | None = None,
+        output: Mapping[str, Any] | None = None,
+        player: Mapping[str, Any] | None = None,
+        **extra: Any,
+    ) -> ReplyStream:
+        """
+        Ask C{characterId} to reply to an event: typed C{text}, recorded
+        C{audio} (RPEngine's C{event.audio} object), or both.
+
+        @param card: the Character Card V2 to play; defaults to the one registered.
+        @param extra: further reply.request fields (interactionMode,
+            promptScene, promptDirective, eventId, ...), passed as they are.
+        """
+        if text is None and audio is None:
+            raise ValueError("a reply needs text, audio or both")
+        event: dict[str, Any] = {}
+        if text is not None:
+            event["text"] = text
+        if audio is not None:
+            event["audio"] = dict(audio)
+        return self._open(
+            "reply.request", characterId, card, integrationId, output, player,
+            {"event": event, **extra},
+        )
+
+    def captureVoice(
+        self,
+        characterId: str,
+        *,
+        card: dict[str, Any] | None = None,
+        integrationId: str | None = None,
+        output: Mapping[str, Any] | None = None,
+        player: Mapping[str, Any] | None = None,
+        **extra: Any,
+    ) -> ReplyStream:
+        """
+        Ask RPEngine to listen to its browser microphone and reply to what it hears.
+        """
+        return self._open(
+            "voice.capture.start", characterId, card, integrationId, output, player, extra
+        )
+
+    def stopVoiceCapture(self, stream: ReplyStream) -> None:
+        """
+        End the player's speech now instead of waiting for RPEngine's VAD.
+        """
+        self.chain.sendToEngine(Envelope.build("voice.capture.stop", requestId=stream.requestId))
+
+    def _open(
+        self,
+        kind: str,
+        characterId: str,
+        card: dict[str, Any] | None,
+        integrationId: str | None,
+        output: Mapping[str, Any] | None,
+        player: Mapping[str, Any] | None,
+        fields: dict[str, Any],
+    ) -> ReplyStream:
+        integrationId = integrationId or self.settings.game.integration_id
+        if card is None:
+            card = self.character(characterId, integrationId)
+        else:
+            validateCard(card)
+        requestId = str(fields.pop("requestId", None) or uuid.uuid4().hex)
+        cancelKind = "voice.capture.cancel" if kind == "voice.capture.start" else "request.cancel"
+
+        def cancel(stream: ReplyStream) -> None:
+            self.chain.sendToEngine(Envelope.build(cancelKind, requestId=stream.requestId))
+
+        stream = ReplyStream(requestId, cancel)
+        self.router.route(requestId, stream.received)
+        self.timeline.submitted(requestId, characterId=characterId, kind=kind)
+        envelope = Envelope.build(
+            kind,
+            requestId=requestId,
+            eventId=str(fields.pop("eventId", None) or uuid.uuid4().hex),
+            integrationId=integrationId,
+            characterId=characterId,
+            output=dict(output) if output is not None else dict(DEFAULT_OUTPUT),
+            player=dict(player) if player is not None else {"displayName": "Player"},
+            **fields,
+        )
+        self._withCard(envelope, card).addErrback(self._failedToSubmit, stream)
+        return stream
+
+    def _withCard(self, envelope: Envelope, card: dict[str, Any]) -> Deferred[None]:
+        def send(targetHash: str) -> Deferred[None]:
+            envelope["card"] = snapshotTransfer(card, targetHash)
+            return self.chain.sendToEngine(envelope)
+
+        return self.cards.hash(card).addCallback(send)
+
+    def _failedToSubmit(self, failure: Any, stream: ReplyStream) -> None:
+        self.log.failure("could not submit request {requestId}", failure, requestId=stream.requestId)
+        stream.received(
+            Envelope.build(
+                "request.error",
+                requestId=stream.requestId,
+                code="request_failed",
+                message=f"the middleware could not submit this request: {failure.value}",
+                retryable=False,
+            )
+        )
+
+    def syncCharacter(
+        self, characterId: str, card: dict[str, Any] | None = None, integrationId: str | None = None
+    ) -> Deferred[None]:
+        """
+        Preload a character with C{character.sync} (no inference).
+        """
+        integrationId = integrationId or self.settings.game.integration_id
+        if card is None:
+            card = self.character(characterId, integrationId)
+        else:
+            validateCard(card)
+        envelope = Envelope.build(
+            "character.sync", integrationId=integrationId, characterId=characterId
+        )
+        return self._withCard(envelope, card)
+
+    def status(self) -> dict[str, Any]:
+        session = self.link.session
+        return {
+            "engineConnected": session is not None,
+            "engineSession": session.describe() if session is not None else None,
+            "waiting": len(self.link.waiting),
+            "openRequests": len(self.link.openRequests()),
+            "chain": self.chain.names,
+        }

@@ -1,0 +1,86 @@
+"""
+Services for C{twistd rpmiddleware}: the loopback listener, and the demo.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+from twisted.application import service
+from twisted.internet.error import CannotListenError
+from twisted.internet.interfaces import IListeningPort
+from twisted.logger import Logger
+from twisted.web.server import Site
+
+from rpmiddleware.config import Settings
+from rpmiddleware.engine.protocol import EngineFactory
+from rpmiddleware.middleware import Middleware
+from rpmiddleware.web import ENGINE_PATH, buildSite
+
+
+class ListenerService(service.Service):
+    """
+    Listens on the loopback interface; a port in use stops start-up with a
+    sentence instead of a traceback.
+    """
+
+    log = Logger()
+    port: IListeningPort | None = None
+
+    def __init__(self, reactor: Any, site: Site, settings: Settings) -> None:
+        self.reactor = reactor
+        self.site = site
+        self.settings = settings
+
+    def privilegedStartService(self) -> None:
+        server = self.settings.server
+        try:
+            self.port = self.reactor.listenTCP(server.port, self.site, interface=server.interface)
+        except CannotListenError as e:
+            inUse = getattr(e.socketError, "errno", None) == errno.EADDRINUSE
+            why = "the port is already in use (is another rpmiddleware or game running?)" if inUse else str(e.socketError)
+            raise SystemExit(
+                f"rpmiddleware: cannot listen on {server.interface}:{server.port}: {why}. "
+                "Choose another port with --port (and the same port in RPEngine's settings)."
+            )
+        super().privilegedStartService()
+
+    def startService(self) -> None:
+        super().startService()
+        assert self.port is not None
+        address = self.port.getHost()
+        self.log.info(
+            "rpmiddleware listening on ws://{host}:{port}/rp-engine/socket "
+            "(RPEngine) and ws://{host}:{port}/client/socket (games)",
+            host=address.host,
+            port=address.port,
+        )
+        self.log.info(
+            "Open RPEngine at https://rpengine.gemtavern.com/#port={port} to connect it",
+            port=address.port,
+            link=f"https://rpengine.gemtavern.com/#port={address.port}",
+        )
+
+    def stopService(self) -> Any:
+        super().stopService()
+        if self.port is not None:
+            port, self.port = self.port, None
+            return port.stopListening()
+        return None
+
+
+def makeMiddlewareService(
+    reactor: Any, settings: Settings, middleware: Middleware | None = None
+) -> tuple[service.MultiService, Middleware]:
+    """
+    The listener and everything behind it, ready for twistd or a test.
+    """
+    middleware = middleware or Middleware.fromSettings(reactor, settings)
+    endpoints: dict[bytes, Any] = {ENGINE_PATH: EngineFactory(reactor, middleware, settings)}
+    site = buildSite(endpoints)
+    top = service.MultiService()
+    listener = ListenerService(reactor, site, settings)
+    listener.setName("listener")
+    listener.setServiceParent(top)
+    return top, middleware

@@ -1,0 +1,95 @@
+"""
+Per-request timelines: when a turn was submitted, accepted, first spoke and ended.
+
+Kept in memory for the most recent requests so that the logging plugin, the
+console and the benchmarks read the same numbers.  Times are
+C{time.perf_counter()} seconds: monotonic, and comparable within a process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+_MARKS = {
+    "reply.accepted": "accepted",
+    "reply.text.delta": "firstText",
+    "reply.audio.chunk": "firstAudio",
+    "reply.completed": "completed",
+    "reply.cancelled": "cancelled",
+    "request.error": "failed",
+}
+
+
+@dataclass
+class RequestTimeline:
+    requestId: str
+    submitted: float | None = None
+    accepted: float | None = None
+    firstText: float | None = None
+    firstAudio: float | None = None
+    completed: float | None = None
+    cancelled: float | None = None
+    failed: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return any(t is not None for t in (self.completed, self.cancelled, self.failed))
+
+    def asDict(self) -> dict[str, Any]:
+        """
+        Milliseconds since submission for each mark that happened.
+        """
+        start = self.submitted
+        marks = {}
+        for name in ("accepted", "firstText", "firstAudio", "completed", "cancelled", "failed"):
+            value = getattr(self, name)
+            if value is not None and start is not None:
+                marks[name] = round((value - start) * 1000, 3)
+        return {"requestId": self.requestId, "marks": marks, **self.details}
+
+
+class Timeline:
+    """
+    The timelines of the last C{size} requests.
+    """
+
+    def __init__(self, size: int = 256, now: Callable[[], float] = time.perf_counter) -> None:
+        self._size = size
+        self._now = now
+        self._requests: OrderedDict[str, RequestTimeline] = OrderedDict()
+
+    def get(self, requestId: str) -> RequestTimeline | None:
+        return self._requests.get(requestId)
+
+    def recent(self) -> list[RequestTimeline]:
+        return list(self._requests.values())
+
+    def _entry(self, requestId: str) -> RequestTimeline:
+        entry = self._requests.get(requestId)
+        if entry is None:
+            entry = self._requests[requestId] = RequestTimeline(requestId)
+            while len(self._requests) > self._size:
+                self._requests.popitem(last=False)
+        return entry
+
+    def submitted(self, requestId: str, **details: Any) -> None:
+        entry = self._entry(requestId)
+        entry.submitted = self._now()
+        entry.details.update(details)
+
+    def note(self, requestId: str, **details: Any) -> None:
+        self._entry(requestId).details.update(details)
+
+    def saw(self, requestId: str, messageType: str) -> None:
+        mark = _MARKS.get(messageType)
+        if mark is None:
+            return
+        entry = self._requests.get(requestId)
+        if entry is None or getattr(entry, mark) is not None:
+            return
+        setattr(entry, mark, self._now())

@@ -1,0 +1,107 @@
+"""
+What both WebSocket endpoints share: loopback manners, origin allow-lists,
+size and connection limits, and TCP_NODELAY actually set.
+
+Autobahn's own C{connectionMade} tries to set TCP_NODELAY before the
+factory's options reach the protocol and swallows the error, so small paced
+messages (text deltas, audio chunks) wait for delayed ACKs.  We set it on the
+transport ourselves, after Autobahn is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
+from autobahn.websocket.types import ConnectionDeny, ConnectionRequest
+from twisted.logger import Logger
+
+#: Seconds a peer gets to finish the opening handshake (slowloris guard).
+OPEN_HANDSHAKE_TIMEOUT = 10.0
+CLOSE_HANDSHAKE_TIMEOUT = 5.0
+SERVICE_UNAVAILABLE = 503
+
+
+def normalizeOrigin(origin: str) -> str:
+    return origin.strip().rstrip("/").lower()
+
+
+class GuardedServerFactory(WebSocketServerFactory):
+    """
+    A server factory with the limits set explicitly (Autobahn's payload limits
+    default to unlimited) and an origin allow-list.
+
+    @param allowedOrigins: browser origins that may connect.
+    @param allowMissingOrigin: whether a peer that sends no Origin header (a
+        native program, not a browser) may connect.
+    """
+
+    def __init__(
+        self,
+        reactor: Any,
+        allowedOrigins: Iterable[str],
+        allowMissingOrigin: bool,
+        maxMessageBytes: int,
+        maxConnections: int,
+        endpointName: str,
+    ) -> None:
+        super().__init__(reactor=reactor)
+        self.originAllowList = frozenset(normalizeOrigin(o) for o in allowedOrigins)
+        self.allowMissingOrigin = allowMissingOrigin
+        self.maxConnections = maxConnections
+        self.endpointName = endpointName
+        self.connections: set[GuardedServerProtocol] = set()
+        self.setProtocolOptions(
+            maxMessagePayloadSize=maxMessageBytes,
+            maxFramePayloadSize=maxMessageBytes,
+            openHandshakeTimeout=OPEN_HANDSHAKE_TIMEOUT,
+            closeHandshakeTimeout=CLOSE_HANDSHAKE_TIMEOUT,
+            tcpNoDelay=True,
+            # Origins are checked by us with a clear refusal, not by Autobahn.
+            allowedOrigins=["*"],
+        )
+
+
+class GuardedServerProtocol(WebSocketServerProtocol):
+    log = Logger()
+    factory: GuardedServerFactory
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        setNoDelay = getattr(self.transport, "setTcpNoDelay", None)
+        if setNoDelay is not None:
+            setNoDelay(True)
+
+    def onConnect(self, request: ConnectionRequest) -> None:
+        factory = self.factory
+        origin = request.headers.get("origin")
+        if origin is None:
+            if not factory.allowMissingOrigin:
+                self._refuse(request, ConnectionDeny.FORBIDDEN, "an Origin header is required")
+        elif normalizeOrigin(origin) not in factory.originAllowList:
+            self._refuse(
+                request, ConnectionDeny.FORBIDDEN, f"origin {origin[:200]} is not allowed here"
+            )
+        if len(factory.connections) >= factory.maxConnections:
+            self._refuse(
+                request,
+                SERVICE_UNAVAILABLE,
+                f"too many connections to {factory.endpointName} "
+                f"(limit {factory.maxConnections})",
+            )
+
+    def _refuse(self, request: ConnectionRequest, code: int, reason: str) -> None:
+        self.log.warn(
+            "refused a connection to {endpoint} from {peer}: {reason}",
+            endpoint=self.factory.endpointName,
+            peer=request.peer,
+            reason=reason,
+        )
+        raise ConnectionDeny(code, reason)
+
+    def onOpen(self) -> None:
+        self.factory.connections.add(self)
+
+    def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
+        self.factory.connections.discard(self)
