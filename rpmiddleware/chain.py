@@ -20,7 +20,12 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from rpmiddleware.envelope import Direction, Envelope, summarize
-from rpmiddleware.interfaces import IChainContext, IEngineSessionInfo, IEnvelopePlugin
+from rpmiddleware.interfaces import (
+    IChainContext,
+    IChainObserver,
+    IEngineSessionInfo,
+    IEnvelopePlugin,
+)
 
 Deliver = Callable[[Envelope], Any]
 
@@ -91,6 +96,7 @@ class PluginChain:
             for p, c in zip(reversed(self.plugins), reversed(contexts), strict=True)
         ]
         self._steps = {Direction.TO_ENGINE: forward, Direction.TO_GAME: backward}
+        self._observers = [p for p in self.plugins if IChainObserver.providedBy(p)]
 
     @property
     def names(self) -> list[str]:
@@ -143,6 +149,7 @@ class PluginChain:
                 continue
             if result is None:
                 self._decided(envelope, plugin, "dropped")
+                self._left(envelope, direction, "dropped")
                 return succeed(None)
             if isinstance(result, Deferred):
                 self._decided(envelope, plugin, "held")
@@ -162,6 +169,7 @@ class PluginChain:
         def released(result: Any) -> Deferred[None] | None:
             if result is None:
                 self._decided(original, plugin, "dropped")
+                self._left(original, direction, "dropped")
                 return None
             envelope = self._checked(result, original, plugin, direction)
             return self._run(envelope, direction, index + 1)
@@ -205,7 +213,15 @@ class PluginChain:
             direction=direction.value,
         )
 
+    def _left(self, envelope: Envelope, direction: Direction, outcome: str) -> None:
+        for observer in self._observers:
+            try:
+                observer.envelopeLeft(envelope, direction, outcome)
+            except Exception:
+                self.log.failure("observer {plugin} failed", plugin=observer.name)
+
     def _deliver(self, envelope: Envelope, direction: Direction) -> None:
+        self._left(envelope, direction, "delivered")
         try:
             self._ends[direction](envelope)
         except Exception:

@@ -154,3 +154,18 @@ class IReplyStream(Interface):
         """
         Ask RPEngine to stop this reply; C{done} then fails with ReplyCancelled.
         """
+
+
+class IChainObserver(Interface):
+    """
+    Optional, for plugins that watch rather than act (logging, metrics): told
+    once about every envelope when it leaves the chain, with what each plugin
+    decided in C{envelope.meta["decisions"]}.
+    """
+
+    def envelopeLeft(envelope, direction, outcome):  # type: ignore[no-untyped-def]
+        """
+        @param direction: L{rpmiddleware.envelope.Direction} it travelled.
+        @param outcome: C{"delivered"} (it reached its end) or C{"dropped"}
+            (a plugin dropped it).
+        """

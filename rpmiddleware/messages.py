@@ -457,6 +457,8 @@ ERROR_CODES = frozenset(
         # Added by rpmiddleware for conditions only the middleware sees.
         "engine_disconnected",
         "engine_unavailable",
+        "invalid_audio",
+        "content_blocked",
     }
 )
 
