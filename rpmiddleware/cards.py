@@ -174,11 +174,15 @@ class CardHasher:
             self._cache.move_to_end(key)
             return succeed(found)
         reactor = self._reactor
-        if reactor is None or len(text) < self._threshold:
+        if (
+            reactor is None
+            or len(text) < self._threshold
+            or not IReactorThreads.providedBy(reactor)
+            or not IReactorFromThreads.providedBy(reactor)
+        ):
             value = canonicalHash(document)
             self._remember(key, value)
             return succeed(value)
-        assert IReactorFromThreads.providedBy(reactor)
         d: Deferred[str] = deferToThreadPool(
             reactor,  # type: ignore[arg-type]
             reactor.getThreadPool(),

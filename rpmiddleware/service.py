@@ -28,10 +28,14 @@ class ListenerService(service.Service):
     log = Logger()
     port: IListeningPort | None = None
 
-    def __init__(self, reactor: Any, site: Site, settings: Settings) -> None:
+    def __init__(
+        self, reactor: Any, site: Site, settings: Settings, factories: dict[bytes, Any]
+    ) -> None:
         self.reactor = reactor
         self.site = site
         self.settings = settings
+        #: The WebSocket factories by path, for connection counts and shutdown.
+        self.factories = factories
 
     def privilegedStartService(self) -> None:
         server = self.settings.server
@@ -39,7 +43,11 @@ class ListenerService(service.Service):
             self.port = self.reactor.listenTCP(server.port, self.site, interface=server.interface)
         except CannotListenError as e:
             inUse = getattr(e.socketError, "errno", None) == errno.EADDRINUSE
-            why = "the port is already in use (is another rpmiddleware or game running?)" if inUse else str(e.socketError)
+            why = (
+                "the port is already in use (is another rpmiddleware or game running?)"
+                if inUse
+                else str(e.socketError)
+            )
             raise SystemExit(
                 f"rpmiddleware: cannot listen on {server.interface}:{server.port}: {why}. "
                 "Choose another port with --port (and the same port in RPEngine's settings)."
@@ -80,7 +88,7 @@ def makeMiddlewareService(
     endpoints: dict[bytes, Any] = {ENGINE_PATH: EngineFactory(reactor, middleware, settings)}
     site = buildSite(endpoints)
     top = service.MultiService()
-    listener = ListenerService(reactor, site, settings)
+    listener = ListenerService(reactor, site, settings, endpoints)
     listener.setName("listener")
     listener.setServiceParent(top)
     return top, middleware

@@ -58,6 +58,9 @@ class GuardedServerFactory(WebSocketServerFactory):
             openHandshakeTimeout=OPEN_HANDSHAKE_TIMEOUT,
             closeHandshakeTimeout=CLOSE_HANDSHAKE_TIMEOUT,
             tcpNoDelay=True,
+            # Close with a code (1009 for a huge message) rather than dropping
+            # the TCP connection, so the peer learns what it did wrong.
+            failByDrop=False,
             # Origins are checked by us with a clear refusal, not by Autobahn.
             allowedOrigins=["*"],
         )

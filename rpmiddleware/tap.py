@@ -1,0 +1,74 @@
+"""
+C{twistd rpmiddleware}: command-line options and the service they make.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.application import service
+from twisted.python import usage
+
+from rpmiddleware.config import ConfigError, Settings, check, loadSettings
+
+
+class Options(usage.Options):
+    synopsis = "[options]"
+    longdesc = (
+        "Run rpmiddleware: the loopback WebSocket listener RPEngine connects to, with the "
+        "plugin chain and the endpoint for games and voice clients."
+    )
+    optParameters = [
+        ["port", "p", None, "Port to listen on (default 38471, or the config file's).", int],
+        ["interface", None, None, "Loopback address to listen on (default 127.0.0.1)."],
+        ["config", "c", None, "TOML configuration file."],
+        ["origin", None, None, "Also allow this browser origin on /rp-engine/socket."],
+    ]
+    optFlags = [
+        ["dev", None, "Development mode: also allow http://127.0.0.1:5173 as RPEngine's origin."],
+        [
+            "demo",
+            None,
+            "Connect a simulated RPEngine in-process and play one scripted turn, "
+            "so you can see replies flow without RPEngine.",
+        ],
+    ]
+
+    def postOptions(self) -> None:
+        try:
+            settings = loadSettings(self["config"]) if self["config"] else Settings()
+            server = settings.server
+            if self["port"] is not None:
+                server.port = self["port"]
+            if self["interface"] is not None:
+                server.interface = self["interface"]
+            if self["dev"]:
+                server.dev = True
+            if self["origin"]:
+                server.origins.append(self["origin"])
+            check(settings)
+        except ConfigError as e:
+            raise usage.UsageError(str(e))
+        self.settings = settings
+
+
+def makeService(options: Options, reactor: Any = None) -> service.IService:
+    """
+    The whole daemon.  The reactor is looked up only now, so that twistd's
+    choice (--reactor) is the one used.
+    """
+    if reactor is None:
+        from twisted.internet import reactor as installed
+
+        reactor = installed
+    from rpmiddleware.service import makeMiddlewareService
+
+    try:
+        top, middleware = makeMiddlewareService(reactor, options.settings)
+    except ConfigError as e:
+        raise SystemExit(f"rpmiddleware: {e}")
+    if options["demo"]:
+        from rpmiddleware.demo import DemoService
+
+        DemoService(reactor, middleware, top).setServiceParent(top)
+    return top

@@ -1,0 +1,170 @@
+"""
+The engine link: one live RPEngine, waiting work, and what a lost session
+means for the requests in it.  Sessions are driven without sockets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from rpmiddleware.api import ReplyCancelled, ReplyFailed
+from rpmiddleware.config import Settings
+from rpmiddleware.engine.session import CLOSE_SUPERSEDED, EngineSession
+from rpmiddleware.envelope import Envelope
+from rpmiddleware.middleware import Middleware
+from rpmiddleware.testing.kit import exampleCard
+from tests.test_chain import Recorder
+from tests.test_engine_session import FakeWriter
+
+
+class Harness:
+    def __init__(self, waitingLimit: int = 64) -> None:
+        self.clock = Clock()
+        settings = Settings()
+        settings.engine.waiting_limit = waitingLimit
+        self.trail: list[str] = []
+        self.plugin = Recorder("recorder", self.trail)
+        self.middleware = Middleware(self.clock, settings, [self.plugin])
+        self.middleware.registerCharacter("mira", exampleCard())
+
+    def connect(self) -> tuple[EngineSession, FakeWriter]:
+        writer = FakeWriter()
+        session = self.middleware.newEngineSession(writer, "peer")
+        session.received(Envelope.build("hello").fields)
+        return session, writer
+
+    def engineSays(self, session: EngineSession, type: str, **fields: Any) -> None:
+        session.received(Envelope.build(type, session.sessionId, **fields).fields)
+
+    def ack(self, session: EngineSession, writer: FakeWriter, type: str) -> dict[str, Any]:
+        sent = [m for m in writer.sent if m["type"] == type][-1]
+        self.engineSays(session, "ack", sourceMessageId=sent["messageId"])
+        return sent
+
+
+class ConnectionRuleTests(SynchronousTestCase):
+    def test_newestWins(self) -> None:
+        """
+        A second RPEngine that completes its handshake replaces the first,
+        which is closed with code 4001 and a reason.
+        """
+        h = Harness()
+        first, firstWriter = h.connect()
+        second, _ = h.connect()
+        self.assertIs(h.middleware.link.session, second)
+        self.assertEqual(firstWriter.closedWith[0], CLOSE_SUPERSEDED)  # type: ignore[index]
+        self.assertIn("newer", firstWriter.closedWith[1])  # type: ignore[index]
+        first.connectionLost()
+        self.assertIs(h.middleware.link.session, second, "the old close does not undo the new")
+        self.assertEqual(
+            h.plugin.sessions,
+            [("started", first.sessionId), ("ended", first.sessionId),
+             ("started", second.sessionId)],
+        )  # fmt: skip
+
+    def test_oldSessionMessagesIgnored(self) -> None:
+        h = Harness()
+        first, _ = h.connect()
+        h.connect()
+        before = len(h.trail)
+        h.engineSays(first, "capacity.update", acceptingRequests=True, queueDepth=0, queueLimit=1)
+        self.assertEqual(len(h.trail), before)
+
+    def test_reconnectResetsState(self) -> None:
+        """
+        Every reconnect is a new session: plugins are told, and the link
+        forgets the old one.
+        """
+        h = Harness()
+        first, _ = h.connect()
+        first.connectionLost()
+        self.assertFalse(h.middleware.link.connected)
+        second, _ = h.connect()
+        self.assertNotEqual(first.sessionId, second.sessionId)
+        self.assertEqual(
+            h.plugin.sessions,
+            [("started", first.sessionId), ("ended", first.sessionId),
+             ("started", second.sessionId)],
+        )  # fmt: skip
+
+
+class WaitingTests(SynchronousTestCase):
+    def test_waitsForEngine(self) -> None:
+        """
+        With no RPEngine a request waits and is sent, through the chain, once
+        one connects.
+        """
+        h = Harness()
+        stream = h.middleware.requestReply("mira", text="Hello")
+        self.assertEqual([r.requestId for r in h.middleware.link.waiting], [stream.requestId])
+        session, writer = h.connect()
+        requests = [m for m in writer.sent if m["type"] == "reply.request"]
+        self.assertEqual([m["requestId"] for m in requests], [stream.requestId])
+        self.assertEqual(requests[0]["sessionId"], session.sessionId)
+        self.assertEqual(h.trail.count("recorder>"), 2, "it passed the chain again")
+        self.assertEqual(h.middleware.link.waiting, [])
+
+    def test_waitingLimit(self) -> None:
+        h = Harness(waitingLimit=1)
+        h.middleware.requestReply("mira", text="one")
+        second = h.middleware.requestReply("mira", text="two")
+        failure = self.failureResultOf(second.done, ReplyFailed)
+        self.assertEqual(failure.value.code, "engine_unavailable")
+        self.assertTrue(failure.value.retryable)
+
+    def test_cancelWhileWaiting(self) -> None:
+        h = Harness()
+        stream = h.middleware.requestReply("mira", text="Hello")
+        stream.cancel()
+        self.failureResultOf(stream.done, ReplyCancelled)
+        _, writer = h.connect()
+        self.assertNotIn("reply.request", writer.types())
+
+
+class LostSessionTests(SynchronousTestCase):
+    def test_unackedResent(self) -> None:
+        """
+        A request RPEngine never acknowledged is sent again in the next
+        session, once.
+        """
+        h = Harness()
+        first, firstWriter = h.connect()
+        stream = h.middleware.requestReply("mira", text="Hello")
+        self.assertIn("reply.request", firstWriter.types())
+        first.connectionLost()
+        self.assertNoResult(stream.done)
+        second, secondWriter = h.connect()
+        resent = [m for m in secondWriter.sent if m["type"] == "reply.request"]
+        self.assertEqual([m["requestId"] for m in resent], [stream.requestId])
+        self.assertEqual(resent[0]["sessionId"], second.sessionId)
+        self.assertEqual(resent[0]["card"]["mode"], "snapshot")
+
+    def test_ackedEndsWithRetryableError(self) -> None:
+        """
+        A request RPEngine acknowledged is lost with its session: it ends
+        with a retryable engine_disconnected error and is not sent again.
+        """
+        h = Harness()
+        first, firstWriter = h.connect()
+        stream = h.middleware.requestReply("mira", text="Hello")
+        h.ack(first, firstWriter, "reply.request")
+        h.engineSays(first, "reply.accepted", requestId=stream.requestId)
+        first.connectionLost()
+        failure = self.failureResultOf(stream.done, ReplyFailed)
+        self.assertEqual(failure.value.code, "engine_disconnected")
+        self.assertTrue(failure.value.retryable)
+        _, secondWriter = h.connect()
+        self.assertNotIn("reply.request", secondWriter.types())
+
+    def test_completedNotTouched(self) -> None:
+        h = Harness()
+        first, firstWriter = h.connect()
+        stream = h.middleware.requestReply("mira", text="Hello")
+        h.ack(first, firstWriter, "reply.request")
+        h.engineSays(first, "reply.completed", requestId=stream.requestId)
+        self.assertEqual(self.successResultOf(stream.done).type, "reply.completed")
+        first.connectionLost()
+        self.assertEqual(h.middleware.link.openRequests(), [])

@@ -1,0 +1,246 @@
+"""
+One RPEngine session: handshake, validation, duplicates and acknowledgements,
+driven with a Clock and a list instead of a socket.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+from zope.interface.verify import verifyObject
+
+from rpmiddleware.engine.session import (
+    CLOSE_HELLO_TIMEOUT,
+    EngineSession,
+    SessionOptions,
+)
+from rpmiddleware.envelope import PROTOCOL, Envelope
+from rpmiddleware.interfaces import IEngineSessionInfo
+
+
+class FakeWriter:
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.closedWith: tuple[int, str] | None = None
+
+    def sendText(self, payload: bytes) -> None:
+        self.sent.append(json.loads(payload))
+
+    def close(self, code: int, reason: str) -> None:
+        self.closedWith = (code, reason)
+
+    def types(self) -> list[str]:
+        return [m["type"] for m in self.sent]
+
+
+class SessionHarness:
+    def __init__(self, **options: Any) -> None:
+        self.clock = Clock()
+        self.writer = FakeWriter()
+        self.welcomed: list[EngineSession] = []
+        self.delivered: list[Envelope] = []
+        self.acked: list[Envelope] = []
+        self.closed: list[EngineSession] = []
+        self.session = EngineSession(
+            self.writer,
+            self.clock,
+            SessionOptions(serverVersion="test-1.0", **options),
+            onWelcome=self.welcomed.append,
+            onEnvelope=lambda s, e: self.delivered.append(e),
+            onClosed=self.closed.append,
+            onAcked=lambda s, e: self.acked.append(e),
+            peer="tcp4:127.0.0.1:1",
+        )
+
+    def hello(self) -> dict[str, Any]:
+        self.session.received(Envelope.build("hello", clientVersion="rpengine-test").fields)
+        return self.writer.sent[-1]
+
+    def fromEngine(self, type: str, **fields: Any) -> dict[str, Any]:
+        envelope = Envelope.build(type, self.session.sessionId, **fields).fields
+        self.session.received(envelope)
+        return envelope
+
+
+class HandshakeTests(SynchronousTestCase):
+    def test_welcome(self) -> None:
+        """
+        hello is answered at once with welcome: a new sessionId, our
+        serverVersion, and every envelope field the seed lists.
+        """
+        h = SessionHarness()
+        welcome = h.hello()
+        self.assertEqual(welcome["type"], "welcome")
+        self.assertEqual(welcome["protocol"], PROTOCOL)
+        self.assertEqual(welcome["protocolVersion"], 3)
+        self.assertEqual(welcome["serverVersion"], "test-1.0")
+        self.assertTrue(welcome["sessionId"])
+        self.assertTrue(welcome["messageId"])
+        self.assertTrue(welcome["timestamp"].endswith("Z"))
+        self.assertEqual(h.welcomed, [h.session])
+        self.assertEqual(h.session.sessionId, welcome["sessionId"])
+
+    def test_newSessionEachHandshake(self) -> None:
+        self.assertNotEqual(SessionHarness().hello()["sessionId"], SessionHarness().hello()["sessionId"])
+
+    def test_helloTimeout(self) -> None:
+        """
+        No hello within five seconds: the connection is closed.
+        """
+        h = SessionHarness()
+        h.clock.advance(4.9)
+        self.assertIsNone(h.writer.closedWith)
+        h.clock.advance(0.2)
+        self.assertEqual(h.writer.closedWith[0], CLOSE_HELLO_TIMEOUT)  # type: ignore[index]
+
+    def test_helloInTime(self) -> None:
+        h = SessionHarness()
+        h.clock.advance(4)
+        h.hello()
+        h.clock.advance(10)
+        self.assertIsNone(h.writer.closedWith)
+
+    def test_messageBeforeHello(self) -> None:
+        h = SessionHarness()
+        h.session.received(Envelope.build("reply.completed", requestId="r").fields)
+        self.assertEqual(h.delivered, [])
+        self.assertEqual(h.session.invalidDropped, 1)
+
+    def test_repeatedHello(self) -> None:
+        h = SessionHarness()
+        first = h.hello()
+        h.session.received(Envelope.build("hello").fields)
+        self.assertEqual(h.writer.types(), ["welcome"])
+        self.assertEqual(h.session.sessionId, first["sessionId"])
+
+    def test_verify(self) -> None:
+        h = SessionHarness()
+        h.hello()
+        self.assertTrue(verifyObject(IEngineSessionInfo, h.session))
+
+
+class ValidationTests(SynchronousTestCase):
+    def test_invalidDroppedAndLogged(self) -> None:
+        """
+        Each invalid envelope is logged with its reason and dropped; the
+        session goes on and valid envelopes still arrive.
+        """
+        h = SessionHarness()
+        h.hello()
+        events: list[dict[str, Any]] = []
+        from twisted.logger import globalLogPublisher
+
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        bad = [
+            "not an object",
+            {"type": "reply.completed"},
+            dict(Envelope.build("reply.completed", "wrong-session", requestId="r").fields),
+            {**Envelope.build("reply.completed", h.session.sessionId, requestId="r").fields,
+             "protocolVersion": 2},
+            {k: v for k, v in Envelope.build("reply.completed", h.session.sessionId,
+                                             requestId="r").fields.items() if k != "messageId"},
+        ]  # fmt: skip
+        for fields in bad:
+            h.session.received(fields)
+        self.assertEqual(h.delivered, [])
+        self.assertEqual(h.session.invalidDropped, len(bad))
+        reasons = [e["reason"] for e in events if "reason" in e]
+        self.assertEqual(len(reasons), len(bad))
+        self.assertIn("not this session", " ".join(reasons))
+        h.fromEngine("reply.completed", requestId="r")
+        self.assertEqual([e.type for e in h.delivered], ["reply.completed"])
+
+    def test_duplicateProcessedOnce(self) -> None:
+        h = SessionHarness()
+        h.hello()
+        envelope = h.fromEngine("reply.completed", requestId="r")
+        h.session.received(dict(envelope))
+        self.assertEqual(len(h.delivered), 1)
+        self.assertEqual(h.session.duplicatesDropped, 1)
+
+    def test_duplicateMemoryBounded(self) -> None:
+        """
+        The duplicate window is bounded: the oldest ids are forgotten.
+        """
+        h = SessionHarness(dedupWindow=3)
+        h.hello()
+        first = h.fromEngine("reply.completed", requestId="r0")
+        for i in range(1, 5):
+            h.fromEngine("reply.completed", requestId=f"r{i}")
+        self.assertLessEqual(len(h.session._seen), 3)
+        h.session.received(dict(first))
+        self.assertEqual(len(h.delivered), 6)
+
+
+class AckTests(SynchronousTestCase):
+    def test_ackMatched(self) -> None:
+        h = SessionHarness(ackTimeout=1.0)
+        welcome = h.hello()
+        h.fromEngine("ack", sourceMessageId=welcome["messageId"])
+        self.assertEqual([e.type for e in h.acked], ["welcome"])
+        h.clock.advance(10)
+        self.assertEqual(h.writer.types(), ["welcome"], "an acked envelope is not sent again")
+        self.assertEqual(h.delivered, [], "acks are not passed on")
+
+    def test_retransmission(self) -> None:
+        """
+        An envelope unacknowledged past the timeout is sent again with the
+        same messageId, up to the limit, then given up with a warning.
+        """
+        h = SessionHarness(ackTimeout=2.0, maxRetransmits=2)
+        welcome = h.hello()
+        request = h.session.send(Envelope.build("request.cancel", requestId="r"))
+        h.clock.advance(2.0)
+        resent = [m for m in h.writer.sent if m["messageId"] == request.messageId]
+        self.assertEqual(len(resent), 2)
+        self.assertEqual(resent[0], resent[1])
+        h.clock.advance(2.0)
+        h.clock.advance(2.0)
+        h.clock.advance(10.0)
+        self.assertEqual(
+            len([m for m in h.writer.sent if m["messageId"] == request.messageId]), 3
+        )
+        self.assertEqual(len([m for m in h.writer.sent if m["messageId"] == welcome["messageId"]]), 3)
+        self.assertEqual(h.session.unacknowledged(), [])
+
+    def test_ackStopsRetransmission(self) -> None:
+        h = SessionHarness(ackTimeout=2.0)
+        h.hello()
+        request = h.session.send(Envelope.build("request.cancel", requestId="r"))
+        h.clock.advance(2.0)
+        h.fromEngine("ack", sourceMessageId=request.messageId)
+        h.clock.advance(20)
+        self.assertEqual(len([m for m in h.writer.sent if m["messageId"] == request.messageId]), 2)
+
+    def test_neverAckAnAck(self) -> None:
+        """
+        With acknowledgement of RPEngine's messages switched on, every message
+        but an ack is acknowledged, and acks we send are never tracked.
+        """
+        h = SessionHarness(ackEngineMessages=True, ackTimeout=1.0)
+        h.hello()
+        delta = h.fromEngine("reply.completed", requestId="r")
+        h.fromEngine("ack", sourceMessageId="whatever")
+        acks = [m for m in h.writer.sent if m["type"] == "ack"]
+        self.assertEqual([a["sourceMessageId"] for a in acks], [delta["messageId"]])
+        h.clock.advance(10)
+        self.assertEqual(len([m for m in h.writer.sent if m["type"] == "ack"]), 1)
+
+    def test_noAcksByDefault(self) -> None:
+        h = SessionHarness()
+        h.hello()
+        h.fromEngine("reply.completed", requestId="r")
+        self.assertNotIn("ack", h.writer.types())
+
+    def test_closeStopsTimers(self) -> None:
+        h = SessionHarness(ackTimeout=1.0)
+        h.hello()
+        h.session.send(Envelope.build("request.cancel", requestId="r"))
+        h.session.connectionLost()
+        self.assertEqual(h.clock.getDelayedCalls(), [])
+        self.assertEqual(h.closed, [h.session])
+        self.assertEqual([e.type for e in h.session.unacknowledged()], ["welcome", "request.cancel"])
