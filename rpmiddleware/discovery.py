@@ -11,6 +11,7 @@ name and the others still load.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -77,6 +78,18 @@ def _moduleOf(failure: Any) -> str:
     return "an unknown drop-in"
 
 
+def _dropinModule(factory: object, packageName: str) -> str:
+    """
+    The loaded drop-in module that holds C{factory}, for messages.
+    """
+    prefix = packageName + "."
+    for name, module in list(sys.modules.items()):
+        if name.startswith(prefix) and module is not None:
+            if any(value is factory for value in vars(module).values()):
+                return name
+    return "a drop-in"
+
+
 def discoverPlugins(package: ModuleType | None = None) -> PluginRegistry:
     """
     Every plugin factory: the built-ins, then the drop-ins found in
@@ -92,7 +105,9 @@ def discoverPlugins(package: ModuleType | None = None) -> PluginRegistry:
 
     @implementer(ILogObserver)
     def collect(event: dict[str, Any]) -> None:
-        failure = event.get("log_failure")
+        # getCache reports a drop-in that fails to import with the legacy
+        # log.err(), whose events carry "failure" rather than "log_failure".
+        failure = event.get("log_failure") or event.get("failure")
         if failure is not None:
             failures.append(failure)
 
@@ -106,7 +121,7 @@ def discoverPlugins(package: ModuleType | None = None) -> PluginRegistry:
     for factory in found:
         if any(factory is builtin for builtin in builtins.FACTORIES):
             continue
-        registry.add(factory, getattr(factory, "__module__", None) or "a drop-in")
+        registry.add(factory, _dropinModule(factory, package.__name__))
     for failure in failures:
         problem = DropinProblem(_moduleOf(failure), f"{failure.type.__name__}: {failure.value}")
         registry.problems.append(problem)

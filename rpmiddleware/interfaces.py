@@ -103,6 +103,10 @@ class IEnvelopePlugin(Interface):
 class IPluginFactory(Interface):
     """
     Makes a plugin from its configuration; what a drop-in announces.
+
+    A provider must also provide L{twisted.plugin.IPlugin}, or
+    L{twisted.plugin.getPlugins} will not see it;
+    L{rpmiddleware.plugin.PluginFactory} does both.
     """
 
     name = Attribute("The unique name configuration refers to (str).")

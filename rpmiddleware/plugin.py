@@ -3,7 +3,9 @@ What a plugin author imports: a base class for plugins and a ready-made factory.
 
 A third-party plugin is a module like this one, anywhere on the path::
 
-    from zope.interface import implementer
+    from twisted.plugin import IPlugin
+from twisted.plugin import IPlugin
+from zope.interface import implementer
     from rpmiddleware.interfaces import IEnvelopePlugin
     from rpmiddleware.plugin import ChainPlugin, PluginFactory
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from twisted.plugin import IPlugin
 from zope.interface import implementer
 
 from rpmiddleware.envelope import Envelope
@@ -62,10 +65,13 @@ class ChainPlugin:
         pass
 
 
-@implementer(IPluginFactory)
+@implementer(IPlugin, IPluginFactory)
 class PluginFactory:
     """
     An L{IPluginFactory} from a name, a description and a build function.
+
+    It also provides Twisted's L{IPlugin}, which is what makes
+    L{twisted.plugin.getPlugins} notice an object in a drop-in module.
     """
 
     def __init__(self, name: str, description: str, build: Builder) -> None:

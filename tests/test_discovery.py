@@ -1,0 +1,140 @@
+"""
+Plugin discovery: built-ins, drop-ins from a twisted/plugins folder, broken
+drop-ins reported by name, and the configured order.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import twisted.plugins
+from twisted.trial.unittest import SynchronousTestCase
+
+from rpmiddleware.config import ConfigError, parseSettings
+from rpmiddleware.discovery import PluginRegistry, buildChain, chainOrder, discoverPlugins
+from rpmiddleware.plugin import PluginFactory
+from tests.test_chain import Recorder
+
+GOOD_DROPIN = '''
+from zope.interface import implementer
+from rpmiddleware.interfaces import IEnvelopePlugin
+from rpmiddleware.plugin import ChainPlugin, PluginFactory
+
+
+@implementer(IEnvelopePlugin)
+class Shout(ChainPlugin):
+    name = "shout"
+
+    def __init__(self, volume):
+        self.volume = volume
+
+    def envelopeToGame(self, envelope, context):
+        if envelope.type == "reply.text.delta":
+            envelope["text"] = envelope.get("text", "").upper() + "!" * self.volume
+        return envelope
+
+
+def build(settings, services):
+    volume = settings.get("volume", 1)
+    if not isinstance(volume, int):
+        raise ValueError("volume must be a whole number")
+    return Shout(volume)
+
+
+shout = PluginFactory("shout", "Makes characters shout.", build)
+'''
+
+BROKEN_DROPIN = "import a_module_that_does_not_exist_anywhere\n"
+
+
+class DropinTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        """
+        A temporary folder laid out as a third party's: <dir>/twisted/plugins/.
+        """
+        root = Path(self.mktemp())
+        self.folder = root / "twisted" / "plugins"
+        self.folder.mkdir(parents=True)
+        (self.folder / "shout_dropin.py").write_text(GOOD_DROPIN)
+        twisted.plugins.__path__.append(str(self.folder))
+        self.addCleanup(twisted.plugins.__path__.remove, str(self.folder))
+        for name in ("twisted.plugins.shout_dropin", "twisted.plugins.broken_dropin"):
+            self.addCleanup(sys.modules.pop, name, None)
+
+    def test_discovered(self) -> None:
+        registry = discoverPlugins()
+        self.assertIn("shout", registry.factories)
+        self.assertEqual(registry.problems, [])
+        self.assertEqual(registry.origins["shout"], "twisted.plugins.shout_dropin")
+
+    def test_brokenReportedByName(self) -> None:
+        """
+        A drop-in that fails to import is reported by its module name and
+        does not stop the others.
+        """
+        (self.folder / "broken_dropin.py").write_text(BROKEN_DROPIN)
+        registry = discoverPlugins()
+        self.flushLoggedErrors(ImportError)
+        self.assertIn("shout", registry.factories)
+        self.assertEqual(len(registry.problems), 1)
+        self.assertEqual(registry.problems[0].module, "broken_dropin.py")
+        self.assertIn("a_module_that_does_not_exist_anywhere", registry.problems[0].error)
+
+    def test_builtChainUsesDropin(self) -> None:
+        settings = parseSettings(
+            {"chain": {"plugins": {"shout": 10}}, "plugins": {"shout": {"volume": 3}}}
+        )
+        [plugin] = buildChain(settings, discoverPlugins(), services=None)  # type: ignore[arg-type]
+        self.assertEqual(plugin.name, "shout")
+        self.assertEqual(plugin.volume, 3)  # type: ignore[attr-defined]
+
+    def test_pluginRefusesSettings(self) -> None:
+        settings = parseSettings(
+            {"chain": {"plugins": {"shout": 10}}, "plugins": {"shout": {"volume": "loud"}}}
+        )
+        with self.assertRaises(ConfigError) as caught:
+            buildChain(settings, discoverPlugins(), services=None)  # type: ignore[arg-type]
+        self.assertIn("volume must be a whole number", str(caught.exception))
+        self.assertIn("'shout'", str(caught.exception))
+
+
+class OrderTests(SynchronousTestCase):
+    def registry(self, *names: str) -> PluginRegistry:
+        registry = PluginRegistry()
+        for name in names:
+            registry.add(self.factory(name), "test")
+        return registry
+
+    def factory(self, name: str) -> PluginFactory:
+        def build(settings: Any, services: Any) -> Recorder:
+            return Recorder(name, [])
+
+        return PluginFactory(name, name, build)
+
+    def test_priorityOrder(self) -> None:
+        settings = parseSettings({"chain": {"plugins": {"b": 200, "a": 100, "c": 150}}})
+        self.assertEqual(chainOrder(settings, {}), ["a", "c", "b"])
+
+    def test_defaultsOverlaidAndDisabled(self) -> None:
+        settings = parseSettings({"chain": {"plugins": {"x": False, "z": 5}}})
+        self.assertEqual(chainOrder(settings, {"x": 10, "y": 20}), ["z", "y"])
+
+    def test_unknownPlugin(self) -> None:
+        settings = parseSettings({"chain": {"plugins": {"nope": 1}}})
+        with self.assertRaises(ConfigError) as caught:
+            buildChain(settings, self.registry("a"), services=None)  # type: ignore[arg-type]
+        self.assertIn("unknown plugin 'nope'", str(caught.exception))
+        self.assertIn("known: a", str(caught.exception))
+
+    def test_duplicateNameRefused(self) -> None:
+        registry = self.registry("a")
+        registry.add(self.factory("a"), "elsewhere")
+        self.assertEqual(len(registry.problems), 1)
+        self.assertIn("already taken", registry.problems[0].error)
+
+    def test_configOrderBuilt(self) -> None:
+        settings = parseSettings({"chain": {"order": ["b", "a"]}})
+        plugins = buildChain(settings, self.registry("a", "b"), services=None)  # type: ignore[arg-type]
+        self.assertEqual([p.name for p in plugins], ["b", "a"])
