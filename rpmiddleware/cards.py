@@ -54,8 +54,11 @@ class InvalidCard(ValueError):
         self.problem = problem
 
 
+_JSON_TYPE_NAMES: dict[type, str] = {str: "a string", list: "an array", dict: "an object"}
+
+
 def _jsonType(value: type) -> str:
-    return {str: "a string", list: "an array", dict: "an object"}[value]
+    return _JSON_TYPE_NAMES[value]
 
 
 def validateCard(document: Any) -> dict[str, Any]:

@@ -88,11 +88,11 @@ class PluginChain:
         contexts = [_PluginContext(self, i, p) for i, p in enumerate(self.plugins)]
         self._contexts = contexts
         forward = [
-            (p, getattr(p, "envelopeToEngine"), c)
+            (p, p.envelopeToEngine, c)
             for p, c in zip(self.plugins, contexts, strict=True)
         ]
         backward = [
-            (p, getattr(p, "envelopeToGame"), c)
+            (p, p.envelopeToGame, c)
             for p, c in zip(reversed(self.plugins), reversed(contexts), strict=True)
         ]
         self._steps = {Direction.TO_ENGINE: forward, Direction.TO_GAME: backward}
@@ -230,4 +230,3 @@ class PluginChain:
                 envelope=summarize(envelope.fields),
                 direction=direction.value,
             )
-

@@ -113,9 +113,7 @@ def _fill(target: Any, table: Mapping[str, Any], where: str, source: str) -> Non
         else:
             ok = isinstance(value, str)
         if not ok:
-            raise ConfigError(
-                f"{source}: {where}.{key} must be {_kind(default)}, got {value!r}"
-            )
+            raise ConfigError(f"{source}: {where}.{key} must be {_kind(default)}, got {value!r}")
         setattr(target, name, value)
 
 
@@ -149,8 +147,7 @@ def parseSettings(document: Mapping[str, Any], source: str = "<memory>") -> Sett
             settings.plugins = {name: dict(table) for name, table in value.items()}
         else:
             raise ConfigError(
-                f"{source}: unknown section [{key}] "
-                "(known: server, engine, game, chain, plugins)"
+                f"{source}: unknown section [{key}] (known: server, engine, game, chain, plugins)"
             )
     check(settings)
     return settings

@@ -57,8 +57,7 @@ class DemoService(service.Service):
     def _connected(self, engine: Any) -> None:
         self.engine = engine
         self.log.info(
-            "demo: simulated RPEngine connected (session {sessionId}); "
-            "the player says: {line!r}",
+            "demo: simulated RPEngine connected (session {sessionId}); the player says: {line!r}",
             sessionId=engine.sessionId,
             line=DEMO_LINE,
         )

@@ -112,7 +112,9 @@ def discoverPlugins(package: ModuleType | None = None) -> PluginRegistry:
             failures.append(failure)
 
     if package is None:
-        import twisted.plugins as package
+        import twisted.plugins
+
+        package = twisted.plugins
     globalLogPublisher.addObserver(collect)
     try:
         found = list(getPlugins(IPluginFactory, package))
@@ -125,8 +127,11 @@ def discoverPlugins(package: ModuleType | None = None) -> PluginRegistry:
     for failure in failures:
         problem = DropinProblem(_moduleOf(failure), f"{failure.type.__name__}: {failure.value}")
         registry.problems.append(problem)
-        log.error("plugin drop-in {module} failed to load: {error}", module=problem.module,
-                  error=problem.error)
+        log.error(
+            "plugin drop-in {module} failed to load: {error}",
+            module=problem.module,
+            error=problem.error,
+        )
     return registry
 
 

@@ -17,6 +17,8 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, Direction
 
+_Type = type
+
 TO_ENGINE = frozenset({Direction.TO_ENGINE})
 TO_GAME = frozenset({Direction.TO_GAME})
 BOTH = frozenset({Direction.TO_ENGINE, Direction.TO_GAME})
@@ -37,8 +39,8 @@ class MessageSpec:
 
     type: str
     directions: frozenset[Direction]
-    required: Mapping[str, tuple[type, ...]] = field(default_factory=dict)
-    optional: Mapping[str, tuple[type, ...]] = field(default_factory=dict)
+    required: Mapping[str, tuple[_Type, ...]] = field(default_factory=dict)
+    optional: Mapping[str, tuple[_Type, ...]] = field(default_factory=dict)
     #: Whether this message starts work that ends with a terminal reply.
     opensRequest: bool = False
     #: Whether this message ends the request named by its requestId.
@@ -138,7 +140,9 @@ MESSAGES: dict[str, MessageSpec] = {
         _spec("voice.capture.stop", TO_ENGINE, required={"requestId": _STR}),
         _spec("voice.capture.cancel", TO_ENGINE, required={"requestId": _STR}),
         _spec("voice.capture.level", TO_GAME, optional={"requestId": _STR, "level": _NUM}),
-        _spec("voice.capture.state", TO_GAME, required={"state": _STR}, optional={"requestId": _STR}),
+        _spec(
+            "voice.capture.state", TO_GAME, required={"state": _STR}, optional={"requestId": _STR}
+        ),
     ]
 }
 
@@ -233,7 +237,9 @@ def validate(
     messageId = fields.get("messageId") if isinstance(fields.get("messageId"), str) else None
     try:
         if fields.get("protocol") != PROTOCOL:
-            raise ProtocolViolation(f"protocol must be {PROTOCOL!r}, got {fields.get('protocol')!r}")
+            raise ProtocolViolation(
+                f"protocol must be {PROTOCOL!r}, got {fields.get('protocol')!r}"
+            )
         version = fields.get("protocolVersion")
         # "3" as a string is a variant a careful reader accepts; 3.0 or True is not.
         if not (version == PROTOCOL_VERSION and type(version) is int) and version != "3":
@@ -464,7 +470,10 @@ ERROR_CODES = frozenset(
 
 AUDIO_INPUT_LANGUAGES = frozenset({"en", "ar", "es", "ja", "ko", "vi", "uk", "zh"})
 SPEECH_OUTPUT_LANGUAGES = frozenset(
-    "en ko es pt fr de it pl ru nl cs ar zh ja hu tr fi sk da hr el sv nb he uk id ms vi th ro bg".split()
+    (
+        "en ko es pt fr de it pl ru nl cs ar zh ja hu tr fi sk "
+        "da hr el sv nb he uk id ms vi th ro bg"
+    ).split()
 )
 VOICES = frozenset([f"F{i}" for i in range(1, 6)] + [f"M{i}" for i in range(1, 6)])
 SPEECH_MODEL = "gemtavern-supertonic-3"

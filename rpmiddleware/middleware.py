@@ -177,7 +177,12 @@ class Middleware:
         if audio is not None:
             event["audio"] = dict(audio)
         return self._open(
-            "reply.request", characterId, card, integrationId, output, player,
+            "reply.request",
+            characterId,
+            card,
+            integrationId,
+            output,
+            player,
             {"event": event, **extra},
         )
 
@@ -249,7 +254,9 @@ class Middleware:
         return self.cards.hash(card).addCallback(send)
 
     def _failedToSubmit(self, failure: Any, stream: ReplyStream) -> None:
-        self.log.failure("could not submit request {requestId}", failure, requestId=stream.requestId)
+        self.log.failure(
+            "could not submit request {requestId}", failure, requestId=stream.requestId
+        )
         stream.received(
             Envelope.build(
                 "request.error",

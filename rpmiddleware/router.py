@@ -71,6 +71,4 @@ class GameRouter:
         try:
             observer(envelope)
         except Exception:
-            self.log.failure(
-                "a receiver of {envelope} failed", envelope=summarize(envelope.fields)
-            )
+            self.log.failure("a receiver of {envelope} failed", envelope=summarize(envelope.fields))

@@ -57,7 +57,7 @@ class ListenerService(service.Service):
     def startService(self) -> None:
         super().startService()
         assert self.port is not None
-        address = self.port.getHost()
+        address: Any = self.port.getHost()
         self.log.info(
             "rpmiddleware listening on ws://{host}:{port}/rp-engine/socket "
             "(RPEngine) and ws://{host}:{port}/client/socket (games)",

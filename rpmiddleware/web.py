@@ -37,7 +37,7 @@ def buildSite(endpoints: dict[bytes, Any], pages: dict[bytes, Resource] | None =
     """
     root = Resource()
     for path, factory in endpoints.items():
-        _mount(root, path, WebSocketResource(factory))
+        _mount(root, path, WebSocketResource(factory))  # type: ignore[arg-type]
     for path, page in (pages or {}).items():
         _mount(root, path, page)
     site = Site(root, timeout=HTTP_TIMEOUT)

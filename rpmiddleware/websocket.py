@@ -90,8 +90,7 @@ class GuardedServerProtocol(WebSocketServerProtocol):
             self._refuse(
                 request,
                 SERVICE_UNAVAILABLE,
-                f"too many connections to {factory.endpointName} "
-                f"(limit {factory.maxConnections})",
+                f"too many connections to {factory.endpointName} (limit {factory.maxConnections})",
             )
 
     def _refuse(self, request: ConnectionRequest, code: int, reason: str) -> None:

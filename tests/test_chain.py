@@ -266,9 +266,7 @@ class ObserverTests(SynchronousTestCase):
             def envelopeLeft(self, envelope: Envelope, direction: Direction, outcome: str) -> None:
                 seen.append((envelope.type, direction, outcome))
 
-        harness = PluginHarness(
-            [Watcher(), Scripted("dropper", toGame=lambda e, c: None)]
-        )
+        harness = PluginHarness([Watcher(), Scripted("dropper", toGame=lambda e, c: None)])
         harness.toEngine("request.cancel", requestId="r")
         harness.toGame("reply.completed", requestId="r")
         self.assertEqual(

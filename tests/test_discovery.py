@@ -9,15 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import twisted.plugins
 from twisted.trial.unittest import SynchronousTestCase
 
+import twisted.plugins
 from rpmiddleware.config import ConfigError, parseSettings
 from rpmiddleware.discovery import PluginRegistry, buildChain, chainOrder, discoverPlugins
 from rpmiddleware.plugin import PluginFactory
 from tests.test_chain import Recorder
 
-GOOD_DROPIN = '''
+GOOD_DROPIN = """
 from zope.interface import implementer
 from rpmiddleware.interfaces import IEnvelopePlugin
 from rpmiddleware.plugin import ChainPlugin, PluginFactory
@@ -44,7 +44,7 @@ def build(settings, services):
 
 
 shout = PluginFactory("shout", "Makes characters shout.", build)
-'''
+"""
 
 BROKEN_DROPIN = "import a_module_that_does_not_exist_anywhere\n"
 

@@ -97,7 +97,9 @@ class EndpointTests(TestCase):
         self.settings.server.dev = True
         dev = startMiddleware(reactor, self.settings)
         self.addCleanup(dev.stop)
-        client = connectClient(reactor, dev.url("/rp-engine/socket"), origin="http://127.0.0.1:5173")
+        client = connectClient(
+            reactor, dev.url("/rp-engine/socket"), origin="http://127.0.0.1:5173"
+        )
         self.addCleanup(client.drop)
         yield client.opened
 

@@ -84,7 +84,9 @@ class HandshakeTests(SynchronousTestCase):
         self.assertEqual(h.session.sessionId, welcome["sessionId"])
 
     def test_newSessionEachHandshake(self) -> None:
-        self.assertNotEqual(SessionHarness().hello()["sessionId"], SessionHarness().hello()["sessionId"])
+        self.assertNotEqual(
+            SessionHarness().hello()["sessionId"], SessionHarness().hello()["sessionId"]
+        )
 
     def test_helloTimeout(self) -> None:
         """
@@ -201,10 +203,10 @@ class AckTests(SynchronousTestCase):
         h.clock.advance(2.0)
         h.clock.advance(2.0)
         h.clock.advance(10.0)
+        self.assertEqual(len([m for m in h.writer.sent if m["messageId"] == request.messageId]), 3)
         self.assertEqual(
-            len([m for m in h.writer.sent if m["messageId"] == request.messageId]), 3
+            len([m for m in h.writer.sent if m["messageId"] == welcome["messageId"]]), 3
         )
-        self.assertEqual(len([m for m in h.writer.sent if m["messageId"] == welcome["messageId"]]), 3)
         self.assertEqual(h.session.unacknowledged(), [])
 
     def test_ackStopsRetransmission(self) -> None:
@@ -243,4 +245,6 @@ class AckTests(SynchronousTestCase):
         h.session.connectionLost()
         self.assertEqual(h.clock.getDelayedCalls(), [])
         self.assertEqual(h.closed, [h.session])
-        self.assertEqual([e.type for e in h.session.unacknowledged()], ["welcome", "request.cancel"])
+        self.assertEqual(
+            [e.type for e in h.session.unacknowledged()], ["welcome", "request.cancel"]
+        )

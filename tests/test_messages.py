@@ -133,9 +133,7 @@ class ValidateTests(SynchronousTestCase):
 
     def test_wrongType(self) -> None:
         self.assertViolation(
-            engineEnvelope(
-                "capacity.update", acceptingRequests="yes", queueDepth=0, queueLimit=1
-            ),
+            engineEnvelope("capacity.update", acceptingRequests="yes", queueDepth=0, queueLimit=1),
             "acceptingRequests must be boolean",
         )
         self.assertViolation(

@@ -50,7 +50,7 @@ class EngineProtocol(GuardedServerProtocol):
 
 
 class EngineFactory(GuardedServerFactory):
-    protocol = EngineProtocol
+    protocol = EngineProtocol  # type: ignore[assignment]
 
     def __init__(self, reactor: Any, middleware: Any, settings: Settings) -> None:
         server = settings.server

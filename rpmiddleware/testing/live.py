@@ -77,7 +77,7 @@ class TestClientProtocol(WebSocketClientProtocol):
 
     def connectionMade(self) -> None:
         super().connectionMade()
-        self.transport.setTcpNoDelay(True)  # type: ignore[attr-defined]
+        self.transport.setTcpNoDelay(True)  # type: ignore[union-attr]
 
     def onOpen(self) -> None:
         self.factory.peer = self
@@ -99,7 +99,7 @@ class TestClientProtocol(WebSocketClientProtocol):
 
 
 class TestClientFactory(WebSocketClientFactory):
-    protocol = TestClientProtocol
+    protocol = TestClientProtocol  # type: ignore[assignment]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
