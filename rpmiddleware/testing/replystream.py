@@ -67,6 +67,12 @@ class ReplyStream:
     The output of one accepted request, from C{reply.accepted} to
     C{reply.completed}.
 
+    Pacing follows a logical timeline fixed when the reply is accepted
+    (token M{i} is due at start + (i+1)/tokensPerSecond; a chunk is due when
+    its sentence is complete and, in real time, when the previous chunk has
+    played), so a reactor running late, or a L{Clock} advanced in one big
+    step, delivers the same messages and statistics as a punctual one.
+
     @param onFinished: called once, after C{reply.completed} was sent; never
         after L{stop}.
     """
@@ -97,10 +103,13 @@ class ReplyStream:
         self._textTimer: IDelayedCall | None = None
         self._audioTimer: IDelayedCall | None = None
         self._endTimer: IDelayedCall | None = None
-        self._pending: deque[tuple[int, deque[bytes]]] = deque()
+        #: Sentences waiting to be sent: (segment, chunks, logical ready time).
+        self._pending: deque[tuple[int, deque[bytes], float]] = deque()
         self._chunkInSegment = 0
-        self._nextAudioAt = 0.0
         self._startedAt = 0.0
+        self._textEndAt = 0.0
+        self._audioCursor = 0.0
+        self._audioAt = 0.0
         self._firstSentenceAt: float | None = None
         self.textDone = False
         self.audioDone = not wantAudio
@@ -117,6 +126,7 @@ class ReplyStream:
         Begin in the next reactor step, so the game's own messages queued in
         this one are handled first.
         """
+        self._startedAt = self._clock.seconds()
         self._textTimer = self._clock.callLater(0, self._accept)
 
     def stop(self) -> None:
@@ -130,19 +140,26 @@ class ReplyStream:
         self._textTimer = self._audioTimer = self._endTimer = None
         self._pending.clear()
 
-    def _tokenDelay(self) -> float:
+    def _at(self, when: float, f: Callable[[], None]) -> IDelayedCall:
+        return self._clock.callLater(max(0.0, when - self._clock.seconds()), f)
+
+    def _tokenTime(self, index: int) -> float:
         rate = self._pacing.tokensPerSecond
-        return 1.0 / rate if rate else 0.0
+        return self._startedAt + ((index + 1) / rate if rate else 0.0)
 
     def _accept(self) -> None:
-        self._startedAt = self._clock.seconds()
+        self._audioCursor = self._startedAt
         fields: dict[str, Any] = {"requestId": self.requestId}
         if self.transcript is not None:
             fields["transcript"] = self.transcript
         self._emit("reply.accepted", **fields)
-        self._textTimer = self._clock.callLater(self._tokenDelay(), self._textStep)
+        self._scheduleText()
 
     # Text
+
+    def _scheduleText(self) -> None:
+        due = self._tokenTime(self._nextToken) if self._tokens else self._startedAt
+        self._textTimer = self._at(due, self._textStep)
 
     def _textStep(self) -> None:
         self._textTimer = None
@@ -151,45 +168,49 @@ class ReplyStream:
             token = self._tokens[index]
             self._nextToken += 1
             self._offset += len(token)
+            self._textEndAt = self._tokenTime(index)
             self._emit("reply.text.delta", requestId=self.requestId, sequence=index, text=token)
             if self.wantAudio and endsSentence(token):
-                self._sentenceReady(self._offset)
+                self._sentenceReady(self._offset, self._textEndAt)
+        else:
+            self._textEndAt = self._startedAt
         if self._nextToken < len(self._tokens):
-            self._textTimer = self._clock.callLater(self._tokenDelay(), self._textStep)
+            self._scheduleText()
             return
         if self.wantAudio and self.text[self._sentenceStart :].strip():
             # Speak a last sentence that lacks terminal punctuation, too.
-            self._sentenceReady(len(self.text))
+            self._sentenceReady(len(self.text), self._textEndAt)
         self.textDone = True
         self._emit(
             "reply.text.completed",
             requestId=self.requestId,
             text=self.text,
-            stats={"tokens": len(self._tokens), "durationMs": self._elapsedMs(self._startedAt)},
+            stats={"tokens": len(self._tokens), "durationMs": self._ms(self._textEndAt)},
         )
         self._audioMaybeDone()
         self._maybeFinish()
 
     # Audio
 
-    def _sentenceReady(self, end: int) -> None:
+    def _sentenceReady(self, end: int, readyAt: float) -> None:
         sentence = self.text[self._sentenceStart : end].strip()
         self._sentenceStart = end
         if self._firstSentenceAt is None:
-            self._firstSentenceAt = self._clock.seconds()
+            self._firstSentenceAt = readyAt
         segment = self.segments
         self.segments += 1
         pcm = sineTone(segmentFrequency(segment), len(sentence) * self._pacing.secondsPerCharacter)
-        self._pending.append((segment, deque(splitSamples(pcm, self._pacing.chunkSamples))))
+        chunks = deque(splitSamples(pcm, self._pacing.chunkSamples))
+        self._pending.append((segment, chunks, readyAt))
         if self._audioTimer is None:
-            delay = max(0.0, self._nextAudioAt - self._clock.seconds())
-            self._audioTimer = self._clock.callLater(delay, self._audioStep)
+            self._scheduleAudio()
+
+    def _scheduleAudio(self) -> None:
+        self._audioAt = max(self._audioCursor, self._pending[0][2])
+        self._audioTimer = self._at(self._audioAt, self._audioStep)
 
     def _audioStep(self) -> None:
         self._audioTimer = None
-        if not self._pending:
-            self._audioMaybeDone()
-            return
         if not self.audioStarted:
             self.audioStarted = True
             self._emit(
@@ -199,7 +220,7 @@ class ReplyStream:
                 sampleRate=OUTPUT_SAMPLE_RATE,
                 channels=1,
             )
-        segment, chunks = self._pending[0]
+        segment, chunks, _ = self._pending[0]
         data = chunks.popleft()
         final = not chunks
         samples = len(data) // 2
@@ -220,11 +241,10 @@ class ReplyStream:
         if final:
             self._pending.popleft()
             self._chunkInSegment = 0
-        now = self._clock.seconds()
         playback = samples / OUTPUT_SAMPLE_RATE if self._pacing.audioRealtime else 0.0
-        self._nextAudioAt = now + playback
+        self._audioCursor = self._audioAt + playback
         if self._pending:
-            self._audioTimer = self._clock.callLater(self._nextAudioAt - now, self._audioStep)
+            self._scheduleAudio()
         else:
             self._audioMaybeDone()
             self._maybeFinish()
@@ -233,6 +253,7 @@ class ReplyStream:
         if self.audioDone or not self.textDone or self._pending or self._audioTimer is not None:
             return
         self.audioDone = True
+        firstSentence = self._firstSentenceAt if self._firstSentenceAt is not None else 0.0
         self._emit(
             "reply.audio.completed",
             requestId=self.requestId,
@@ -240,7 +261,7 @@ class ReplyStream:
             chunks=self.chunks,
             bytes=self.audioBytes,
             durationMs=self.audioSamples * 1000.0 / OUTPUT_SAMPLE_RATE,
-            synthesisMs=self._elapsedMs(self._firstSentenceAt or self._clock.seconds()),
+            synthesisMs=round(max(0.0, self._audioAt - firstSentence) * 1000.0, 3),
         )
 
     # The end
@@ -252,10 +273,8 @@ class ReplyStream:
     def _finish(self) -> None:
         self._endTimer = None
         self.finished = True
-        stats: dict[str, Any] = {
-            "tokens": len(self._tokens),
-            "durationMs": self._elapsedMs(self._startedAt),
-        }
+        end = max(self._textEndAt, self._audioCursor if self.wantAudio else self._textEndAt)
+        stats: dict[str, Any] = {"tokens": len(self._tokens), "durationMs": self._ms(end)}
         if self.wantAudio:
             stats.update(
                 audioSegments=self.segments,
@@ -266,5 +285,8 @@ class ReplyStream:
         self._emit("reply.completed", requestId=self.requestId, stats=stats)
         self._onFinished(self)
 
-    def _elapsedMs(self, since: float) -> float:
-        return round((self._clock.seconds() - since) * 1000.0, 3)
+    def _ms(self, until: float) -> float:
+        """
+        Milliseconds from acceptance to a point on the logical timeline.
+        """
+        return round((until - self._startedAt) * 1000.0, 3)

@@ -15,122 +15,18 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, Envelope
+from rpmiddleware.envelope import Envelope
 from rpmiddleware.testing.capture import MicrophoneCapture
 from rpmiddleware.testing.cardstore import SessionCardStore
-from rpmiddleware.testing.replystream import Pacing, ReplyStream
+from rpmiddleware.testing.envelopecheck import ackReference, headProblem, text, welcomeProblem
+from rpmiddleware.testing.replystream import ReplyStream
 from rpmiddleware.testing.requestchecks import RequestError, checkEvent, checkIdentity, checkOutput
-
-CLIENT_VERSION = "rpengine-simulator/3"
-
-#: What the game may send, and which of those name a request.
-GAME_TYPES = frozenset(
-    {
-        "welcome",
-        "ack",
-        "character.sync",
-        "reply.request",
-        "request.cancel",
-        "voice.capture.start",
-        "voice.capture.stop",
-        "voice.capture.cancel",
-    }
-)
-REQUEST_TYPES = frozenset(GAME_TYPES - {"welcome", "ack", "character.sync"})
-#: What only RPEngine sends: a game sending one of these is confused.
-ENGINE_TYPES = frozenset(
-    {
-        "hello",
-        "character.synced",
-        "reply.accepted",
-        "reply.text.delta",
-        "reply.text.completed",
-        "reply.audio.start",
-        "reply.audio.chunk",
-        "reply.audio.completed",
-        "reply.completed",
-        "reply.cancelled",
-        "capacity.update",
-        "request.error",
-        "voice.capture.level",
-        "voice.capture.state",
-    }
-)
-#: Where an ack names the message it acknowledges; we write the first.
-ACK_REFERENCES = ("sourceMessageId", "ackedMessageId", "acknowledgedMessageId", "replyTo")
-
-
-@dataclass
-class SimulatorOptions:
-    """
-    How the simulated RPEngine behaves.  Mutable on purpose: a test may
-    switch C{serviceStarted} or C{microphoneEnabled} mid-session.
-    """
-
-    #: Text pacing; C{None} streams as fast as the reactor allows.
-    tokensPerSecond: float | None = None
-    #: Pace audio chunks at playback speed instead of as fast as possible.
-    audioRealtime: bool = False
-    #: Requests (capturing, queued and active) one session holds at most.
-    queueLimit: int = 4
-    #: Replies generated at once; the rest wait in order.
-    concurrency: int = 1
-    microphoneEnabled: bool = True
-    serviceStarted: bool = True
-    #: The reply to a request (given its fields plus C{transcript} when it
-    #: had speech); default L{defaultReplyText}.
-    replyText: Callable[[dict[str, Any]], str] | None = None
-    #: Samples per C{reply.audio.chunk} (4410 is 100 ms at 44.1 kHz).
-    chunkSamples: int = 4410
-    #: Speech length per character of a sentence.
-    secondsPerCharacter: float = 0.05
-    #: How long simulated microphone speech lasts before the VAD ends it.
-    captureSpeechSeconds: float = 1.0
-    origin: str = "https://rpengine.gemtavern.com"
-    clientVersion: str = CLIENT_VERSION
-    #: Never acknowledge anything (to test the game side's retransmission).
-    dropAcks: bool = False
-    #: Drop the connection if no welcome arrives in time (the seed: five
-    #: seconds); C{None} waits for ever.
-    welcomeTimeout: float | None = 5.0
-
-    def pacing(self) -> Pacing:
-        return Pacing(
-            tokensPerSecond=self.tokensPerSecond,
-            audioRealtime=self.audioRealtime,
-            chunkSamples=self.chunkSamples,
-            secondsPerCharacter=self.secondsPerCharacter,
-        )
-
-
-def defaultReplyText(request: dict[str, Any]) -> str:
-    """
-    A deterministic reply of two or three sentences that quotes what the
-    player said (or the transcript of what they spoke), so tests can check
-    the reply belongs to the turn.
-    """
-    event = request.get("event")
-    said = event.get("text") if isinstance(event, dict) else None
-    if not isinstance(said, str) or not said.strip():
-        said = request.get("transcript") or "something"
-    heard = " ".join(str(said).split())
-    if len(heard) > 80:
-        heard = heard[:77] + "..."
-    player = request.get("player")
-    name = player.get("displayName") if isinstance(player, dict) else None
-    sentences = [
-        f'You said "{heard.rstrip(".!?")}", {name or "traveller"}.',
-        "That is worth thinking about.",
-    ]
-    if heard.endswith("?"):
-        sentences.append("Let me answer as best I can!")
-    return " ".join(sentences)
+from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText
 
 
 @dataclass
@@ -142,10 +38,6 @@ class _Turn:
     transcript: str | None = None
     capture: MicrophoneCapture | None = None
     stream: ReplyStream | None = None
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 class SimulatedEngine:
@@ -209,6 +101,7 @@ class SimulatedEngine:
         """
         The WebSocket is open: start a session and say C{hello} at once.
         """
+        self._stopAll()
         self._newSession()
         if self.welcomed.called:
             self.welcomed = Deferred()
@@ -294,15 +187,15 @@ class SimulatedEngine:
             rejected.code,
             rejected.message,
             rejected.retryable,
-            _text(fields.get("messageId")),
-            _text(fields.get("requestId")),
+            text(fields.get("messageId")),
+            text(fields.get("requestId")),
         )
 
     def _protocolError(self, fields: Any, reason: str) -> None:
         known = fields if isinstance(fields, dict) else {}
-        messageId = _text(known.get("messageId"))
+        messageId = text(known.get("messageId"))
         self.protocolErrors.append((messageId, reason))
-        self._error("request_failed", reason, False, messageId, _text(known.get("requestId")))
+        self._error("request_failed", reason, False, messageId, text(known.get("requestId")))
 
     # Reading
 
@@ -321,14 +214,14 @@ class SimulatedEngine:
         if not self._open:
             return
         self.receivedMessages.append(fields)
-        problem = self._headProblem(fields)
+        problem = headProblem(fields, self.sessionId)
         if problem is not None:
             self._protocolError(fields, problem)
             return
         kind: str = fields["type"]
         messageId: str = fields["messageId"]
         if kind == "ack":
-            reference = next((fields[n] for n in ACK_REFERENCES if _text(fields.get(n))), None)
+            reference = ackReference(fields)
             if reference is None:
                 self._protocolError(fields, "ack does not name the messageId it acknowledges")
             else:
@@ -339,7 +232,7 @@ class SimulatedEngine:
             self._ack(messageId, duplicate=True)
             return
         if kind == "welcome":
-            problem = self._welcomeProblem(fields)
+            problem = welcomeProblem(fields, self.sessionId)
             if problem is not None:
                 self._protocolError(fields, problem)
                 return
@@ -357,48 +250,6 @@ class SimulatedEngine:
             "voice.capture.cancel": self._captureCancel,
         }
         handlers[kind](fields)
-
-    def _headProblem(self, fields: Any) -> str | None:
-        if not isinstance(fields, dict):
-            return "an envelope must be a JSON object"
-        if fields.get("protocol") != PROTOCOL:
-            return f"protocol must be {PROTOCOL!r}, got {fields.get('protocol')!r}"
-        version = fields.get("protocolVersion")
-        if type(version) is not int or version != PROTOCOL_VERSION:
-            return f"protocolVersion must be {PROTOCOL_VERSION}, got {version!r}"
-        if "messageId" not in fields:
-            return "messageId is missing"
-        if _text(fields["messageId"]) is None:
-            return "messageId must be a non-empty string"
-        timestamp = fields.get("timestamp")
-        if timestamp is None:
-            return "timestamp is missing"
-        try:
-            datetime.fromisoformat(str(timestamp))
-        except ValueError:
-            return f"timestamp must be ISO 8601, got {str(timestamp)[:40]!r}"
-        kind = fields.get("type")
-        if kind in ENGINE_TYPES:
-            return f"{kind} is sent by RPEngine, not by the game"
-        if kind not in GAME_TYPES:
-            return f"unknown message type {kind!r}"
-        if self.sessionId is None:
-            if kind != "welcome":
-                return f"{kind} before welcome"
-        elif fields.get("sessionId") != self.sessionId:
-            return f"sessionId {fields.get('sessionId')!r} is not this session's {self.sessionId!r}"
-        if kind in REQUEST_TYPES and _text(fields.get("requestId")) is None:
-            return f"{kind} needs a requestId"
-        return None
-
-    def _welcomeProblem(self, fields: dict[str, Any]) -> str | None:
-        if self.sessionId is not None:
-            return "welcome repeated on an established session"
-        if _text(fields.get("sessionId")) is None:
-            return "welcome needs a sessionId"
-        if not isinstance(fields.get("serverVersion"), str):
-            return "welcome needs a serverVersion"
-        return None
 
     def _welcome(self, fields: dict[str, Any]) -> None:
         if self._welcomeTimer is not None and self._welcomeTimer.active():
@@ -512,20 +363,32 @@ class SimulatedEngine:
     def _pump(self) -> None:
         active = sum(1 for t in self._turns.values() if t.state == "active")
         while self._queue and active < max(1, self.options.concurrency):
-            turn = self._turns[self._queue.popleft()]
-            active += 1
-            self._activate(turn)
+            if self._activate(self._turns[self._queue.popleft()]):
+                active += 1
 
-    def _activate(self, turn: _Turn) -> None:
+    def _activate(self, turn: _Turn) -> bool:
         turn.state = "active"
         self.processed[turn.requestId] += 1
         request = dict(turn.fields)
         if turn.transcript is not None:
             request["transcript"] = turn.transcript
-        text = (self.options.replyText or defaultReplyText)(request)
+        try:
+            reply = (self.options.replyText or defaultReplyText)(request)
+        except Exception as e:
+            # A replyText that raises simulates a failed generation.
+            del self._turns[turn.requestId]
+            self._error(
+                "request_failed",
+                f"reply generation failed: {e}",
+                False,
+                text(turn.fields.get("messageId")),
+                turn.requestId,
+            )
+            self._updateCapacity()
+            return False
         turn.stream = ReplyStream(
             turn.requestId,
-            text,
+            reply,
             turn.wantAudio,
             self._emit,
             self.clock,
@@ -534,6 +397,7 @@ class SimulatedEngine:
             transcript=turn.transcript,
         )
         turn.stream.start()
+        return True
 
     def _streamFinished(self, stream: ReplyStream) -> None:
         if self._turns.pop(stream.requestId, None) is None:

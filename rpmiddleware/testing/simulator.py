@@ -25,12 +25,8 @@ from twisted.internet.error import ConnectionClosed
 from twisted.internet.interfaces import IConnector, IReactorTCP, IReactorTime, ITCPTransport
 from twisted.python.failure import Failure
 
-from rpmiddleware.testing.simengine import (
-    CLIENT_VERSION,
-    SimulatedEngine,
-    SimulatorOptions,
-    defaultReplyText,
-)
+from rpmiddleware.testing.simengine import SimulatedEngine
+from rpmiddleware.testing.simoptions import CLIENT_VERSION, SimulatorOptions, defaultReplyText
 
 __all__ = [
     "CLIENT_VERSION",
