@@ -159,6 +159,7 @@ class Middleware:
         integrationId: str | None = None,
         output: Mapping[str, Any] | None = None,
         player: Mapping[str, Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
         **extra: Any,
     ) -> ReplyStream:
         """
@@ -166,6 +167,9 @@ class Middleware:
         C{audio} (RPEngine's C{event.audio} object), or both.
 
         @param card: the Character Card V2 to play; defaults to the one registered.
+        @param meta: middleware-only annotations for the plugins, never sent
+            (C{client}: who asked, for fairness; C{outputSampleRate}: the
+            rate the caller wants audio at).
         @param extra: further reply.request fields (interactionMode,
             promptScene, promptDirective, eventId, ...), passed as they are.
         """
@@ -183,6 +187,7 @@ class Middleware:
             integrationId,
             output,
             player,
+            meta,
             {"event": event, **extra},
         )
 
@@ -194,13 +199,14 @@ class Middleware:
         integrationId: str | None = None,
         output: Mapping[str, Any] | None = None,
         player: Mapping[str, Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
         **extra: Any,
     ) -> ReplyStream:
         """
         Ask RPEngine to listen to its browser microphone and reply to what it hears.
         """
         return self._open(
-            "voice.capture.start", characterId, card, integrationId, output, player, extra
+            "voice.capture.start", characterId, card, integrationId, output, player, meta, extra
         )
 
     def stopVoiceCapture(self, stream: ReplyStream) -> None:
@@ -217,6 +223,7 @@ class Middleware:
         integrationId: str | None,
         output: Mapping[str, Any] | None,
         player: Mapping[str, Any] | None,
+        meta: Mapping[str, Any] | None,
         fields: dict[str, Any],
     ) -> ReplyStream:
         integrationId = integrationId or self.settings.game.integration_id
@@ -228,7 +235,9 @@ class Middleware:
         cancelKind = "voice.capture.cancel" if kind == "voice.capture.start" else "request.cancel"
 
         def cancel(stream: ReplyStream) -> None:
-            self.chain.sendToEngine(Envelope.build(cancelKind, requestId=stream.requestId))
+            withdraw = Envelope.build(cancelKind, requestId=stream.requestId)
+            withdraw.meta.update(meta or {})
+            self.chain.sendToEngine(withdraw)
 
         stream = ReplyStream(requestId, cancel)
         self.router.route(requestId, stream.received)
@@ -243,6 +252,8 @@ class Middleware:
             player=dict(player) if player is not None else {"displayName": "Player"},
             **fields,
         )
+        envelope.meta.update(meta or {})
+        envelope.meta.setdefault("client", "api")
         self._withCard(envelope, card).addErrback(self._failedToSubmit, stream)
         return stream
 
