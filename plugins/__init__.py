@@ -5,12 +5,18 @@ C{FACTORIES} lists every built-in factory; C{DEFAULT_CHAIN} is the chain a
 configuration starts from (name -> priority, lower nearer the game).  This
 package's path is never extended: only these modules are built-ins, whatever
 folder called C{plugins} lies in the working directory.
+
+The default order, game side first: the capacity gate holds work before the
+card cache chooses a transfer, so that the transfer is chosen for the session
+the request actually leaves in.
 """
 
 from __future__ import annotations
 
+from plugins.capacity_gate import capacityGate
+from plugins.card_cache import cardCache
 from rpmiddleware.interfaces import IPluginFactory
 
-FACTORIES: list[IPluginFactory] = []
+FACTORIES: list[IPluginFactory] = [capacityGate, cardCache]
 
-DEFAULT_CHAIN: dict[str, int] = {}
+DEFAULT_CHAIN: dict[str, int] = {"capacity-gate": 300, "card-cache": 400}

@@ -14,7 +14,7 @@ from twisted.logger import Logger
 
 from rpmiddleware.api import ReplyStream
 from rpmiddleware.envelope import Envelope
-from rpmiddleware.messages import textOfDelta
+from rpmiddleware.messages import OUTPUT_SAMPLE_RATE, textOfDelta
 from rpmiddleware.middleware import Middleware
 from rpmiddleware.testing.kit import exampleCard
 
@@ -31,6 +31,10 @@ class DemoService(service.Service):
     """
 
     log = Logger()
+    #: How the simulated RPEngine paces the reply: like a real one, so that a
+    #: person watching the log sees it stream (tests make it faster).
+    pacing: dict[str, Any] = {"tokensPerSecond": 25.0, "audioRealtime": True}
+    port: int = 0
 
     def __init__(self, reactor: Any, middleware: Middleware, parent: service.MultiService) -> None:
         self.reactor = reactor
@@ -39,6 +43,9 @@ class DemoService(service.Service):
         self.engine: Any = None
         self.turn: ReplyStream | None = None
         self.ready: Deferred[Envelope] = Deferred()
+        self._sentence = ""
+        self._segment: Any = None
+        self._audioSeconds = 0.0
         self.setName("demo")
 
     def startService(self) -> None:
@@ -46,9 +53,9 @@ class DemoService(service.Service):
         from rpmiddleware.testing.simulator import SimulatorOptions, connectSimulator
 
         listener: Any = self.parentService.getServiceNamed("listener")
-        port = listener.port.getHost().port
+        port = self.port = listener.port.getHost().port
         self.middleware.registerCharacter(DEMO_CHARACTER, exampleCard())
-        options = SimulatorOptions(tokensPerSecond=25.0, audioRealtime=True)
+        options = SimulatorOptions(**self.pacing)
         self.log.info("demo: connecting a simulated RPEngine to port {port}", port=port)
         d = connectSimulator(self.reactor, port, options)
         d.addCallback(self._connected)
@@ -66,18 +73,29 @@ class DemoService(service.Service):
         turn.done.addBoth(self._finished)
 
     def _show(self, envelope: Envelope) -> None:
+        """
+        Log the reply as it streams: each finished sentence of text, each
+        audio segment as it starts, and the protocol's milestones.
+        """
         kind = envelope.type
         if kind == "reply.text.delta":
-            self.log.info("demo: Mira says {text!r}", text=textOfDelta(envelope.fields))
+            self._sentence += textOfDelta(envelope.fields)
+            if self._sentence.rstrip().endswith((".", "!", "?")):
+                self.log.info("demo: Mira says {text!r}", text=self._sentence.strip())
+                self._sentence = ""
         elif kind == "reply.audio.chunk":
-            samples = len(base64.b64decode(envelope.get("data", ""))) // 2
-            self.log.info(
-                "demo: audio segment {segment} chunk {sequence}: {ms:.0f} ms",
-                segment=envelope.get("segmentSequence"),
-                sequence=envelope.get("sequence"),
-                ms=samples / float(envelope.get("sampleRate") or 44100) * 1000,
+            segment = envelope.get("segmentSequence")
+            self._audioSeconds += (
+                len(base64.b64decode(envelope.get("data", "")))
+                / 2
+                / float(envelope.get("sampleRate") or OUTPUT_SAMPLE_RATE)
             )
-        elif kind != "reply.text.delta":
+            if segment != self._segment:
+                self._segment = segment
+                self.log.info("demo: speech for sentence {segment} begins", segment=segment)
+        elif kind == "reply.audio.completed":
+            self.log.info("demo: speech complete, {seconds:.1f} s", seconds=self._audioSeconds)
+        else:
             self.log.info("demo: {type}", type=kind)
 
     def _finished(self, result: Any) -> Any:
@@ -87,7 +105,7 @@ class DemoService(service.Service):
                 "demo: the turn is complete. Mira said: {text!r}. rpmiddleware keeps serving "
                 "clients at ws://127.0.0.1:{port}/client/socket",
                 text=self.turn.text(),
-                port=self.parentService.getServiceNamed("listener").port.getHost().port,  # type: ignore[attr-defined]
+                port=self.port,
             )
             self.ready.callback(result)
         else:

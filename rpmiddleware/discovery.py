@@ -147,17 +147,25 @@ def chainOrder(settings: Settings, defaults: Mapping[str, int]) -> list[str]:
 
 
 def buildChain(
-    settings: Settings, registry: PluginRegistry, services: IPluginServices
+    settings: Settings,
+    registry: PluginRegistry,
+    services: IPluginServices,
+    defaults: Mapping[str, int] | None = None,
 ) -> list[IEnvelopePlugin]:
     """
     Build the configured plugins, in order.
+
+    @param defaults: the chain the configuration starts from; the built-in
+        C{plugins.DEFAULT_CHAIN} unless given.
 
     @raise ConfigError: for an unknown plugin name or settings a plugin refuses.
     """
     import plugins as builtins
 
     built = []
-    for name in chainOrder(settings, builtins.DEFAULT_CHAIN):
+    if defaults is None:
+        defaults = builtins.DEFAULT_CHAIN
+    for name in chainOrder(settings, defaults):
         factory = registry.factories.get(name)
         if factory is None:
             known = ", ".join(sorted(registry.factories)) or "none"

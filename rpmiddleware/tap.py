@@ -61,7 +61,13 @@ def makeService(options: Options, reactor: Any = None) -> service.IService:
         from twisted.internet import reactor as installed
 
         reactor = installed
+    import txaio
+
     from rpmiddleware.service import makeMiddlewareService
+
+    # Autobahn logs through txaio, whose level defaults to everything; its
+    # debug chatter (every frame, every option) would drown our own events.
+    txaio.set_global_log_level("info")
 
     try:
         top, middleware = makeMiddlewareService(reactor, options.settings)

@@ -86,7 +86,7 @@ class DropinTests(SynchronousTestCase):
         settings = parseSettings(
             {"chain": {"plugins": {"shout": 10}}, "plugins": {"shout": {"volume": 3}}}
         )
-        [plugin] = buildChain(settings, discoverPlugins(), services=None)  # type: ignore[arg-type]
+        [plugin] = buildChain(settings, discoverPlugins(), None, {})  # type: ignore[arg-type]
         self.assertEqual(plugin.name, "shout")
         self.assertEqual(plugin.volume, 3)  # type: ignore[attr-defined]
 
@@ -95,7 +95,7 @@ class DropinTests(SynchronousTestCase):
             {"chain": {"plugins": {"shout": 10}}, "plugins": {"shout": {"volume": "loud"}}}
         )
         with self.assertRaises(ConfigError) as caught:
-            buildChain(settings, discoverPlugins(), services=None)  # type: ignore[arg-type]
+            buildChain(settings, discoverPlugins(), None, {})  # type: ignore[arg-type]
         self.assertIn("volume must be a whole number", str(caught.exception))
         self.assertIn("'shout'", str(caught.exception))
 
@@ -124,7 +124,7 @@ class OrderTests(SynchronousTestCase):
     def test_unknownPlugin(self) -> None:
         settings = parseSettings({"chain": {"plugins": {"nope": 1}}})
         with self.assertRaises(ConfigError) as caught:
-            buildChain(settings, self.registry("a"), services=None)  # type: ignore[arg-type]
+            buildChain(settings, self.registry("a"), None, {})  # type: ignore[arg-type]
         self.assertIn("unknown plugin 'nope'", str(caught.exception))
         self.assertIn("known: a", str(caught.exception))
 
@@ -134,7 +134,21 @@ class OrderTests(SynchronousTestCase):
         self.assertEqual(len(registry.problems), 1)
         self.assertIn("already taken", registry.problems[0].error)
 
+    def test_defaultChainBuilt(self) -> None:
+        """
+        With no [chain] at all, the built-in default chain is built, in order.
+        """
+        from twisted.internet.task import Clock
+
+        import plugins
+        from rpmiddleware.middleware import Middleware
+
+        middleware = Middleware.fromSettings(Clock(), parseSettings({}))
+        expected = sorted(plugins.DEFAULT_CHAIN, key=plugins.DEFAULT_CHAIN.__getitem__)
+        self.assertEqual(middleware.chain.names, expected)
+        self.assertTrue(expected)
+
     def test_configOrderBuilt(self) -> None:
         settings = parseSettings({"chain": {"order": ["b", "a"]}})
-        plugins = buildChain(settings, self.registry("a", "b"), services=None)  # type: ignore[arg-type]
+        plugins = buildChain(settings, self.registry("a", "b"), None, {})  # type: ignore[arg-type]
         self.assertEqual([p.name for p in plugins], ["b", "a"])

@@ -17,6 +17,7 @@ from autobahn.twisted.websocket import (
     connectWS,
 )
 from twisted.internet.defer import Deferred, DeferredQueue, inlineCallbacks
+from twisted.internet.interfaces import ITCPTransport
 from twisted.python.failure import Failure
 
 from rpmiddleware.config import Settings
@@ -77,7 +78,9 @@ class TestClientProtocol(WebSocketClientProtocol):
 
     def connectionMade(self) -> None:
         super().connectionMade()
-        self.transport.setTcpNoDelay(True)  # type: ignore[union-attr]
+        tcp = ITCPTransport(self.transport, None)
+        if tcp is not None:
+            tcp.setTcpNoDelay(True)
 
     def onOpen(self) -> None:
         self.factory.peer = self

@@ -1,0 +1,559 @@
+"""
+card-cache: send every character card the cheapest way RPEngine accepts.
+
+The seed lets a request carry its Character Card V2 as a whole C{snapshot},
+an RFC 6902 C{patch} against a card the session already holds, or a bare
+C{reference} to one; caches belong to one connection session and a request
+that names a card RPEngine does not hold fails with C{card_resync_required}.
+Games (and the Python API) should not have to know any of that: they send
+snapshots, and this plugin turns each into a reference or a patch when the
+current session has acknowledged what that needs, turns references and
+patches back into snapshots when it has not, refuses invalid cards before they
+cost a round trip, and heals C{card_resync_required} by sending the request
+again with a snapshot, so the game never sees it.
+
+Canonical hashes come from the shared L{CardHasher} (which moves large cards to
+a thread) and large diffs are computed in the reactor's thread pool, so a card
+with a long lorebook never stalls the reactor.  While one envelope waits for
+such work, later game-to-engine envelopes wait behind it: a cancel must not
+overtake the request it cancels.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonpatch
+import jsonpointer
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorThreads
+from twisted.internet.task import Clock
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from rpmiddleware.cards import (
+    CARD_FORMAT,
+    CardHasher,
+    InvalidCard,
+    snapshotTransfer,
+    transferDocument,
+    transferOperations,
+    validateCard,
+)
+from rpmiddleware.envelope import Envelope
+from rpmiddleware.interfaces import (
+    IChainContext,
+    IEngineSessionInfo,
+    IEnvelopePlugin,
+    IPluginServices,
+)
+from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
+from rpmiddleware.timeline import Timeline
+
+NAME = "card-cache"
+
+#: Messages whose C{card} field this plugin rewrites.
+CARD_BEARING = frozenset({"reply.request", "voice.capture.start", "character.sync"})
+#: Messages after which RPEngine will not ask for the request's card again.
+ENDING = frozenset({"reply.completed", "reply.cancelled", "request.error"})
+#: How many acknowledged hashes one session remembers; a long session that
+#: outgrows it only sends a few more snapshots.
+ACKED_LIMIT = 4096
+#: Meta keys that describe one pass through the chain, not the request.
+_PASS_META = ("decisions", "enteredAt", "origin")
+
+Key = tuple[str, str]
+
+
+def _jsonText(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def jsonSize(value: Any) -> int:
+    """
+    Bytes of C{value} as compact UTF-8 JSON: what a transfer costs on the wire.
+    """
+    return len(_jsonText(value).encode("utf-8", "surrogatepass"))
+
+
+def _sameJson(a: Any, b: Any) -> bool:
+    # Python's == says True == 1 == 1.0; canonical JSON does not.
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def smallerPatch(base: Any, target: Any, targetSize: int) -> list[dict[str, Any]] | None:
+    """
+    RFC 6902 operations turning C{base} into C{target}, or C{None} when they
+    are not smaller than C{target} itself or do not reproduce it exactly.
+
+    Pure and thread-safe for documents nobody mutates: it runs in the thread
+    pool for large cards.  The result is checked by applying it, because a
+    patch that misses a change (C{make_patch} treats C{1} and C{true} as
+    equal) would make RPEngine refuse the request as an invalid card.
+    """
+    operations: list[dict[str, Any]] = jsonpatch.make_patch(base, target).patch
+    if jsonSize(operations) >= targetSize:
+        return None
+    try:
+        patched = jsonpatch.apply_patch(base, operations)
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException):
+        return None
+    return operations if _sameJson(patched, target) else None
+
+
+def _applyPatch(base: Any, operations: list[Any]) -> Any:
+    return jsonpatch.apply_patch(base, operations)
+
+
+class ContentStore:
+    """
+    Card documents by canonical hash, least recently used evicted first.
+
+    It outlives sessions: it is what lets a reference or patch made in an old
+    session become a snapshot in a new one.  Documents are private copies,
+    because a game may change its card dict in place after sending it.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._documents: OrderedDict[str, tuple[dict[str, Any], int]] = OrderedDict()
+
+    def __contains__(self, targetHash: object) -> bool:
+        return targetHash in self._documents
+
+    def __len__(self) -> int:
+        return len(self._documents)
+
+    def get(self, targetHash: Any) -> tuple[dict[str, Any], int] | None:
+        """
+        The (document, JSON size) stored under C{targetHash}, if any.
+        """
+        found = self._documents.get(targetHash) if isinstance(targetHash, str) else None
+        if found is not None:
+            self._documents.move_to_end(targetHash)
+        return found
+
+    def put(self, targetHash: str, document: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+        found = self.get(targetHash)
+        if found is not None:
+            return found
+        text = _jsonText(document)
+        entry = (json.loads(text), len(text.encode("utf-8", "surrogatepass")))
+        self._documents[targetHash] = entry
+        while len(self._documents) > self._size:
+            self._documents.popitem(last=False)
+        return entry
+
+
+@dataclass
+class _Sent:
+    """
+    A card-bearing request on its way, kept until RPEngine accepts or ends it
+    so that C{card_resync_required} can be answered with a snapshot.
+    """
+
+    fields: dict[str, Any]
+    meta: dict[str, Any]
+    key: Key
+    targetHash: str
+    mode: str
+    baseHash: str | None
+    document: dict[str, Any] | None
+    resent: bool = False
+
+
+@dataclass
+class _SessionCards:
+    """
+    What the current RPEngine session has acknowledged, and what is on its way.
+    """
+
+    acked: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    latest: dict[Key, str] = field(default_factory=dict)
+    sent: OrderedDict[str, _Sent] = field(default_factory=OrderedDict)
+    syncs: OrderedDict[str, Key] = field(default_factory=OrderedDict)
+
+    def acknowledge(self, targetHash: str, key: Key | None) -> None:
+        self.acked[targetHash] = None
+        self.acked.move_to_end(targetHash)
+        while len(self.acked) > ACKED_LIMIT:
+            self.acked.popitem(last=False)
+        if key is not None:
+            self.latest[key] = targetHash
+
+    def forget(self, targetHash: str) -> None:
+        self.acked.pop(targetHash, None)
+        for key in [k for k, h in self.latest.items() if h == targetHash]:
+            del self.latest[key]
+
+
+def _settled(d: Deferred[Any]) -> Any:
+    """
+    The result of an already fired Deferred (raising its failure), so that
+    the chain sees a plain value when no thread was needed.
+    """
+    box: list[Any] = []
+    d.addBoth(box.append)
+    result = box[0]
+    if isinstance(result, Failure):
+        result.raiseException()
+    return result
+
+
+@implementer(IEnvelopePlugin)
+class CardCache(ChainPlugin):
+    """
+    Chooses each card transfer; see the module docstring and
+    C{docs/plugins/card-cache.md}.
+
+    @ivar threaded: how many diffs and patch applications ran in the thread
+        pool (for tests and the console).
+    """
+
+    name = NAME
+    log = Logger()
+
+    def __init__(
+        self,
+        cards: CardHasher,
+        timeline: Timeline,
+        storeSize: int = 64,
+        threadThreshold: int = 32 * 1024,
+        pendingLimit: int = 256,
+    ) -> None:
+        self._cards = cards
+        self._timeline = timeline
+        self._threshold = threadThreshold
+        self._pendingLimit = pendingLimit
+        self.store = ContentStore(storeSize)
+        self._session = _SessionCards()
+        self._busy = False
+        self._waiting: deque[tuple[Envelope, IChainContext, Deferred[Any]]] = deque()
+        self.threaded = 0
+
+    # Sessions.
+
+    def engineSessionStarted(self, session: IEngineSessionInfo, context: IChainContext) -> None:
+        self._session = _SessionCards()
+
+    def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
+        self._session = _SessionCards()
+
+    def acknowledged(self) -> list[str]:
+        """
+        The hashes the current session has acknowledged, oldest first.
+        """
+        return list(self._session.acked)
+
+    # Game to engine, in order.
+
+    def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
+        if self._busy or self._waiting:
+            held: Deferred[Any] = Deferred()
+            self._waiting.append((envelope, context, held))
+            return held
+        d = Deferred.fromCoroutine(self._outgoing(envelope, context))
+        if d.called:
+            return _settled(d)
+        held = Deferred()
+        self._busy = True
+        d.addBoth(self._settle, held)
+        return held
+
+    def _settle(self, result: Any, held: Deferred[Any]) -> None:
+        self._busy = False
+        if isinstance(result, Failure):
+            held.errback(result)
+        else:
+            held.callback(result)
+        while self._waiting and not self._busy:
+            envelope, context, nextHeld = self._waiting.popleft()
+            d = Deferred.fromCoroutine(self._outgoing(envelope, context))
+            if d.called:
+                d.addBoth(self._release, nextHeld)
+            else:
+                self._busy = True
+                d.addBoth(self._settle, nextHeld)
+
+    def _release(self, result: Any, held: Deferred[Any]) -> None:
+        if isinstance(result, Failure):
+            held.errback(result)
+        else:
+            held.callback(result)
+
+    async def _outgoing(self, envelope: Envelope, context: IChainContext) -> Envelope | None:
+        transfer = envelope.get("card")
+        if envelope.type not in CARD_BEARING or not isinstance(transfer, dict):
+            return envelope
+        try:
+            targetHash, document = await self._resolve(transfer, context)
+        except InvalidCard as e:
+            self._refuse(envelope, context, str(e))
+            return None
+        if targetHash is None or (document is None and targetHash not in self._session.acked):
+            self._note(envelope, transfer)
+            return envelope
+        key = (str(envelope.get("integrationId", "")), str(envelope.get("characterId", "")))
+        chosen = await self._cheapest(key, targetHash, document, context)
+        envelope["card"] = chosen
+        self._remember(envelope, key, chosen, document)
+        self._note(envelope, chosen)
+        return envelope
+
+    async def _resolve(
+        self, transfer: Mapping[str, Any], context: IChainContext
+    ) -> tuple[str | None, dict[str, Any] | None]:
+        """
+        The target hash and document a transfer stands for; the document is
+        C{None} when this plugin does not know it.
+
+        @raise InvalidCard: for a snapshot that is no valid card.
+        """
+        mode = transfer.get("mode")
+        given = transfer.get("targetHash")
+        if mode == "snapshot":
+            document = transferDocument(transfer)
+            if document is None:
+                return None, None
+            validateCard(document)
+            actual = await self._hash(document)
+            if given != actual:
+                self.log.warn(
+                    "snapshot targetHash {given} is not the card's canonical hash {actual}; "
+                    "corrected",
+                    given=given,
+                    actual=actual,
+                )
+            return actual, self.store.put(actual, document)[0]
+        if not isinstance(given, str):
+            return None, None
+        known = self.store.get(given)
+        if known is not None:
+            return given, known[0]
+        if mode == "patch":
+            return given, await self._patched(transfer, given, context)
+        return given, None
+
+    async def _patched(
+        self, transfer: Mapping[str, Any], targetHash: str, context: IChainContext
+    ) -> dict[str, Any] | None:
+        """
+        Learn the target of an incoming patch whose base this plugin knows, so
+        that it can become a snapshot in a session that lacks the base.
+        """
+        base = self.store.get(transfer.get("baseHash"))
+        operations = transferOperations(transfer)
+        if base is None or operations is None:
+            return None
+        try:
+            document = await self._maybeThreaded(base[1], context, _applyPatch, base[0], operations)
+            validateCard(document)
+            actual = await self._hash(document)
+        except Exception:
+            # RPEngine judges a patch that does not apply; we pass it on.
+            return None
+        return self.store.put(targetHash, document)[0] if actual == targetHash else None
+
+    async def _hash(self, document: Mapping[str, Any]) -> str:
+        try:
+            return await self._cards.hash(document)
+        except ValueError as e:
+            raise InvalidCard("card", f"is not canonical JSON ({e})")
+
+    async def _cheapest(
+        self,
+        key: Key,
+        targetHash: str,
+        document: dict[str, Any] | None,
+        context: IChainContext,
+    ) -> dict[str, Any]:
+        session = self._session
+        if targetHash in session.acked or document is None:
+            return {"format": CARD_FORMAT, "mode": "reference", "targetHash": targetHash}
+        baseHash = session.latest.get(key)
+        base = self.store.get(baseHash) if baseHash != targetHash else None
+        if baseHash is not None and base is not None:
+            size = self.store.put(targetHash, document)[1]
+            operations = await self._maybeThreaded(
+                size, context, smallerPatch, base[0], document, size
+            )
+            # The session may have changed while a thread worked.
+            if self._session is not session or baseHash not in session.acked:
+                return await self._cheapest(key, targetHash, document, context)
+            if operations is not None:
+                return {
+                    "format": CARD_FORMAT,
+                    "mode": "patch",
+                    "baseHash": baseHash,
+                    "targetHash": targetHash,
+                    "patch": operations,
+                }
+        return snapshotTransfer(document, targetHash)
+
+    async def _maybeThreaded(
+        self, size: int, context: IChainContext, work: Callable[..., Any], *args: Any
+    ) -> Any:
+        """
+        C{work(*args)} in the reactor's thread pool when the card is large and
+        the reactor has one (a L{Clock} in tests does not), inline otherwise.
+        """
+        reactor = context.reactor
+        if (
+            size <= self._threshold
+            or isinstance(reactor, Clock)
+            or not IReactorThreads.providedBy(reactor)
+        ):
+            return work(*args)
+        self.threaded += 1
+        return await deferToThreadPool(reactor, reactor.getThreadPool(), work, *args)
+
+    def _remember(
+        self,
+        envelope: Envelope,
+        key: Key,
+        chosen: dict[str, Any],
+        document: dict[str, Any] | None,
+    ) -> None:
+        session = self._session
+        mode = chosen["mode"]
+        requestId = envelope.requestId
+        if requestId is None:
+            if envelope.type == "character.sync" and mode != "reference":
+                session.syncs[chosen["targetHash"]] = key
+                _trim(session.syncs, self._pendingLimit)
+            return
+        fields = {k: v for k, v in envelope.fields.items() if k not in ("messageId", "sessionId")}
+        meta = {k: v for k, v in envelope.meta.items() if k not in _PASS_META}
+        session.sent.pop(requestId, None)
+        session.sent[requestId] = _Sent(
+            fields, meta, key, chosen["targetHash"], mode, chosen.get("baseHash"), document
+        )
+        _trim(session.sent, self._pendingLimit)
+
+    def _note(self, envelope: Envelope, transfer: Any, **extra: Any) -> None:
+        requestId = envelope.requestId
+        if requestId is not None:
+            mode = transfer.get("mode") if isinstance(transfer, dict) else None
+            self._timeline.note(requestId, cardMode=mode, cardBytes=jsonSize(transfer), **extra)
+
+    def _refuse(self, envelope: Envelope, context: IChainContext, message: str) -> None:
+        self.log.warn(
+            "refusing {type} {requestId}: {message}",
+            type=envelope.type,
+            requestId=envelope.requestId,
+            message=message,
+        )
+        fields: dict[str, Any] = {
+            "code": "invalid_character_card",
+            "message": message,
+            "retryable": False,
+        }
+        if envelope.requestId is not None:
+            fields["requestId"] = envelope.requestId
+        if envelope.messageId is not None:
+            fields["sourceMessageId"] = envelope.messageId
+        session = context.session
+        answer = Envelope.build("request.error", session.sessionId if session else None, **fields)
+        answer.meta["synthetic"] = True
+        context.sendToGame(answer)
+
+    # Engine to game.
+
+    def envelopeToGame(self, envelope: Envelope, context: IChainContext) -> Any:
+        kind = envelope.type
+        session = self._session
+        requestId = envelope.requestId
+        if kind == "reply.accepted" and requestId is not None:
+            sent = session.sent.pop(requestId, None)
+            if sent is not None and sent.mode != "reference":
+                session.acknowledge(sent.targetHash, sent.key)
+        elif kind == "character.synced":
+            self._synced(envelope)
+        elif kind == "request.error" and requestId is not None:
+            if envelope.get("code") == "card_resync_required":
+                return self._resync(envelope, requestId, context)
+            session.sent.pop(requestId, None)
+        elif kind in ENDING and requestId is not None:
+            session.sent.pop(requestId, None)
+        return envelope
+
+    def _synced(self, envelope: Envelope) -> None:
+        session = self._session
+        targetHash = envelope.get("targetHash")
+        if not isinstance(targetHash, str):
+            return
+        key = session.syncs.pop(targetHash, None)
+        if key is None and isinstance(envelope.get("characterId"), str):
+            integrationId = envelope.get("integrationId")
+            if isinstance(integrationId, str):
+                key = (integrationId, envelope["characterId"])
+        session.acknowledge(targetHash, key)
+
+    def _resync(self, error: Envelope, requestId: str, context: IChainContext) -> Envelope | None:
+        """
+        RPEngine lost a card we thought it had: forget it and send the request
+        again, once, with the whole card.
+        """
+        session = self._session
+        sent = session.sent.get(requestId)
+        if sent is not None:
+            session.forget(sent.targetHash)
+            if sent.baseHash is not None:
+                session.forget(sent.baseHash)
+        if sent is None or sent.resent or sent.document is None:
+            session.sent.pop(requestId, None)
+            return error
+        transfer = snapshotTransfer(sent.document, sent.targetHash)
+        again = Envelope({**sent.fields, "card": transfer}, dict(sent.meta))
+        again.meta["cardResync"] = True
+        sent.resent, sent.mode, sent.baseHash = True, "snapshot", None
+        self.log.info(
+            "RPEngine asked for card {targetHash} again; resending {requestId} with a snapshot",
+            targetHash=sent.targetHash,
+            requestId=requestId,
+        )
+        self._note(again, transfer, cardResync=True)
+        context.sendToEngine(again)
+        return None
+
+
+def _trim(mapping: OrderedDict[Any, Any], limit: int) -> None:
+    while len(mapping) > limit:
+        mapping.popitem(last=False)
+
+
+def _positiveInt(settings: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
+    value = settings.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{NAME}: {key} must be a whole number, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{NAME}: {key} must be at least {minimum}, got {value}")
+    return value
+
+
+def buildCardCache(settings: Mapping[str, Any], services: IPluginServices) -> CardCache:
+    """
+    The plugin from its C{[plugins.card-cache]} table.
+    """
+    rejectUnknownSettings(NAME, settings, {"store_size", "thread_threshold", "pending_limit"})
+    return CardCache(
+        services.cards,
+        services.timeline,
+        storeSize=_positiveInt(settings, "store_size", 64, 1),
+        threadThreshold=_positiveInt(settings, "thread_threshold", 32 * 1024, 0),
+        pendingLimit=_positiveInt(settings, "pending_limit", 256, 1),
+    )
+
+
+cardCache = PluginFactory(
+    NAME,
+    "Sends each character card as a reference, patch or snapshot, whichever is cheapest "
+    "and valid in the current RPEngine session, and heals card_resync_required.",
+    buildCardCache,
+)

@@ -1,0 +1,602 @@
+"""
+card-cache: transfers chosen per session, hashes checked against an
+independent RFC 8785 computation, resync healed, large cards off the reactor.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Generator
+from typing import Any
+
+import jsonpatch
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+from zope.interface.verify import verifyObject
+
+from plugins.card_cache import CardCache, buildCardCache, cardCache, jsonSize
+from rpmiddleware.cards import CardHasher
+from rpmiddleware.config import Settings
+from rpmiddleware.envelope import Envelope
+from rpmiddleware.interfaces import IEnvelopePlugin, IPluginFactory
+from rpmiddleware.middleware import PluginServices
+from rpmiddleware.testing.kit import PluginHarness, exampleCard
+from rpmiddleware.timeline import Timeline
+
+
+def independentHash(document: Any) -> str:
+    """
+    The seed's card hash computed here from first principles, not through
+    rpmiddleware.cards.
+    """
+    return hashlib.sha256(rfc8785.dumps(document)).hexdigest()
+
+
+def snapshot(card: dict[str, Any], targetHash: str | None = None) -> dict[str, Any]:
+    transfer: dict[str, Any] = {"format": "chara_card_v2", "mode": "snapshot", "card": card}
+    transfer["targetHash"] = targetHash if targetHash is not None else independentHash(card)
+    return transfer
+
+
+def reference(card: dict[str, Any]) -> dict[str, Any]:
+    return {"format": "chara_card_v2", "mode": "reference", "targetHash": independentHash(card)}
+
+
+class FakeEngineCards:
+    """
+    One RPEngine session's card cache, as the seed describes it.
+    """
+
+    def __init__(self) -> None:
+        self.cards: dict[str, Any] = {}
+
+    def accept(self, transfer: dict[str, Any]) -> str:
+        mode, target = transfer["mode"], transfer["targetHash"]
+        if mode == "reference":
+            if target not in self.cards:
+                raise AssertionError(f"reference to {target}, which this session lacks")
+            return target
+        if mode == "snapshot":
+            document = transfer["card"]
+        else:
+            document = jsonpatch.apply_patch(self.cards[transfer["baseHash"]], transfer["patch"])
+        actual = independentHash(document)
+        if actual != target:
+            raise AssertionError(f"targetHash {target} but the card hashes to {actual}")
+        self.cards[target] = copy.deepcopy(document)
+        return target
+
+
+def largeCard(entries: int = 300, marker: str = "") -> dict[str, Any]:
+    book = {
+        "name": "Big lore",
+        "extensions": {},
+        "entries": [
+            {
+                "keys": [f"place-{i}", f"person-{i}"],
+                "content": f"Entry {i}{marker}: " + "the road winds past the old mill. " * 4,
+                "extensions": {},
+                "enabled": True,
+                "insertion_order": i,
+            }
+            for i in range(entries)
+        ],
+    }
+    return exampleCard(character_book=book)
+
+
+class Rig:
+    """
+    A card-cache in a harness, with a fake RPEngine card cache behind it.
+    """
+
+    def __init__(self, hasher: CardHasher | None = None, clock: Any = None, **kw: Any) -> None:
+        self.timeline = Timeline()
+        self.hasher = hasher if hasher is not None else CardHasher(None)
+        self.plugin = CardCache(self.hasher, self.timeline, **kw)
+        self.harness = PluginHarness(self.plugin, clock=clock)
+        self.engine = FakeEngineCards()
+
+    def newSession(self) -> None:
+        self.harness.startSession()
+        self.engine = FakeEngineCards()
+
+    def request(
+        self, requestId: str, transfer: dict[str, Any], characterId: str = "mira", **meta: Any
+    ) -> Deferred[None]:
+        envelope = self.harness.envelope(
+            "reply.request",
+            requestId=requestId,
+            integrationId="game",
+            characterId=characterId,
+            event={"text": "Hello"},
+            card=transfer,
+        )
+        envelope.meta.update(meta)
+        return self.harness.toEngine(envelope)
+
+    def sent(self) -> Envelope:
+        return self.harness.sentToEngine[-1]
+
+    def accept(self, requestId: str) -> None:
+        """
+        Let the fake engine check the last transfer sent for C{requestId} and
+        answer reply.accepted.
+        """
+        sent = [e for e in self.harness.sentToEngine if e.requestId == requestId][-1]
+        self.engine.accept(sent["card"])
+        self.harness.toGame("reply.accepted", requestId=requestId)
+
+
+class FactoryTests(SynchronousTestCase):
+    def services(self) -> PluginServices:
+        return PluginServices(None, Settings(), CardHasher(None), Timeline())
+
+    def test_interfaces(self) -> None:
+        self.assertTrue(verifyObject(IPluginFactory, cardCache))
+        plugin = cardCache.buildPlugin({}, self.services())
+        self.assertTrue(verifyObject(IEnvelopePlugin, plugin))
+        self.assertEqual((cardCache.name, plugin.name), ("card-cache", "card-cache"))
+
+    def test_unknownSetting(self) -> None:
+        e = self.assertRaises(ValueError, buildCardCache, {"stor_size": 3}, self.services())
+        self.assertIn("stor_size", str(e))
+
+    def test_wrongTypes(self) -> None:
+        for key, value in [
+            ("store_size", "big"),
+            ("thread_threshold", True),
+            ("pending_limit", 0),
+            ("store_size", 1.5),
+        ]:
+            e = self.assertRaises(ValueError, buildCardCache, {key: value}, self.services())
+            self.assertIn(key, str(e))
+
+    def test_settingsUsed(self) -> None:
+        plugin = buildCardCache({"store_size": 1}, self.services())
+        assert isinstance(plugin, CardCache)
+        harness = PluginHarness(plugin)
+        harness.startSession()
+        for name in ("A", "B"):
+            card = exampleCard(name=name)
+            harness.toEngine(
+                "character.sync", integrationId="g", characterId="c", card=snapshot(card)
+            )
+        self.assertEqual(len(plugin.store), 1)
+
+
+class HashTests(SynchronousTestCase):
+    def test_wrongHashCorrected(self) -> None:
+        rig = Rig()
+        rig.newSession()
+        card = exampleCard()
+        rig.request("r1", snapshot(card, targetHash="0" * 64))
+        self.assertEqual(rig.sent()["card"]["targetHash"], independentHash(card))
+        self.assertEqual(rig.sent()["card"]["mode"], "snapshot")
+
+    def test_missingHashFilled(self) -> None:
+        rig = Rig()
+        rig.newSession()
+        card = exampleCard(name="Nameless hash")
+        transfer = snapshot(card)
+        del transfer["targetHash"]
+        rig.request("r1", transfer)
+        self.assertEqual(rig.sent()["card"]["targetHash"], independentHash(card))
+
+    def test_unhashableCardRefused(self) -> None:
+        rig = Rig()
+        rig.newSession()
+        card = exampleCard(extensions={"huge": 2**60})
+        rig.request("r1", snapshot(card, "0" * 64))
+        self.assertEqual(rig.harness.sentToEngine, [])
+        self.assertEqual(rig.harness.sentToGame[0]["code"], "invalid_character_card")
+
+
+class TransferTests(SynchronousTestCase):
+    def test_snapshotThenReferenceThenPatch(self) -> None:
+        rig = Rig()
+        rig.newSession()
+        card = exampleCard()
+        rig.request("r1", snapshot(card))
+        self.assertEqual(rig.sent()["card"]["mode"], "snapshot")
+        # Sent but not acknowledged: the next request still carries the card.
+        rig.request("r2", snapshot(card))
+        self.assertEqual(rig.sent()["card"]["mode"], "snapshot")
+        rig.accept("r1")
+        rig.request("r3", snapshot(card))
+        self.assertEqual(rig.sent()["card"], reference(card))
+        rig.engine.accept(rig.sent()["card"])
+
+        changed = exampleCard(scenario="The inn is on fire.")
+        rig.request("r4", snapshot(changed))
+        transfer = rig.sent()["card"]
+        self.assertEqual(transfer["mode"], "patch")
+        self.assertEqual(transfer["baseHash"], independentHash(card))
+        self.assertEqual(transfer["targetHash"], independentHash(changed))
+        self.assertEqual(rig.engine.accept(transfer), independentHash(changed))
+        self.assertLess(jsonSize(transfer), jsonSize(snapshot(changed)))
+
+        entry = rig.timeline.get("r4")
+        assert entry is not None
+        self.assertEqual(entry.details["cardMode"], "patch")
+        self.assertEqual(entry.details["cardBytes"], jsonSize(transfer))
+        entry = rig.timeline.get("r3")
+        assert entry is not None
+        self.assertEqual(entry.details["cardMode"], "reference")
+
+    def test_patchNotChosenWhenBigger(self) -> None:
+        rig = Rig()
+        rig.newSession()
+        base = exampleCard()
+        rig.request("r1", snapshot(base))
+        rig.accept("r1")
+        other = copy.deepcopy(base)
+        other["data"] = {k: (v + "!" if isinstance(v, str) else v) for k, v in base["data"].items()}
+        # The premise: a patch would cost more than the card itself.
+        self.assertGreaterEqual(jsonSize(jsonpatch.make_patch(base, other).patch), jsonSize(other))
+        rig.request("r2", snapshot(other))
+        self.assertEqual(rig.sent()["card"]["mode"], "snapshot")
+        rig.engine.accept(rig.sent()["card"])
+
+    def test_patchOnlyAgainstSameCharacter(self) -> None:
+        rig = Rig()
+        rig.newSession()
+        rig.request("r1", snapshot(exampleCard()), characterId="mira")
+        rig.accept("r1")
+        rig.request("r2", snapshot(exampleCard(name="Tom")), characterId="tom")
+        self.assertEqual(rig.sent()["card"]["mode"], "snapshot")
+
+    def test_characterSyncedAcknowledges(self) -> None:
+        rig = Rig()
+        rig.newSession()
+        card = exampleCard()
+        rig.harness.toEngine(
+            "character.sync", integrationId="game", characterId="mira", card=snapshot(card)
+        )
+        self.assertEqual(rig.sent()["card"]["mode"], "snapshot")
+        rig.harness.toGame("character.synced", targetHash=independentHash(card))
+        rig.request("r1", snapshot(card))
+        self.assertEqual(rig.sent()["card"]["mode"], "reference")
+        rig.request("r2", snapshot(exampleCard(first_mes="Hi.")))
+        self.assertEqual(rig.sent()["card"]["mode"], "patch")
+
+    def test_referenceAndPatchBecomeSnapshotsInNewSession(self) -> None:
+        rig = Rig()
+        rig.newSession()
+        card = exampleCard()
+        changed = exampleCard(personality="Grumpy.")
+        rig.request("r1", snapshot(card))
+        rig.accept("r1")
+        rig.request("r2", snapshot(changed))
+        patch = rig.sent()["card"]
+        rig.request("r3", snapshot(card))
+        ref = rig.sent()["card"]
+        self.assertEqual((patch["mode"], ref["mode"]), ("patch", "reference"))
+
+        rig.newSession()
+        rig.request("r2", copy.deepcopy(patch))
+        self.assertEqual(rig.sent()["card"], snapshot(changed))
+        rig.request("r3", copy.deepcopy(ref))
+        self.assertEqual(rig.sent()["card"], snapshot(card))
+
+    def test_patchFromGameLearnt(self) -> None:
+        """
+        A patch the game made itself, against a card this plugin knows, is
+        enough to send its target as a snapshot in a session that lacks the base.
+        """
+        rig = Rig()
+        rig.newSession()
+        card = exampleCard()
+        rig.request("r1", snapshot(card))
+        changed = exampleCard(creator="someone else")
+        gamePatch = {
+            "format": "chara_card_v2",
+            "mode": "patch",
+            "baseHash": independentHash(card),
+            "targetHash": independentHash(changed),
+            "patch": jsonpatch.make_patch(card, changed).patch,
+        }
+        rig.newSession()
+        rig.request("r2", gamePatch)
+        self.assertEqual(rig.sent()["card"], snapshot(changed))
+
+    def test_patchKeepsBooleansApartFromNumbers(self) -> None:
+        rig = Rig()
+        rig.newSession()
+        rig.request("r1", snapshot(exampleCard(extensions={"x": 1, "y": 0.0})))
+        rig.accept("r1")
+        changed = exampleCard(extensions={"x": True, "y": False})
+        rig.request("r2", snapshot(changed))
+        self.assertEqual(rig.engine.accept(rig.sent()["card"]), independentHash(changed))
+
+    def test_unknownCardPassesUnchanged(self) -> None:
+        rig = Rig()
+        rig.newSession()
+        unknown = reference(exampleCard(name="Stranger"))
+        rig.request("r1", dict(unknown))
+        self.assertEqual(rig.sent()["card"], unknown)
+        odd = {"format": "chara_card_v2", "mode": "teleport", "targetHash": "x"}
+        rig.request("r2", dict(odd))
+        self.assertEqual(rig.sent()["card"], odd)
+
+    def test_storeIsBoundedButOutlivesSessions(self) -> None:
+        rig = Rig(storeSize=1)
+        rig.newSession()
+        first, second = exampleCard(name="One"), exampleCard(name="Two")
+        rig.request("r1", snapshot(first))
+        rig.request("r2", snapshot(second))
+        rig.newSession()
+        rig.request("r3", reference(second))
+        self.assertEqual(rig.sent()["card"]["mode"], "snapshot")
+        rig.request("r4", reference(first))
+        self.assertEqual(rig.sent()["card"], reference(first))
+
+    def test_sessionEndForgets(self) -> None:
+        rig = Rig()
+        rig.newSession()
+        card = exampleCard()
+        rig.request("r1", snapshot(card))
+        rig.accept("r1")
+        rig.harness.endSession()
+        rig.request("r2", reference(card))
+        self.assertEqual(rig.sent()["card"]["mode"], "snapshot")
+
+    def test_gameChangingItsDictLater(self) -> None:
+        """
+        The store keeps its own copy, so a game that edits the card it sent in
+        place still gets correct patches.
+        """
+        rig = Rig()
+        rig.newSession()
+        card = exampleCard()
+        rig.request("r1", snapshot(card))
+        rig.accept("r1")
+        card["data"]["name"] = "Renamed in place"
+        rig.request("r2", snapshot(card))
+        self.assertEqual(rig.engine.accept(rig.sent()["card"]), independentHash(card))
+
+
+class RefusalTests(SynchronousTestCase):
+    def test_invalidCardRefusedLocally(self) -> None:
+        rig = Rig()
+        rig.newSession()
+        card = exampleCard()
+        card["data"]["name"] = 5
+        rig.request("r1", snapshot(card, "0" * 64))
+        self.assertEqual(rig.harness.sentToEngine, [])
+        [error] = rig.harness.sentToGame
+        self.assertEqual(error.type, "request.error")
+        self.assertEqual(error["code"], "invalid_character_card")
+        self.assertEqual(error["requestId"], "r1")
+        self.assertIs(error["retryable"], False)
+        self.assertIn("data.name", error["message"])
+        self.assertIn("sourceMessageId", error)
+
+    def test_missingFieldNamed(self) -> None:
+        rig = Rig()
+        rig.newSession()
+        card = exampleCard()
+        del card["data"]["tags"]
+        rig.harness.toEngine(
+            "character.sync", integrationId="g", characterId="c", card=snapshot(card, "0" * 64)
+        )
+        self.assertEqual(rig.harness.sentToEngine, [])
+        self.assertIn("data.tags", rig.harness.sentToGame[0]["message"])
+        self.assertNotIn("requestId", rig.harness.sentToGame[0])
+
+
+class ResyncTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.rig = Rig()
+        self.rig.newSession()
+        self.card = exampleCard()
+        self.rig.request("r1", snapshot(self.card), client="c7")
+        self.rig.accept("r1")
+        self.rig.request("r2", snapshot(self.card), client="c7")
+        self.assertEqual(self.rig.sent()["card"]["mode"], "reference")
+        self.rig.harness.sentToGame.clear()
+
+    def resyncError(self, requestId: str) -> None:
+        self.rig.harness.toGame(
+            "request.error",
+            requestId=requestId,
+            code="card_resync_required",
+            message="card is not cached in this session",
+            retryable=True,
+        )
+
+    def test_healed(self) -> None:
+        first = self.rig.sent()
+        self.resyncError("r2")
+        self.assertEqual(self.rig.harness.sentToGame, [])
+        again = self.rig.sent()
+        self.assertIsNot(again, first)
+        self.assertEqual(again.requestId, "r2")
+        self.assertEqual(again.type, "reply.request")
+        self.assertEqual(again["card"], snapshot(self.card))
+        self.assertEqual(again["event"], first["event"])
+        self.assertNotEqual(again.messageId, first.messageId)
+        self.assertEqual(again.meta.get("client"), "c7")
+        entry = self.rig.timeline.get("r2")
+        assert entry is not None
+        self.assertEqual(entry.details["cardMode"], "snapshot")
+        # The forgotten hash is not referenced until acknowledged again.
+        self.rig.request("r3", snapshot(self.card))
+        self.assertEqual(self.rig.sent()["card"]["mode"], "snapshot")
+        self.rig.harness.toGame("reply.accepted", requestId="r2")
+        self.rig.request("r4", snapshot(self.card))
+        self.assertEqual(self.rig.sent()["card"]["mode"], "reference")
+
+    def test_secondFailureSurfaces(self) -> None:
+        self.resyncError("r2")
+        sentBefore = len(self.rig.harness.sentToEngine)
+        self.resyncError("r2")
+        self.assertEqual(len(self.rig.harness.sentToEngine), sentBefore)
+        [error] = self.rig.harness.sentToGame
+        self.assertEqual((error["code"], error.requestId), ("card_resync_required", "r2"))
+
+    def test_unknownRequestPassesThrough(self) -> None:
+        self.resyncError("never-sent")
+        self.assertEqual(self.rig.harness.typesToGame(), ["request.error"])
+
+    def test_endedRequestNotResent(self) -> None:
+        self.rig.harness.toGame("reply.completed", requestId="r2")
+        self.resyncError("r2")
+        self.assertEqual(self.rig.harness.typesToGame(), ["reply.completed", "request.error"])
+
+
+class ControlledHasher(CardHasher):
+    """
+    A hasher whose answers wait until the test releases them.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.pending: list[tuple[Deferred[str], dict[str, Any]]] = []
+
+    def hash(self, document: Any) -> Deferred[str]:
+        d: Deferred[str] = Deferred()
+        self.pending.append((d, document))
+        return d
+
+    def release(self) -> None:
+        d, document = self.pending.pop(0)
+        d.callback(independentHash(document))
+
+
+class OrderTests(SynchronousTestCase):
+    def test_laterEnvelopesWaitBehindAHeldOne(self) -> None:
+        hasher = ControlledHasher()
+        rig = Rig(hasher=hasher)
+        rig.newSession()
+        held = rig.request("r1", snapshot(exampleCard()))
+        cancel = rig.harness.toEngine("request.cancel", requestId="r1")
+        rig.request("r2", snapshot(exampleCard(name="Other")))
+        self.assertFalse(held.called)
+        self.assertFalse(cancel.called)
+        self.assertEqual(rig.harness.sentToEngine, [])
+        hasher.release()
+        self.assertEqual(rig.harness.typesToEngine(), ["reply.request", "request.cancel"])
+        hasher.release()
+        self.assertEqual([e.requestId for e in rig.harness.sentToEngine], ["r1", "r1", "r2"])
+        self.successResultOf(held)
+        self.successResultOf(cancel)
+
+    def test_largeCardInlineOnAClock(self) -> None:
+        rig = Rig()
+        rig.newSession()
+        big = largeCard()
+        self.assertGreater(jsonSize(big), 32 * 1024)
+        self.successResultOf(rig.request("r1", snapshot(big)))
+        rig.accept("r1")
+        self.successResultOf(rig.request("r2", snapshot(largeCard(marker="*"))))
+        self.assertEqual(rig.sent()["card"]["mode"], "patch")
+        self.assertEqual(rig.plugin.threaded, 0)
+
+
+class LargeCardThreadTests(TestCase):
+    """
+    With a real reactor, a large card's hash and diff are computed in the
+    reactor's thread pool: the chain gets an unfired Deferred and the reactor
+    goes on while the work runs.
+    """
+
+    @inlineCallbacks
+    def test_threaded(self) -> Generator[Deferred[Any], Any, None]:
+        from twisted.internet import reactor
+
+        rig = Rig(hasher=CardHasher(reactor), clock=reactor)  # type: ignore[arg-type]
+        rig.newSession()
+        big = largeCard()
+        d = rig.request("r1", snapshot(big, "0" * 64))
+        self.assertFalse(d.called)
+        cancel = rig.harness.toEngine("request.cancel", requestId="r0")
+        self.assertFalse(cancel.called)
+        self.assertEqual(rig.harness.sentToEngine, [])
+        yield d
+        yield cancel
+        self.assertEqual(rig.harness.typesToEngine(), ["reply.request", "request.cancel"])
+        self.assertEqual(rig.harness.sentToEngine[0]["card"]["targetHash"], independentHash(big))
+        self.assertEqual(rig.hasher.computed, 1)
+        rig.accept("r1")
+
+        changed = largeCard(marker="!")
+        d = rig.request("r2", snapshot(changed))
+        self.assertFalse(d.called)
+        yield d
+        transfer = rig.sent()["card"]
+        self.assertEqual(transfer["mode"], "patch")
+        self.assertEqual(rig.plugin.threaded, 1)
+        self.assertEqual(rig.engine.accept(transfer), independentHash(changed))
+
+
+def reordered(value: Any) -> Any:
+    """
+    The same JSON with every object's keys in reverse order.
+    """
+    if isinstance(value, dict):
+        return {k: reordered(value[k]) for k in reversed(list(value))}
+    if isinstance(value, list):
+        return [reordered(v) for v in value]
+    return value
+
+
+_text = st.text(max_size=30)
+_scalar = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-1000, 1000),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    _text,
+)
+
+
+@st.composite
+def cards(draw: Any) -> dict[str, Any]:
+    entries = draw(
+        st.lists(
+            st.fixed_dictionaries({"keys": st.lists(_text, max_size=2), "content": _text}),
+            max_size=4,
+        )
+    )
+    return exampleCard(
+        description=draw(st.sampled_from(["", "Kind.", "Mira runs the inn."]) | _text),
+        tags=draw(st.lists(_text, max_size=3)),
+        extensions=draw(st.dictionaries(st.text(max_size=4), _scalar, max_size=3)),
+        character_book={"name": "lore", "extensions": {}, "entries": entries},
+    )
+
+
+class PropertyTests(SynchronousTestCase):
+    @settings(max_examples=60, deadline=None)
+    @given(cards())
+    def test_hashStableUnderKeyOrder(self, card: dict[str, Any]) -> None:
+        rig = Rig()
+        rig.newSession()
+        rig.request("r1", snapshot(reordered(card), "0" * 64))
+        self.assertEqual(rig.sent()["card"]["targetHash"], independentHash(card))
+        rig.accept("r1")
+        rig.request("r2", snapshot(card, "0" * 64))
+        self.assertEqual(rig.sent()["card"], reference(card))
+
+    @settings(max_examples=60, deadline=None)
+    @given(cards(), cards())
+    def test_patchReproducesTarget(self, base: dict[str, Any], target: dict[str, Any]) -> None:
+        rig = Rig()
+        rig.newSession()
+        rig.request("r1", snapshot(base))
+        rig.accept("r1")
+        rig.request("r2", snapshot(target))
+        transfer = rig.sent()["card"]
+        self.assertEqual(transfer["targetHash"], independentHash(target))
+        if transfer["mode"] == "patch":
+            patched = jsonpatch.apply_patch(base, transfer["patch"])
+            self.assertEqual(independentHash(patched), transfer["targetHash"])
+            self.assertLess(jsonSize(transfer["patch"]), jsonSize(target))
+        else:
+            self.assertIn(transfer["mode"], ("snapshot", "reference"))
+            self.assertEqual(rig.engine.accept(transfer), independentHash(target))

@@ -1,0 +1,47 @@
+"""
+C{twistd rpmiddleware --demo}: the simulator connects in-process and a
+scripted turn streams to completion.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import reactor
+from twisted.internet.defer import inlineCallbacks
+from twisted.logger import globalLogPublisher
+from twisted.trial.unittest import TestCase
+
+from rpmiddleware.demo import DemoService
+from rpmiddleware.tap import Options, makeService
+
+
+class DemoTests(TestCase):
+    timeout = 30
+
+    @inlineCallbacks
+    def test_demoPlaysATurn(self) -> Any:
+        events: list[dict[str, Any]] = []
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        self.patch(DemoService, "pacing", {"tokensPerSecond": None, "audioRealtime": False})
+        options = Options()
+        options.parseOptions(["--demo", "--port", "0"])
+        top = makeService(options, reactor)
+        top.privilegedStartService()
+        top.startService()
+        self.addCleanup(top.stopService)
+        demo: Any = top.getServiceNamed("demo")  # type: ignore[attr-defined]
+        completed = yield demo.ready
+        self.assertEqual(completed.type, "reply.completed")
+        self.assertTrue(demo.turn.text().strip())
+        types = [e.type for e in demo.turn.envelopes]
+        self.assertEqual(types[0], "reply.accepted")
+        self.assertIn("reply.text.delta", types)
+        self.assertIn("reply.audio.chunk", types)
+        self.assertEqual(types[-1], "reply.completed")
+        said = [e for e in events if e.get("log_format", "").startswith("demo: Mira says")]
+        self.assertTrue(said, "the reply is logged as it streams")
+        url = f"https://rpengine.gemtavern.com/#port={demo.port}"
+        link = [e for e in events if e.get("link") == url]
+        self.assertEqual(len(link), 1, "the connect link with the real port is logged")
