@@ -13,10 +13,21 @@ the request actually leaves in.
 
 from __future__ import annotations
 
+from plugins.audio_resample import audioResample
 from plugins.capacity_gate import capacityGate
 from plugins.card_cache import cardCache
+from plugins.envelope_log import envelopeLog
+from plugins.moderation import moderation
 from rpmiddleware.interfaces import IPluginFactory
 
-FACTORIES: list[IPluginFactory] = [capacityGate, cardCache]
+FACTORIES: list[IPluginFactory] = [moderation, audioResample, capacityGate, cardCache, envelopeLog]
 
-DEFAULT_CHAIN: dict[str, int] = {"capacity-gate": 300, "card-cache": 400}
+#: Moderation nearest the game so a blocked turn takes no capacity; audio is
+#: checked before it takes a place in the gate; the per-envelope log is opt-in
+#: (``logging = 500`` in [chain.plugins]) because it is one line per envelope.
+DEFAULT_CHAIN: dict[str, int] = {
+    "moderation": 100,
+    "audio-resample": 200,
+    "capacity-gate": 300,
+    "card-cache": 400,
+}

@@ -59,8 +59,7 @@ def canonicalFormat(name: Any) -> str:
     canonical = FORMAT_ALIASES.get(name.lower()) if isinstance(name, str) else None
     if canonical is None:
         raise AudioError(
-            f"format {name!r} is not supported (expected pcm_s16le or pcm_f32le, "
-            "or s16/f32)"
+            f"format {name!r} is not supported (expected pcm_s16le or pcm_f32le, or s16/f32)"
         )
     return canonical
 

@@ -20,13 +20,27 @@ from tests.test_chain import Recorder
 from tests.test_engine_session import FakeWriter
 
 
+class MetaRecorder(Recorder):
+    """
+    Also keeps a copy of the meta of every envelope going to the engine.
+    """
+
+    def __init__(self, name: str, trail: list[str]) -> None:
+        super().__init__(name, trail)
+        self.metas: list[dict[str, Any]] = []
+
+    def envelopeToEngine(self, envelope: Envelope, context: Any) -> Any:
+        self.metas.append(dict(envelope.meta))
+        return super().envelopeToEngine(envelope, context)
+
+
 class Harness:
     def __init__(self, waitingLimit: int = 64) -> None:
         self.clock = Clock()
         settings = Settings()
         settings.engine.waiting_limit = waitingLimit
         self.trail: list[str] = []
-        self.plugin = Recorder("recorder", self.trail)
+        self.plugin = MetaRecorder("recorder", self.trail)
         self.middleware = Middleware(self.clock, settings, [self.plugin])
         self.middleware.registerCharacter("mira", exampleCard())
 
@@ -141,6 +155,25 @@ class LostSessionTests(SynchronousTestCase):
         self.assertEqual([m["requestId"] for m in resent], [stream.requestId])
         self.assertEqual(resent[0]["sessionId"], second.sessionId)
         self.assertEqual(resent[0]["card"]["mode"], "snapshot")
+
+    def test_resentKeepsCallerMeta(self) -> None:
+        """
+        A resent request keeps the caller's annotations (who asked, the rate
+        it wants audio at), which plugins need on the second pass too.
+        """
+        h = Harness()
+        seen = h.plugin.metas
+        first, _ = h.connect()
+        h.middleware.requestReply(
+            "mira", text="Hello", meta={"client": "c7", "outputSampleRate": 24000}
+        )
+        first.connectionLost()
+        h.connect()
+        self.assertEqual(len(seen), 2)
+        self.assertEqual(seen[1]["client"], "c7")
+        self.assertEqual(seen[1]["outputSampleRate"], 24000)
+        self.assertTrue(seen[1]["resubmitted"])
+        self.assertNotIn("decisions", seen[1])
 
     def test_ackedEndsWithRetryableError(self) -> None:
         """

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 #: Messages that still mean something in a later session.
 RESENDABLE = frozenset({"reply.request", "voice.capture.start", "character.sync"})
+#: What the chain writes into meta on a pass; not carried into a new pass.
+_CHAIN_META = frozenset({"enteredAt", "decisions", "origin"})
 #: Messages that withdraw a request.
 WITHDRAWING = frozenset({"request.cancel", "voice.capture.cancel", "voice.capture.stop"})
 
@@ -48,6 +50,7 @@ class EngineLink:
         self.waitingLimit = waitingLimit
         self._waiting: deque[Envelope] = deque()
         self._open: dict[str, tuple[EngineSession, Envelope]] = {}
+        self._resubmitted: list[Envelope] = []
         self._stateObservers: list[Callable[[EngineSession | None], None]] = []
 
     @property
@@ -110,6 +113,8 @@ class EngineLink:
                 return
             envelope.fields.pop("messageId", None)
             envelope.fields.pop("sessionId", None)
+            for key in _CHAIN_META:
+                envelope.meta.pop(key, None)
             self._waiting.append(envelope)
             self.log.info(
                 "no RPEngine connected; {envelope} waits ({count} waiting)",
@@ -197,17 +202,32 @@ class EngineLink:
         for envelope in session.unacknowledged():
             if envelope.messageId in unacked and envelope.type == "character.sync":
                 self._resubmit(envelope)
+        self._waiting.extendleft(reversed(self._resubmitted))
+        self._resubmitted.clear()
 
     def _resubmit(self, envelope: Envelope) -> None:
+        """
+        Send C{envelope} again in the next session: through the chain now if
+        a session is live (a newer RPEngine replaced the old one), otherwise
+        at the head of the waiting line, which enters the chain when one
+        starts.  It never counts against the waiting limit: it was accepted
+        once already.
+        """
+        # The caller's annotations (client, outputSampleRate) go along; what the
+        # chain recorded about the first pass does not.
+        meta = {k: v for k, v in envelope.meta.items() if k not in _CHAIN_META}
         again = Envelope(
             {k: v for k, v in envelope.fields.items() if k not in ("messageId", "sessionId")},
-            {"resubmitted": True},
+            {**meta, "resubmitted": True},
         )
         self.log.info(
             "resending {envelope}, which RPEngine never acknowledged, in the next session",
             envelope=summarize(again.fields),
         )
-        self._chain().sendToEngine(again)
+        if self.session is None:
+            self._resubmitted.append(again)
+        else:
+            self._chain().sendToEngine(again)
 
     def openRequests(self) -> list[str]:
         return list(self._open)

@@ -1,0 +1,375 @@
+"""
+The audio-resample plugin: lets games speak any PCM to RPEngine and hear its
+speech at the rate they play.
+
+RPEngine accepts only mono 16 kHz PCM of at most 30 s and always speaks
+44.1 kHz mono PCM16.  Games record at whatever their engine uses and often
+mix at 48 or 24 kHz; converting here spares every integration a resampler
+and, going out, keeps a reply's chunks continuous, which a game resampling
+each chunk on its own cannot (every chunk edge would click).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+
+import numpy as np
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from rpmiddleware.audio import (
+    QUALITIES,
+    AudioError,
+    Samples,
+    StreamResampler,
+    canonicalFormat,
+    decodeBase64,
+    decodePcm,
+    encodeBase64,
+    encodePcm,
+    resample,
+    toMono,
+)
+from rpmiddleware.envelope import Envelope
+from rpmiddleware.interfaces import (
+    IChainContext,
+    IEngineSessionInfo,
+    IEnvelopePlugin,
+    IPluginServices,
+)
+from rpmiddleware.messages import (
+    INPUT_AUDIO_FORMATS,
+    INPUT_SAMPLE_RATE,
+    MAX_INPUT_AUDIO_SECONDS,
+    MESSAGES,
+    OUTPUT_SAMPLE_RATE,
+)
+from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
+
+NAME = "audio-resample"
+MIN_RATE = 8000
+MAX_RATE = 192000
+_OPENING = ("reply.request", "voice.capture.start")
+
+
+@dataclass(frozen=True)
+class ResampleSettings:
+    """
+    The plugin's TOML table, checked.
+    """
+
+    #: The format converted input audio is sent to RPEngine in.
+    engine_format: str = "pcm_s16le"
+    #: Output rate for requests that do not say theirs; 0 leaves 44.1 kHz.
+    default_output_rate: int = 0
+    #: soxr quality recipe, both directions.
+    quality: str = "HQ"
+
+    @classmethod
+    def fromMapping(cls, settings: Mapping[str, Any]) -> ResampleSettings:
+        rejectUnknownSettings(NAME, settings, {"engine_format", "default_output_rate", "quality"})
+        engineFormat = settings.get("engine_format", cls.engine_format)
+        if engineFormat not in INPUT_AUDIO_FORMATS:
+            raise ValueError(
+                f"engine_format must be one of {', '.join(sorted(INPUT_AUDIO_FORMATS))}, "
+                f"got {engineFormat!r}"
+            )
+        rate = settings.get("default_output_rate", cls.default_output_rate)
+        if not _isRate(rate) and rate != 0:
+            raise ValueError(
+                f"default_output_rate must be 0 or a whole number from {MIN_RATE} to "
+                f"{MAX_RATE}, got {rate!r}"
+            )
+        quality = settings.get("quality", cls.quality)
+        if quality not in QUALITIES:
+            raise ValueError(f"quality must be one of {', '.join(QUALITIES)}, got {quality!r}")
+        return cls(engineFormat, rate, quality)
+
+
+def _isRate(value: Any) -> TypeGuard[int]:
+    return type(value) is int and MIN_RATE <= value <= MAX_RATE
+
+
+def normalizeEventAudio(
+    audio: Any, engineFormat: str = "pcm_s16le", quality: str = "HQ"
+) -> dict[str, Any] | None:
+    """
+    The C{event.audio} object RPEngine accepts for C{audio}.
+
+    @return: C{None} when C{audio} already conforms (it is then sent as it
+        came, bytes untouched), else a new object in C{engineFormat}.
+    @raise AudioError: saying exactly what cannot be converted, naming the
+        field, fit for a C{request.error} message.
+    """
+    if not isinstance(audio, Mapping):
+        raise AudioError("event.audio must be an object")
+    try:
+        fmt = canonicalFormat(audio.get("format"))
+        rate = audio.get("sampleRate")
+        if not _isRate(rate):
+            raise AudioError(
+                f"sampleRate must be a whole number from {MIN_RATE} to {MAX_RATE}, got {rate!r}"
+            )
+        channels = audio.get("channels", 1)
+        if type(channels) is not int or channels not in (1, 2):
+            raise AudioError(f"channels must be 1 or 2, got {channels!r}")
+        raw = decodeBase64(audio.get("data"))
+        if not raw:
+            raise AudioError("data is empty")
+        frames = decodePcm(raw, fmt, channels)
+    except AudioError as e:
+        raise AudioError(f"event.audio.{e}")
+    seconds = len(frames) / rate
+    if seconds > MAX_INPUT_AUDIO_SECONDS:
+        raise AudioError(
+            f"event.audio is {seconds:.3f} s long; RPEngine accepts at most "
+            f"{MAX_INPUT_AUDIO_SECONDS:g} s"
+        )
+    conforming = audio.get("format") in INPUT_AUDIO_FORMATS
+    if conforming and rate == INPUT_SAMPLE_RATE and channels == 1:
+        return None
+    mono = resample(toMono(frames), rate, INPUT_SAMPLE_RATE, quality)
+    return {
+        **audio,
+        "format": engineFormat,
+        "sampleRate": INPUT_SAMPLE_RATE,
+        "channels": 1,
+        "data": encodeBase64(encodePcm(mono, engineFormat)),
+    }
+
+
+@dataclass
+class _Segment:
+    """
+    One sentence of speech being resampled as its chunks pass.
+    """
+
+    key: Any
+    resampler: StreamResampler
+    #: A byte of a PCM16 sample split across two chunks.
+    carry: bytes = b""
+    lastChunkSequence: Any = None
+
+
+@dataclass
+class _Reply:
+    """
+    Output conversion state of one request.
+    """
+
+    outRate: int
+    inRate: int = OUTPUT_SAMPLE_RATE
+    segment: _Segment | None = None
+    #: Tail chunks originated so far: later chunks' sequence moves up by this.
+    shift: int = 0
+    lastSequence: int | None = None
+    bytesOut: int = 0
+
+    @property
+    def converting(self) -> bool:
+        return self.inRate != self.outRate
+
+
+@implementer(IEnvelopePlugin)
+class AudioResample(ChainPlugin):
+    """
+    Converts input audio to what RPEngine accepts and output speech to the
+    rate each requester asked for in C{meta["outputSampleRate"]}.
+    """
+
+    name = NAME
+    log = Logger()
+
+    def __init__(self, settings: ResampleSettings | None = None) -> None:
+        self.settings = settings or ResampleSettings()
+        self._rates: dict[str, int] = {}
+        self._replies: dict[str, _Reply] = {}
+
+    # Toward RPEngine.
+
+    def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
+        kind = envelope.type
+        if kind in _OPENING:
+            self._rememberRate(envelope)
+        if kind != "reply.request":
+            return envelope
+        event = envelope.get("event")
+        if not isinstance(event, dict) or event.get("audio") is None:
+            return envelope
+        try:
+            converted = normalizeEventAudio(
+                event["audio"], self.settings.engine_format, self.settings.quality
+            )
+        except AudioError as e:
+            self._refuse(envelope, context, str(e))
+            return None
+        if converted is not None:
+            envelope["event"] = {**event, "audio": converted}
+        return envelope
+
+    def _rememberRate(self, envelope: Envelope) -> None:
+        requestId = envelope.requestId
+        if requestId is None:
+            return
+        rate = envelope.meta.get("outputSampleRate")
+        if rate is None or rate == 0:
+            self._rates.pop(requestId, None)
+        elif _isRate(rate):
+            self._rates[requestId] = rate
+        else:
+            self.log.warn(
+                "request {requestId} asked for output sample rate {rate!r}, not a whole "
+                "number from {low} to {high}; using the default",
+                requestId=requestId,
+                rate=rate,
+                low=MIN_RATE,
+                high=MAX_RATE,
+            )
+            self._rates.pop(requestId, None)
+
+    def _refuse(self, envelope: Envelope, context: IChainContext, message: str) -> None:
+        requestId = envelope.requestId
+        self._rates.pop(requestId or "", None)
+        fields: dict[str, Any] = {}
+        if requestId is not None:
+            fields["requestId"] = requestId
+        if envelope.messageId is not None:
+            fields["sourceMessageId"] = envelope.messageId
+        session = context.session
+        answer = Envelope.build(
+            "request.error",
+            session.sessionId if session is not None else None,
+            **fields,
+            code="invalid_audio",
+            message=message,
+            retryable=False,
+        )
+        answer.meta["synthetic"] = True
+        self.log.info("refused the audio of {requestId}: {why}", requestId=requestId, why=message)
+        context.sendToGame(answer)
+
+    # Toward the game.
+
+    def envelopeToGame(self, envelope: Envelope, context: IChainContext) -> Any:
+        requestId = envelope.requestId
+        if requestId is None:
+            return envelope
+        kind = envelope.type
+        if kind == "reply.audio.chunk":
+            reply = self._reply(requestId)
+            if reply is not None and reply.converting:
+                self._convertChunk(reply, envelope, context)
+        elif kind == "reply.audio.start":
+            reply = self._reply(requestId)
+            if reply is not None:
+                rate = envelope.get("sampleRate")
+                reply.inRate = rate if _isRate(rate) else OUTPUT_SAMPLE_RATE
+                if reply.converting:
+                    envelope["sampleRate"] = reply.outRate
+        elif kind == "reply.audio.completed":
+            reply = self._replies.get(requestId)
+            if reply is not None and reply.converting:
+                self._endSegment(reply, envelope, context)
+                if type(envelope.get("chunks")) is int:
+                    envelope["chunks"] += reply.shift
+                if type(envelope.get("bytes")) is int:
+                    envelope["bytes"] = reply.bytesOut
+        else:
+            spec = MESSAGES.get(kind)
+            if spec is not None and spec.terminal:
+                reply = self._replies.pop(requestId, None)
+                self._rates.pop(requestId, None)
+                if reply is not None:
+                    self._endSegment(reply, envelope, context)
+        return envelope
+
+    def _reply(self, requestId: str) -> _Reply | None:
+        reply = self._replies.get(requestId)
+        if reply is None:
+            rate = self._rates.get(requestId, self.settings.default_output_rate)
+            if not rate:
+                return None
+            reply = self._replies[requestId] = _Reply(rate)
+        return reply
+
+    def _convertChunk(self, reply: _Reply, envelope: Envelope, context: IChainContext) -> None:
+        key = envelope.get("segmentSequence")
+        segment = reply.segment
+        if segment is not None and segment.key != key:
+            # A new sentence began without the last one saying it was final.
+            self._endSegment(reply, envelope, context)
+            segment = None
+        if segment is None:
+            resampler = StreamResampler(reply.inRate, reply.outRate, self.settings.quality)
+            segment = reply.segment = _Segment(key, resampler)
+        try:
+            raw = segment.carry + decodeBase64(envelope.get("data"))
+        except AudioError as e:
+            self.log.warn(
+                "reply.audio.chunk {sequence} of {requestId}: {why}; its audio is skipped",
+                sequence=envelope.get("sequence"),
+                requestId=envelope.requestId,
+                why=str(e),
+            )
+            raw = segment.carry
+        cut = len(raw) - len(raw) % 2
+        segment.carry = raw[cut:]
+        out = segment.resampler.feed(decodePcm(raw[:cut], "pcm_s16le"))
+        segment.lastChunkSequence = envelope.get("chunkSequence")
+        if envelope.get("final") is True:
+            out = np.concatenate([out, segment.resampler.flush()])
+            reply.segment = None
+        sequence = envelope.get("sequence")
+        if type(sequence) is int:
+            envelope["sequence"] = sequence + reply.shift
+            reply.lastSequence = sequence + reply.shift
+        self._write(reply, envelope.fields, out)
+
+    def _write(self, reply: _Reply, fields: dict[str, Any], samples: Samples) -> None:
+        pcm = encodePcm(samples, "pcm_s16le")
+        reply.bytesOut += len(pcm)
+        fields["data"] = encodeBase64(pcm)
+        fields["sampleRate"] = reply.outRate
+        fields["samples"] = len(samples)
+
+    def _endSegment(self, reply: _Reply, current: Envelope, context: IChainContext) -> None:
+        """
+        Flush a segment that ended without a C{final} chunk, sending its
+        tail as one more chunk ahead of C{current}.
+        """
+        segment, reply.segment = reply.segment, None
+        if segment is None:
+            return
+        tail = segment.resampler.flush()
+        if not len(tail):
+            return
+        fields: dict[str, Any] = {"requestId": current.requestId}
+        if reply.lastSequence is not None:
+            fields["sequence"] = reply.lastSequence + 1
+            reply.lastSequence += 1
+            reply.shift += 1
+        fields["segmentSequence"] = segment.key
+        if type(segment.lastChunkSequence) is int:
+            fields["chunkSequence"] = segment.lastChunkSequence + 1
+        fields["final"] = True
+        self._write(reply, fields, tail)
+        chunk = Envelope.build("reply.audio.chunk", current.sessionId, **fields)
+        chunk.meta["synthetic"] = True
+        context.sendToGame(chunk)
+
+    def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
+        self._rates.clear()
+        self._replies.clear()
+
+
+def _build(settings: Mapping[str, Any], services: IPluginServices) -> AudioResample:
+    return AudioResample(ResampleSettings.fromMapping(settings))
+
+
+audioResample = PluginFactory(
+    NAME,
+    "Converts input audio to 16 kHz mono PCM and RPEngine's speech to the requester's rate.",
+    _build,
+)
