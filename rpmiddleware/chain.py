@@ -87,10 +87,7 @@ class PluginChain:
         self._ends = {Direction.TO_ENGINE: toEngine, Direction.TO_GAME: toGame}
         contexts = [_PluginContext(self, i, p) for i, p in enumerate(self.plugins)]
         self._contexts = contexts
-        forward = [
-            (p, p.envelopeToEngine, c)
-            for p, c in zip(self.plugins, contexts, strict=True)
-        ]
+        forward = [(p, p.envelopeToEngine, c) for p, c in zip(self.plugins, contexts, strict=True)]
         backward = [
             (p, p.envelopeToGame, c)
             for p, c in zip(reversed(self.plugins), reversed(contexts), strict=True)

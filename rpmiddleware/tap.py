@@ -67,7 +67,7 @@ def makeService(options: Options, reactor: Any = None) -> service.IService:
 
     # Autobahn logs through txaio, whose level defaults to everything; its
     # debug chatter (every frame, every option) would drown our own events.
-    txaio.set_global_log_level("info")
+    txaio.set_global_log_level("info")  # type: ignore[attr-defined]
 
     try:
         top, middleware = makeMiddlewareService(reactor, options.settings)

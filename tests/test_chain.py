@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet.defer import Deferred
-from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
@@ -22,7 +21,7 @@ from rpmiddleware.interfaces import (
     IPluginFactory,
 )
 from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
-from rpmiddleware.testing.kit import FakeSession, PluginHarness
+from rpmiddleware.testing.kit import FakeSession, PluginHarness, captureLogEvents
 
 
 @implementer(IEnvelopePlugin)
@@ -69,11 +68,7 @@ class Scripted(ChainPlugin):
         return self._toGame(envelope, context) if self._toGame else envelope
 
 
-def capturedErrors(testCase: SynchronousTestCase) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    globalLogPublisher.addObserver(events.append)
-    testCase.addCleanup(globalLogPublisher.removeObserver, events.append)
-    return events
+capturedErrors = captureLogEvents
 
 
 class OrderTests(SynchronousTestCase):
@@ -285,7 +280,7 @@ class ProviderTests(SynchronousTestCase):
     def test_verifyFactory(self) -> None:
         factory = PluginFactory("x", "does x", lambda settings, services: Recorder("x", []))
         self.assertTrue(verifyObject(IPluginFactory, factory))
-        self.assertEqual(factory.buildPlugin({}, None).name, "x")
+        self.assertEqual(factory.buildPlugin({}, None).name, "x")  # type: ignore[arg-type]
 
     def test_verifyContextAndSession(self) -> None:
         harness = PluginHarness(Recorder("a", []))

@@ -9,11 +9,11 @@ from typing import Any
 
 from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
-from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import TestCase
 
 from rpmiddleware.demo import DemoService
 from rpmiddleware.tap import Options, makeService
+from rpmiddleware.testing.kit import captureLogEvents
 
 
 class DemoTests(TestCase):
@@ -21,9 +21,7 @@ class DemoTests(TestCase):
 
     @inlineCallbacks
     def test_demoPlaysATurn(self) -> Any:
-        events: list[dict[str, Any]] = []
-        globalLogPublisher.addObserver(events.append)
-        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        events = captureLogEvents(self)
         self.patch(DemoService, "pacing", {"tokensPerSecond": None, "audioRealtime": False})
         options = Options()
         options.parseOptions(["--demo", "--port", "0"])

@@ -47,7 +47,9 @@ class EndpointTests(TestCase):
         self.assertEqual(welcome["type"], "welcome")
         self.assertEqual(welcome["protocolVersion"], 3)
         self.assertTrue(self.live.middleware.link.connected)
-        self.assertEqual(self.live.middleware.link.session.sessionId, welcome["sessionId"])
+        session = self.live.middleware.link.session
+        assert session is not None
+        self.assertEqual(session.sessionId, welcome["sessionId"])
 
     @inlineCallbacks
     def test_tcpNoDelay(self) -> Any:
@@ -70,7 +72,7 @@ class EndpointTests(TestCase):
     def test_foreignOriginIs403(self) -> Any:
         response = yield treq.get(
             self.live.url("/rp-engine/socket").replace("ws:", "http:"),
-            headers={
+            headers={  # type: ignore[arg-type]
                 "Origin": "https://evil.example",
                 "Upgrade": "websocket",
                 "Connection": "Upgrade",
@@ -139,6 +141,7 @@ class EndpointTests(TestCase):
         client.send(Envelope.build("hello").fields)
         # The repeated hello is dropped too; a valid message proves we are alive.
         session = self.live.middleware.link.session
+        assert session is not None
         client.send(
             Envelope.build(
                 "capacity.update", session.sessionId,
@@ -152,6 +155,7 @@ class EndpointTests(TestCase):
     def test_malformedFrames(self) -> Any:
         client, _ = yield self.handshake()
         session = self.live.middleware.link.session
+        assert session is not None
         client.send(b"{not json")
         client.factory.peer.sendMessage(b"\x00\x01", isBinary=True)
         yield _until(lambda: session.invalidDropped >= 2)

@@ -19,6 +19,7 @@ from rpmiddleware.engine.session import (
 )
 from rpmiddleware.envelope import PROTOCOL, Envelope
 from rpmiddleware.interfaces import IEngineSessionInfo
+from rpmiddleware.testing.kit import captureLogEvents
 
 
 class FakeWriter:
@@ -132,11 +133,7 @@ class ValidationTests(SynchronousTestCase):
         """
         h = SessionHarness()
         h.hello()
-        events: list[dict[str, Any]] = []
-        from twisted.logger import globalLogPublisher
-
-        globalLogPublisher.addObserver(events.append)
-        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        events = captureLogEvents(self)
         bad = [
             "not an object",
             {"type": "reply.completed"},

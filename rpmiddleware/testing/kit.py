@@ -20,6 +20,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
+from twisted.logger import ILogObserver, globalLogPublisher
 from zope.interface import implementer
 
 from rpmiddleware.chain import PluginChain
@@ -112,3 +113,19 @@ def exampleCard(**data: Any) -> dict[str, Any]:
     card: dict[str, Any] = json.loads(text)
     card["data"].update(copy.deepcopy(data))
     return card
+
+
+def captureLogEvents(testCase: Any) -> list[dict[str, Any]]:
+    """
+    Collect every log event published while C{testCase} runs, so a test can
+    assert what was logged (with its fields) rather than scrape text.
+    """
+    events: list[dict[str, Any]] = []
+
+    @implementer(ILogObserver)
+    def observe(event: dict[str, Any]) -> None:
+        events.append(event)
+
+    globalLogPublisher.addObserver(observe)
+    testCase.addCleanup(globalLogPublisher.removeObserver, observe)
+    return events
