@@ -286,3 +286,6 @@ def decodeText(payload: bytes) -> Any:
         return json.loads(payload)
     except (ValueError, UnicodeDecodeError) as e:
         raise ProtocolViolation(f"not valid JSON: {e}")
+    except RecursionError:
+        # Nesting deeper than the interpreter's recursion limit ("[[[[...").
+        raise ProtocolViolation("not valid JSON: nested too deeply")
