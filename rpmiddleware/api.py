@@ -50,8 +50,11 @@ class ReplyCancelled(Exception):
 class ReplyStream:
     log = Logger()
 
-    def __init__(self, requestId: str, cancel: Callable[[ReplyStream], None]) -> None:
+    def __init__(
+        self, requestId: str, cancel: Callable[[ReplyStream], None], retainAudio: bool = True
+    ) -> None:
         self.requestId = requestId
+        self.retainAudio = retainAudio
         self.envelopes: list[Envelope] = []
         self.done: Deferred[Envelope] = Deferred()
         self._observers: list[StreamObserver] = []
@@ -81,7 +84,8 @@ class ReplyStream:
     def received(self, envelope: Envelope) -> None:
         if self.finished:
             return
-        self.envelopes.append(envelope)
+        if self.retainAudio or envelope.type != "reply.audio.chunk":
+            self.envelopes.append(envelope)
         for observer in list(self._observers):
             try:
                 observer(envelope)

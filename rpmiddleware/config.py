@@ -14,7 +14,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from rpmiddleware.messages import SPEECH_OUTPUT_LANGUAGES, VOICES
+
 PRODUCTION_ORIGIN = "https://rpengine.gemtavern.com"
+#: Output sample rates a client may ask for (the audio-resample plugin's range).
+MIN_SAMPLE_RATE = 8000
+MAX_SAMPLE_RATE = 192000
 DEVELOPMENT_ORIGIN = "http://127.0.0.1:5173"
 DEFAULT_PORT = 38471
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
@@ -69,10 +74,77 @@ class GameSettings:
 
 
 @dataclass
+class ClientSettings:
+    """
+    How the client endpoint behaves; see C{docs/client-protocol.md}; the C{[client]} section.
+    """
+
+    #: STUN/TURN servers sent in C{ready} (objects with urls, username?, credential?).
+    ice_servers: list[dict[str, Any]] = field(default_factory=list)
+    #: Seconds a disconnected client's session (and history) is kept for C{reconnect}.
+    session_ttl: float = 1800.0
+    #: Disconnected sessions kept at most; the oldest expire first beyond it.
+    max_sessions: int = 1024
+    #: Conversation entries (player turns and character replies) kept per session.
+    history_limit: int = 200
+    #: A new turn while one is playing cancels the old one (else it waits).
+    barge_in: bool = True
+    #: Turns a client may have waiting behind a playing one when barge-in is off.
+    queued_turns: int = 4
+    #: Output defaults until a client sends C{configure}.
+    default_sample_rate: int = 24000
+    default_voice: str = "F1"
+    default_language: str = "en"
+    streaming: bool = True
+    #: Seconds a turn may wait for RPEngine to accept it (no RPEngine, or busy)
+    #: before it is cancelled with LLM_TIMEOUT; 0 waits for ever.
+    accept_timeout: float = 300.0
+    #: Bytes queued for a client beyond which it counts as not reading: its
+    #: audio stops and its turn is cancelled upstream.
+    send_buffer_soft: int = 2 * 1024 * 1024
+    #: Bytes queued for a client beyond which it is closed with 1008 at once.
+    send_buffer_hard: int = 8 * 1024 * 1024
+    #: Seconds a client may stay over the soft bound before it is closed with 1008.
+    slow_client_grace: float = 10.0
+    #: Attachments kept for the next turn at most (older ones are dropped, and said so).
+    max_attachments: int = 8
+
+    def check(self, source: str = "<defaults>") -> None:
+        """
+        Refuse settings that cannot work, naming the setting.
+        """
+
+        def fail(name: str, why: str) -> ConfigError:
+            return ConfigError(f"{source}: client.{name} {why}")
+
+        if not MIN_SAMPLE_RATE <= self.default_sample_rate <= MAX_SAMPLE_RATE:
+            raise fail(
+                "default_sample_rate",
+                f"must be from {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE}",
+            )
+        if self.default_voice not in VOICES:
+            raise fail("default_voice", "must be one of F1-F5, M1-M5")
+        if self.default_language not in SPEECH_OUTPUT_LANGUAGES:
+            raise fail("default_language", "must be a speech-output language of RPEngine")
+        for name in ("session_ttl", "accept_timeout", "slow_client_grace"):
+            if getattr(self, name) < 0:
+                raise fail(name, "must not be negative")
+        for name in ("max_sessions", "history_limit", "queued_turns", "max_attachments"):
+            if getattr(self, name) < 0:
+                raise fail(name, "must not be negative")
+        if not 0 < self.send_buffer_soft <= self.send_buffer_hard:
+            raise fail("send_buffer_soft", "must be positive and at most send_buffer_hard")
+        for i, server in enumerate(self.ice_servers):
+            if not isinstance(server, dict) or not isinstance(server.get("urls"), str | list):
+                raise fail(f"ice_servers[{i}]", "must be a table with urls")
+
+
+@dataclass
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
     game: GameSettings = field(default_factory=GameSettings)
+    client: ClientSettings = field(default_factory=ClientSettings)
     #: Plugin name -> priority (lower sits nearer the game); None disables.
     chain: dict[str, int | None] = field(default_factory=dict)
     #: Plugin name -> that plugin's own table.
@@ -90,7 +162,12 @@ class Settings:
         return path
 
 
-_SECTIONS = {"server": ServerSettings, "engine": EngineSettings, "game": GameSettings}
+_SECTIONS = {
+    "server": ServerSettings,
+    "engine": EngineSettings,
+    "game": GameSettings,
+    "client": ClientSettings,
+}
 
 
 def _fill(target: Any, table: Mapping[str, Any], where: str, source: str) -> None:
@@ -108,6 +185,9 @@ def _fill(target: Any, table: Mapping[str, Any], where: str, source: str) -> Non
             value = float(value) if ok else value
         elif isinstance(default, int):
             ok = isinstance(value, int) and not isinstance(value, bool)
+        elif name == "ice_servers":
+            # Tables; ClientSettings.check looks inside them.
+            ok = isinstance(value, list) and all(isinstance(v, dict) for v in value)
         elif isinstance(default, list):
             ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         else:
@@ -125,7 +205,7 @@ def _kind(default: Any) -> str:
     if isinstance(default, int):
         return "a whole number"
     if isinstance(default, list):
-        return "a list of strings"
+        return "a list"
     return "a string"
 
 
@@ -241,3 +321,4 @@ def check(settings: Settings) -> None:
             raise ConfigError(f"{source}: {name} must be positive")
     if settings.engine.waiting_limit < 0 or settings.engine.dedup_window < 1:
         raise ConfigError(f"{source}: engine.waiting_limit and engine.dedup_window are too small")
+    settings.client.check(source)

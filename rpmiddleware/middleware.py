@@ -160,6 +160,7 @@ class Middleware:
         output: Mapping[str, Any] | None = None,
         player: Mapping[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
+        retainAudio: bool = True,
         **extra: Any,
     ) -> ReplyStream:
         """
@@ -170,6 +171,9 @@ class Middleware:
         @param meta: middleware-only annotations for the plugins, never sent
             (C{client}: who asked, for fairness; C{outputSampleRate}: the
             rate the caller wants audio at).
+        @param retainAudio: keep audio chunks in the stream's C{envelopes};
+            a caller that forwards them as they come passes C{False} so a
+            long reply's audio is not held twice.
         @param extra: further reply.request fields (interactionMode,
             promptScene, promptDirective, eventId, ...), passed as they are.
         """
@@ -188,6 +192,7 @@ class Middleware:
             output,
             player,
             meta,
+            retainAudio,
             {"event": event, **extra},
         )
 
@@ -200,13 +205,22 @@ class Middleware:
         output: Mapping[str, Any] | None = None,
         player: Mapping[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
+        retainAudio: bool = True,
         **extra: Any,
     ) -> ReplyStream:
         """
         Ask RPEngine to listen to its browser microphone and reply to what it hears.
         """
         return self._open(
-            "voice.capture.start", characterId, card, integrationId, output, player, meta, extra
+            "voice.capture.start",
+            characterId,
+            card,
+            integrationId,
+            output,
+            player,
+            meta,
+            retainAudio,
+            extra,
         )
 
     def stopVoiceCapture(self, stream: ReplyStream) -> None:
@@ -224,6 +238,7 @@ class Middleware:
         output: Mapping[str, Any] | None,
         player: Mapping[str, Any] | None,
         meta: Mapping[str, Any] | None,
+        retainAudio: bool,
         fields: dict[str, Any],
     ) -> ReplyStream:
         integrationId = integrationId or self.settings.game.integration_id
@@ -239,7 +254,7 @@ class Middleware:
             withdraw.meta.update(meta or {})
             self.chain.sendToEngine(withdraw)
 
-        stream = ReplyStream(requestId, cancel)
+        stream = ReplyStream(requestId, cancel, retainAudio=retainAudio)
         self.router.route(requestId, stream.received)
         self.timeline.submitted(requestId, characterId=characterId, kind=kind)
         envelope = Envelope.build(

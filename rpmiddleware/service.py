@@ -13,10 +13,11 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.web.server import Site
 
+from rpmiddleware.client.protocol import ClientFactory
 from rpmiddleware.config import Settings
 from rpmiddleware.engine.protocol import EngineFactory
 from rpmiddleware.middleware import Middleware
-from rpmiddleware.web import ENGINE_PATH, buildSite
+from rpmiddleware.web import CLIENT_PATH, ENGINE_PATH, buildSite
 
 
 class ListenerService(service.Service):
@@ -83,9 +84,15 @@ def makeMiddlewareService(
 ) -> tuple[service.MultiService, Middleware]:
     """
     The listener and everything behind it, ready for twistd or a test.
+
+    @raise rpmiddleware.config.ConfigError: for unusable settings, such as a
+        default character file that is not a valid card.
     """
     middleware = middleware or Middleware.fromSettings(reactor, settings)
-    endpoints: dict[bytes, Any] = {ENGINE_PATH: EngineFactory(reactor, middleware, settings)}
+    endpoints: dict[bytes, Any] = {
+        ENGINE_PATH: EngineFactory(reactor, middleware, settings),
+        CLIENT_PATH: ClientFactory(reactor, middleware, settings),
+    }
     site = buildSite(endpoints)
     top = service.MultiService()
     listener = ListenerService(reactor, site, settings, endpoints)

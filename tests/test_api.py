@@ -44,6 +44,22 @@ class ReplyStreamTests(SynchronousTestCase):
         stream.received(Envelope.build("reply.text.delta", requestId="r1", sequence=2, text="x"))
         self.assertEqual(len(stream.envelopes), 4, "nothing after the terminal envelope")
 
+    def test_audioNotRetained(self) -> None:
+        """
+        A stream asked not to retain audio still shows every chunk to its
+        observers but keeps none of them.
+        """
+        stream = ReplyStream("r1", lambda s: None, retainAudio=False)
+        seen: list[str] = []
+        stream.subscribe(lambda e: seen.append(e.type))
+        chunk = Envelope.build(
+            "reply.audio.chunk", requestId="r1", sequence=0, segmentSequence=0, data="AAAA"
+        )
+        stream.received(chunk)
+        stream.received(Envelope.build("reply.completed", requestId="r1"))
+        self.assertEqual(seen, ["reply.audio.chunk", "reply.completed"])
+        self.assertEqual([e.type for e in stream.envelopes], ["reply.completed"])
+
     def test_failed(self) -> None:
         stream, _ = self.stream()
         stream.received(

@@ -43,6 +43,10 @@ class EngineProtocol(GuardedServerProtocol):
     # MessageWriter, for the session.
 
     def sendText(self, payload: bytes) -> None:
+        if self.state != self.STATE_OPEN:
+            # Closing: Autobahn would raise.  The session keeps what it sent
+            # unacknowledged, so the link sends it again in the next session.
+            return
         self.sendMessage(payload, isBinary=False)
 
     def close(self, code: int, reason: str) -> None:

@@ -1,0 +1,66 @@
+"""
+Vision attachments, for an RPEngine that takes no images.
+
+RPEngine protocol v3 has no field for an image, so what can be passed is
+passed and the rest is said: each attachment's alt text goes with the
+client's next turn as context in C{event.text}; the image itself (its data URI
+or URL) never leaves the middleware, and the client is told so in an
+C{attachments-ack}.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rpmiddleware.client.messages import Attachment
+
+
+def keepPending(
+    pending: list[Attachment], attached: list[Attachment], limit: int
+) -> tuple[list[Attachment], int]:
+    """
+    Add C{attached} to the attachments waiting for the next turn, keeping
+    the newest C{limit}.
+
+    @return: what is kept, and how many older ones were dropped.
+    """
+    kept = pending + attached
+    dropped = max(0, len(kept) - limit)
+    return kept[dropped:], dropped
+
+
+def acknowledgement(
+    attached: list[Attachment], dropped: int, limit: int, when: str
+) -> dict[str, Any]:
+    """
+    The C{attachments-ack} telling the client what of C{attached} reaches
+    RPEngine (C{when}: "this turn" or "your next turn").
+    """
+    withAlt = sum(1 for a in attached if a.usableAlt)
+    notes = [
+        "RPEngine takes no images, so the images themselves are not sent.",
+        f"The alt text of {withAlt} of {len(attached)} goes with {when} as context."
+        if withAlt
+        else "None of them has alt text, so nothing of them reaches the character.",
+    ]
+    if dropped:
+        notes.append(f"{dropped} older attachment(s) beyond {limit} were dropped.")
+    return {
+        "type": "attachments-ack",
+        "received": len(attached),
+        "altTextKept": withAlt,
+        "imagesDropped": len(attached),
+        "olderDropped": dropped,
+        "message": " ".join(notes),
+    }
+
+
+def contextText(attachments: list[Attachment]) -> str | None:
+    """
+    The C{event.text} context standing for the attachments: one line per
+    image that has alt text, or C{None}.
+    """
+    alts = [a.usableAlt for a in attachments if a.usableAlt]
+    if not alts:
+        return None
+    return "\n".join(f"[The player shows an image: {alt}]" for alt in alts)

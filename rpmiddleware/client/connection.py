@@ -1,0 +1,535 @@
+"""
+One client connection: its messages in order, its session, its turns.
+
+Independent of Autobahn (L{rpmiddleware.client.protocol} adapts it) so that
+the rules are read in one place:
+
+  - messages are handled one at a time, in order; while one waits (audio
+    being decoded in a thread) reading from the socket pauses, so a client
+    cannot queue unbounded work and a C{cancel} never overtakes its turn;
+  - one turn plays at a time: a new one cancels it first (barge-in) or, with
+    barge-in off, waits behind it (bounded);
+  - a malformed message is answered with INVALID_MESSAGE and nothing else
+    happens; the session lives on;
+  - when the connection goes, its turn is cancelled upstream and its session
+    waits for a reconnect.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from rpmiddleware.api import ReplyStream
+from rpmiddleware.cards import InvalidCard, validateCard
+from rpmiddleware.client import messages as wire
+from rpmiddleware.client.attachments import acknowledgement, contextText, keepPending
+from rpmiddleware.client.decode import AudioDecodeError, DecodedAudio
+from rpmiddleware.client.endpoint import ClientEndpoint, Writer
+from rpmiddleware.client.errors import (
+    INTERNAL_ERROR,
+    INVALID_MESSAGE,
+    RATE_LIMITED,
+    SESSION_EXPIRED,
+    SESSION_NOT_FOUND,
+    WEBRTC_UNAVAILABLE,
+    errorMessage,
+)
+from rpmiddleware.client.flow import SendGuard
+from rpmiddleware.client.messages import Attachment, InvalidMessage
+from rpmiddleware.client.sessions import ClientSession, SessionLookupError
+from rpmiddleware.client.settings import Character
+from rpmiddleware.client.tts import SpeechOutput
+from rpmiddleware.client.turns import AUDIO, TEXT, VOICE, Turn
+
+#: WebSocket close codes this endpoint uses.
+CLOSE_POLICY = 1008
+CLOSE_TAKEN_OVER = 4001
+
+Opener = Callable[[dict[str, Any]], ReplyStream]
+
+
+class ClientConnection:
+    """
+    @ivar session: the client's session (replaced by a successful reconnect).
+    @ivar current: the turn playing now, if any.
+    """
+
+    log = Logger()
+
+    def __init__(self, endpoint: ClientEndpoint, writer: Writer, peer: str = "") -> None:
+        self.endpoint = endpoint
+        self.settings = endpoint.settings
+        self.writer = writer
+        self.peer = peer
+        self.session: ClientSession = endpoint.sessions.create(self)
+        self.current: Turn | None = None
+        self.waiting: deque[Callable[[], None]] = deque()
+        self.closed = False
+        self.closing = False
+        self._inbox: deque[tuple[bytes, bool]] = deque()
+        self._busy = False
+        self.guard = SendGuard(
+            endpoint.clock,
+            writer.backlog,
+            self.settings.send_buffer_soft,
+            self.settings.send_buffer_hard,
+            self.settings.slow_client_grace,
+            self._congested,
+            self._relieved,
+            self._overflowed,
+        )
+        self._stopCapacity = endpoint.capacity.listen(self._capacityChanged)
+
+    # Life.
+
+    def opened(self) -> None:
+        self.log.info(
+            "client {peer} connected (session {sessionId})",
+            peer=self.peer,
+            sessionId=self.session.id,
+        )
+        self.send(wire.ready(self.session.id, self.settings.ice_servers))
+        self.send(self.endpoint.capacity.message(self.writer.port))
+
+    def lost(self) -> None:
+        """
+        The connection is gone: cancel its work upstream, keep its session.
+        """
+        if self.closed:
+            return
+        self.closed = True
+        self.guard.stop()
+        self._stopCapacity()
+        self._inbox.clear()
+        self.waiting.clear()
+        turn, self.current = self.current, None
+        if turn is not None and not turn.ended:
+            turn.cancel("the client disconnected")
+        if self.session.owner is self:
+            self.endpoint.sessions.detach(self.session)
+        self.log.info(
+            "client {peer} disconnected (session {sessionId} kept for reconnect)",
+            peer=self.peer,
+            sessionId=self.session.id,
+        )
+
+    def takenOver(self) -> None:
+        """
+        Another connection resumed this connection's session.
+        """
+        self.log.info(
+            "session {sessionId} was resumed by another connection; closing {peer}",
+            sessionId=self.session.id,
+            peer=self.peer,
+        )
+        self.closing = True
+        self.waiting.clear()
+        turn, self.current = self.current, None
+        if turn is not None and not turn.ended:
+            turn.cancel("the session was resumed by another connection")
+        self.writer.closeConnection(CLOSE_TAKEN_OVER, "session resumed by another connection")
+
+    # Writing.
+
+    def send(self, message: dict[str, Any], audio: bool = False) -> bool:
+        """
+        Send a message unless the connection is going, or it is audio and
+        the client is not reading.
+        """
+        if self.closed or self.closing:
+            return False
+        if audio and self.guard.congested:
+            return False
+        payload = wire.encode(message)
+        self.writer.sendText(payload)
+        self.guard.wrote(len(payload))
+        return True
+
+    def _error(self, code: str, message: str, retryable: bool = False, **extra: Any) -> None:
+        self.send(errorMessage(code, message, retryable, **extra))
+
+    def _congested(self) -> None:
+        self.log.warn(
+            "client {peer} is not reading ({queued} bytes waiting); its audio stops and its "
+            "turn is cancelled",
+            peer=self.peer,
+            queued=self.guard.pending(),
+            sessionId=self.session.id,
+        )
+        if self.current is not None:
+            self.current.cancel("the client is not reading its messages fast enough")
+
+    def _relieved(self) -> None:
+        self.log.info("client {peer} is reading again", peer=self.peer)
+
+    def _overflowed(self, why: str) -> None:
+        self.log.warn(
+            "closing slow client {peer}: {why}",
+            peer=self.peer,
+            why=why,
+            sessionId=self.session.id,
+        )
+        self.closing = True
+        if self.current is not None:
+            self.current.cancel("the client is not reading its messages")
+        self.writer.closeConnection(CLOSE_POLICY, "client too slow: it does not read its messages")
+
+    def _capacityChanged(self) -> None:
+        self.send(self.endpoint.capacity.message(self.writer.port))
+
+    # Reading.
+
+    def received(self, payload: bytes, isBinary: bool) -> None:
+        if self.closed or self.closing:
+            return
+        self._inbox.append((payload, isBinary))
+        self._drain()
+
+    def _drain(self) -> None:
+        while self._inbox and not self._busy and not (self.closed or self.closing):
+            payload, isBinary = self._inbox.popleft()
+            pending = self._handle(payload, isBinary)
+            if pending is not None:
+                self._busy = True
+                self.writer.pauseReading()
+                pending.addBoth(self._resume)
+
+    def _resume(self, result: object) -> None:
+        self._busy = False
+        if isinstance(result, Failure):
+            self.log.failure("handling a message of client {peer} failed", result, peer=self.peer)
+            self._error(INTERNAL_ERROR, "the middleware failed while handling a message")
+        if not self.closed:
+            self.writer.resumeReading()
+            self._drain()
+
+    def _handle(self, payload: bytes, isBinary: bool) -> Deferred[None] | None:
+        kind = "?"
+        try:
+            message = wire.decodeFrame(payload, isBinary)
+            kind = message["type"]
+            self.log.debug(
+                "client {peer} sent {kind} ({size} bytes)",
+                peer=self.peer,
+                kind=kind,
+                size=len(payload),
+            )
+            return self._HANDLERS[kind](self, message)
+        except InvalidMessage as e:
+            self.log.info("invalid message from client {peer}: {why}", peer=self.peer, why=str(e))
+            self._error(INVALID_MESSAGE, str(e))
+        except Exception:
+            self.log.failure(
+                "handling a {kind} message of client {peer} failed", kind=kind, peer=self.peer
+            )
+            self._error(INTERNAL_ERROR, f"the middleware failed while handling {kind}")
+        return None
+
+    # Messages.
+
+    def _ping(self, message: dict[str, Any]) -> None:
+        self.send(wire.pong(wire.number(message, "timestamp")))
+
+    def _offer(self, message: dict[str, Any]) -> Deferred[None] | None:
+        answer = self.endpoint.answerOffer
+        if answer is not None:
+            return answer(self, message)
+        self._error(
+            WEBRTC_UNAVAILABLE,
+            "this server has no WebRTC; send recordings in audio messages over this WebSocket",
+        )
+        return None
+
+    def _character(self, message: dict[str, Any]) -> None:
+        characterId = wire.identifier(message, "characterId")
+        integrationId = wire.identifier(message, "integrationId", required=False)
+        card = wire.obj(message, "card")
+        try:
+            validateCard(card)
+        except InvalidCard as e:
+            raise InvalidMessage(f"character.card: {e}")
+        assert characterId is not None
+        self.session.character = Character(characterId, integrationId, card)
+        self.log.info(
+            "client {peer} plays character {characterId}",
+            peer=self.peer,
+            characterId=characterId,
+        )
+
+    def _configure(self, message: dict[str, Any]) -> None:
+        self.session.config = self.session.config.updated(wire.configureChanges(message))
+
+    def _attachments(self, message: dict[str, Any]) -> None:
+        self._keepAttachments(wire.attachments(message, required=True), "your next turn")
+
+    def _text(self, message: dict[str, Any]) -> None:
+        typed = wire.string(message, "text")
+        self._characterOrRefuse()
+        context = self._attachmentContext()
+
+        def open(request: dict[str, Any]) -> ReplyStream:
+            text = typed if context is None else f"{context}\n{typed}"
+            return self.endpoint.middleware.requestReply(text=text, **request)
+
+        self._submit(TEXT, typed, open)
+
+    def _audio(self, message: dict[str, Any]) -> Deferred[None]:
+        data = wire.string(message, "data")
+        attached = wire.attachments(message, required=False)
+        self._characterOrRefuse()
+        if attached:
+            self._keepAttachments(attached, "this turn")
+        decoding = self.endpoint.decode(data)
+        return decoding.addCallbacks(self._decoded, self._undecodable)
+
+    def _decoded(self, decoded: DecodedAudio) -> None:
+        if self.closed:
+            return
+        self.log.info(
+            "client {peer} sent {seconds:.2f} s of {container} audio ({rate} Hz, {channels} ch)",
+            peer=self.peer,
+            seconds=decoded.seconds,
+            container=decoded.container,
+            rate=decoded.sampleRate,
+            channels=decoded.channels,
+        )
+        try:
+            self.submitAudio(decoded.eventAudio(self.session.config.inputLanguage))
+        except InvalidMessage as e:
+            self._error(INVALID_MESSAGE, str(e))
+
+    def submitAudio(self, audio: dict[str, Any]) -> None:
+        """
+        Start a turn from a recording already in RPEngine's C{event.audio}
+        shape (PCM at any rate; the audio-resample plugin converts it), with
+        any pending attachments' alt text as context.  The entry point for
+        audio that arrives other than in an C{audio} message (a WebRTC
+        microphone track).
+
+        @raise InvalidMessage: when the client has no character.
+        """
+        context = self._attachmentContext()
+
+        def open(request: dict[str, Any]) -> ReplyStream:
+            return self.endpoint.middleware.requestReply(text=context, audio=audio, **request)
+
+        self._submit(AUDIO, None, open)
+
+    def _undecodable(self, failure: Failure) -> None:
+        if self.closed:
+            return
+        if failure.check(AudioDecodeError):
+            error: Any = failure.value
+            self.log.info(
+                "refused audio from client {peer}: {why}", peer=self.peer, why=error.message
+            )
+            self._error(error.code, error.message)
+        else:
+            self.log.failure("decoding audio from client {peer} failed", failure, peer=self.peer)
+            self._error(INTERNAL_ERROR, "the middleware failed while decoding the audio")
+
+    def _voiceCapture(self, message: dict[str, Any]) -> None:
+        action = wire.voiceAction(message)
+        turn = self.current
+        capture = turn if turn is not None and turn.kind == VOICE and not turn.ended else None
+        if action == "start":
+            self._characterOrRefuse()
+
+            def open(request: dict[str, Any]) -> ReplyStream:
+                return self.endpoint.middleware.captureVoice(**request)
+
+            self._submit(VOICE, None, open)
+        elif capture is None or (action == "stop" and not capture.capturing):
+            raise InvalidMessage(f"voice-capture {action}: no voice capture is in progress")
+        elif action == "stop":
+            self.endpoint.middleware.stopVoiceCapture(capture.stream)
+        else:
+            capture.cancel()
+
+    def _cancel(self, message: dict[str, Any]) -> None:
+        self._dropWaiting("a waiting turn was cancelled by the client")
+        if self.current is not None and not self.current.ended:
+            self.current.cancel()
+
+    def _reconnect(self, message: dict[str, Any]) -> None:
+        sessionId = wire.identifier(message, "sessionId")
+        assert sessionId is not None
+        if sessionId == self.session.id:
+            self.send(wire.reconnectAck(True, sessionId, bool(self.session.history)))
+            return
+        try:
+            session, previous = self.endpoint.sessions.resume(sessionId, self)
+        except SessionLookupError as e:
+            if e.expired:
+                self._error(
+                    SESSION_EXPIRED,
+                    f"session {sessionId} expired (sessions are kept "
+                    f"{self.settings.session_ttl:g} s after a disconnect); this is a new one",
+                )
+            else:
+                self._error(SESSION_NOT_FOUND, f"there is no session {sessionId[:64]}")
+            self.send(wire.reconnectAck(False, self.session.id, False))
+            return
+        if previous is not None and previous is not self:
+            previous.takenOver()
+        self._dropWaiting("a waiting turn was dropped: the connection resumed another session")
+        turn, self.current = self.current, None
+        if turn is not None and not turn.ended:
+            turn.cancel("the connection resumed another session")
+        self.endpoint.sessions.discard(self.session)
+        self.session = session
+        recovered = bool(session.history)
+        self.log.info(
+            "client {peer} resumed session {sessionId} ({entries} history entries)",
+            peer=self.peer,
+            sessionId=sessionId,
+            entries=len(session.history),
+        )
+        self.send(wire.reconnectAck(True, sessionId, recovered))
+        if recovered:
+            self.send({"type": "history", "entries": list(session.history)})
+
+    _HANDLERS: dict[str, Callable[[ClientConnection, dict[str, Any]], Deferred[None] | None]] = {
+        "ping": _ping,
+        "offer": _offer,
+        "reconnect": _reconnect,
+        "audio": _audio,
+        "attachments": _attachments,
+        "character": _character,
+        "configure": _configure,
+        "text": _text,
+        "cancel": _cancel,
+        "voice-capture": _voiceCapture,
+    }
+
+    # Characters and attachments.
+
+    def _characterOrRefuse(self) -> Character:
+        character = self.session.character or self.endpoint.defaultCharacter
+        if character is None:
+            raise InvalidMessage(
+                "send a character message first: this middleware has no default character "
+                "(game.default_character)"
+            )
+        return character
+
+    def _keepAttachments(self, attached: list[Attachment], when: str) -> None:
+        """
+        Keep attachments for the next turn, and tell the client what of them
+        can reach RPEngine (alt text only: v3 takes no images).
+        """
+        kept, dropped = keepPending(
+            self.session.attachments, attached, self.settings.max_attachments
+        )
+        self.session.attachments = kept
+        self.send(acknowledgement(attached, dropped, self.settings.max_attachments, when))
+
+    def _attachmentContext(self) -> str | None:
+        return contextText(self.session.takeAttachments())
+
+    # Turns.
+
+    def _submit(self, kind: str, playerText: str | None, open: Opener) -> None:
+        """
+        Start a turn now (cancelling the one playing, with barge-in) or
+        queue it behind the one playing.
+        """
+        character = self._characterOrRefuse()
+        turn = self.current
+        if turn is not None and not turn.ended:
+            if self.session.config.bargesIn(self.settings):
+                self._dropWaiting("a waiting turn was replaced by a newer one (barge-in)")
+                self.current = None
+                turn.cancel("interrupted by a new turn (barge-in)")
+            elif len(self.waiting) >= self.settings.queued_turns:
+                self._error(
+                    RATE_LIMITED,
+                    f"{len(self.waiting)} turns already wait behind the one playing; "
+                    "wait for reply-complete or send cancel",
+                    retryable=True,
+                )
+                return
+            else:
+                self.waiting.append(lambda: self._start(kind, playerText, open, character))
+                return
+        self._start(kind, playerText, open, character)
+
+    def _start(self, kind: str, playerText: str | None, open: Opener, character: Character) -> None:
+        if self.closed:
+            return
+        config = self.session.config
+        settings = self.settings
+        rate = config.outputRate(settings)
+        request: dict[str, Any] = {
+            "characterId": character.characterId,
+            "card": character.card,
+            "integrationId": character.integrationId,
+            "output": config.output(settings),
+            "player": config.player,
+            "meta": {"client": self.session.id, "outputSampleRate": rate},
+            # The turn forwards each chunk as it comes; keeping them all on the
+            # stream too would hold a whole reply's audio per client.
+            "retainAudio": False,
+            **config.promptFields(),
+        }
+        speech = SpeechOutput(rate, config.streams(settings)) if config.wantsAudio() else None
+        try:
+            stream = open(request)
+        except Exception:
+            self.log.failure("starting a turn for client {peer} failed", peer=self.peer)
+            self._error(INTERNAL_ERROR, "the middleware could not start this turn")
+            self._startWaiting()
+            return
+        turn = Turn(
+            kind,
+            stream,
+            self.send,
+            speech,
+            self.endpoint.clock,
+            settings.accept_timeout,
+            self._turnEnded,
+            playerText,
+        )
+        self.current = turn
+        self.log.info(
+            "client {peer} started a {kind} turn {turnId}",
+            peer=self.peer,
+            kind=kind,
+            turnId=turn.id,
+            sessionId=self.session.id,
+        )
+        turn.start()
+        if not turn.ended and not self.endpoint.middleware.link.connected:
+            self.send(
+                self.endpoint.capacity.message(
+                    self.writer.port, note="Your turn waits for RPEngine."
+                )
+            )
+
+    def _turnEnded(self, turn: Turn) -> None:
+        details = {"turnId": turn.id, "source": turn.kind}
+        self.session.remember("player", turn.transcript or "", **details)
+        if turn.replyText:
+            self.session.remember("character", turn.replyText, outcome=turn.outcome, **details)
+        if self.current is turn:
+            self.current = None
+            self._startWaiting()
+
+    def _startWaiting(self) -> None:
+        if self.waiting and self.current is None and not self.closed:
+            self.waiting.popleft()()
+
+    def _dropWaiting(self, reason: str) -> None:
+        """
+        Forget the turns waiting behind the one playing, telling the client
+        of each (they have no turnId yet).
+        """
+        while self.waiting:
+            self.waiting.popleft()
+            self.send({"type": "tts-cancelled", "reason": reason})

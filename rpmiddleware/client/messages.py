@@ -1,0 +1,340 @@
+"""
+Client messages: parsing and checking what a client sends, and building what
+it receives.
+
+Every problem is an L{InvalidMessage} whose text names the field and what is
+wrong with it, because it goes straight back to the client in an C{error}
+INVALID_MESSAGE and the person reading it is writing a client.  The session
+lives on after any of them.
+
+Unknown fields are ignored (a newer client may send more), except in
+C{configure}, where an unknown key is almost always a typo that would
+silently change nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rpmiddleware.client.settings import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
+from rpmiddleware.messages import AUDIO_INPUT_LANGUAGES, SPEECH_OUTPUT_LANGUAGES, VOICES
+
+#: The version of the voice-client protocol spoken here.
+PROTOCOL_VERSION = 1
+MAX_ID_LENGTH = 256
+#: An attachment's alt text longer than this is cut (it becomes prompt text).
+MAX_ALT_CHARS = 1000
+
+CLIENT_TYPES = (
+    "ping",
+    "offer",
+    "reconnect",
+    "audio",
+    "attachments",
+    "character",
+    "configure",
+    "text",
+    "cancel",
+    "voice-capture",
+)
+VOICE_CAPTURE_ACTIONS = ("start", "stop", "cancel")
+MODALITY_CHOICES = (["text"], ["text", "audio"])
+CONFIGURE_KEYS = frozenset(
+    {
+        "output",
+        "player",
+        "interactionMode",
+        "promptScene",
+        "promptDirective",
+        "inputLanguage",
+        "bargeIn",
+    }
+)
+OUTPUT_KEYS = frozenset({"modalities", "language", "voice", "sampleRate", "streaming"})
+
+
+class InvalidMessage(ValueError):
+    """
+    A client message that cannot be used; the text says why.
+    """
+
+
+# Reading.
+
+
+def decodeFrame(payload: bytes, isBinary: bool) -> dict[str, Any]:
+    """
+    One WebSocket message as a JSON object with a string C{type}.
+    """
+    if isBinary:
+        raise InvalidMessage("binary frames are not part of the protocol; send JSON text")
+    try:
+        value = json.loads(payload.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InvalidMessage("the message is not valid UTF-8")
+    except ValueError as e:
+        raise InvalidMessage(f"the message is not valid JSON: {e}")
+    if not isinstance(value, dict):
+        raise InvalidMessage(f"a message must be a JSON object, got {_jsonName(value)}")
+    kind = value.get("type")
+    if not isinstance(kind, str) or not kind:
+        raise InvalidMessage("a message must have a string type")
+    if kind not in CLIENT_TYPES:
+        raise InvalidMessage(
+            f"unknown message type {kind[:64]!r} (known: {', '.join(CLIENT_TYPES)})"
+        )
+    return value
+
+
+def _jsonName(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _required(message: Mapping[str, Any], name: str) -> Any:
+    if name not in message or message[name] is None:
+        raise InvalidMessage(f"{message['type']} needs {name}")
+    return message[name]
+
+
+def string(message: Mapping[str, Any], name: str, *, empty: bool = False) -> str:
+    value = _required(message, name)
+    if not isinstance(value, str):
+        raise InvalidMessage(f"{message['type']}.{name} must be a string, got {_jsonName(value)}")
+    if not empty and not value.strip():
+        raise InvalidMessage(f"{message['type']}.{name} must not be empty")
+    return value
+
+
+def identifier(message: Mapping[str, Any], name: str, *, required: bool = True) -> str | None:
+    if not required and message.get(name) is None:
+        return None
+    value = string(message, name)
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidMessage(f"{message['type']}.{name} is longer than {MAX_ID_LENGTH} characters")
+    return value
+
+
+def number(message: Mapping[str, Any], name: str) -> float | int:
+    value = _required(message, name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidMessage(f"{message['type']}.{name} must be a number, got {_jsonName(value)}")
+    return value
+
+
+def obj(message: Mapping[str, Any], name: str) -> dict[str, Any]:
+    value = _required(message, name)
+    if not isinstance(value, dict):
+        raise InvalidMessage(f"{message['type']}.{name} must be an object, got {_jsonName(value)}")
+    return value
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """
+    A vision attachment: the seed's C{{data, mimeType?, alt?}}.
+    """
+
+    data: str
+    mimeType: str | None = None
+    alt: str | None = None
+
+    @property
+    def usableAlt(self) -> str | None:
+        """
+        The alt text worth passing to RPEngine as context, cut to size.
+        """
+        alt = " ".join((self.alt or "").split())
+        return alt[:MAX_ALT_CHARS] or None
+
+
+def attachments(message: Mapping[str, Any], *, required: bool) -> list[Attachment]:
+    """
+    The C{attachments} array of an C{attachments} or C{audio} message.
+    """
+    kind = message["type"]
+    value = message.get("attachments")
+    if value is None:
+        if required:
+            raise InvalidMessage(f"{kind} needs attachments")
+        return []
+    if not isinstance(value, list):
+        raise InvalidMessage(f"{kind}.attachments must be an array, got {_jsonName(value)}")
+    result = []
+    for i, item in enumerate(value):
+        where = f"{kind}.attachments[{i}]"
+        if not isinstance(item, dict):
+            raise InvalidMessage(f"{where} must be an object, got {_jsonName(item)}")
+        data = item.get("data")
+        if not isinstance(data, str) or not data:
+            raise InvalidMessage(f"{where}.data must be a non-empty string (a data URI or URL)")
+        for name in ("mimeType", "alt"):
+            if item.get(name) is not None and not isinstance(item[name], str):
+                raise InvalidMessage(f"{where}.{name} must be a string")
+        result.append(Attachment(data, item.get("mimeType"), item.get("alt")))
+    return result
+
+
+def voiceAction(message: Mapping[str, Any]) -> str:
+    action = string(message, "action")
+    if action not in VOICE_CAPTURE_ACTIONS:
+        raise InvalidMessage(
+            f"voice-capture.action must be one of {', '.join(VOICE_CAPTURE_ACTIONS)}, "
+            f"got {action[:32]!r}"
+        )
+    return action
+
+
+def configureChanges(message: Mapping[str, Any]) -> dict[str, Any]:
+    """
+    The settings a C{configure} message changes, all checked before any is
+    applied, as a flat mapping (C{modalities}, C{language}, C{voice},
+    C{sampleRate}, C{streaming}, C{player}, C{interactionMode},
+    C{promptScene}, C{promptDirective}, C{inputLanguage}, C{bargeIn}).  A
+    key given as C{null} resets that setting.
+
+    Voices and languages are checked against the seed's lists here, so a
+    bad one is refused before anything goes to RPEngine.
+    """
+    unknown = sorted(k for k in message if k != "type" and k not in CONFIGURE_KEYS)
+    if unknown:
+        raise InvalidMessage(
+            f"configure has unknown field {unknown[0]!r} "
+            f"(known: {', '.join(sorted(CONFIGURE_KEYS))})"
+        )
+    changes: dict[str, Any] = {}
+    output = message.get("output")
+    if output is not None:
+        if not isinstance(output, dict):
+            raise InvalidMessage(f"configure.output must be an object, got {_jsonName(output)}")
+        unknown = sorted(k for k in output if k not in OUTPUT_KEYS)
+        if unknown:
+            raise InvalidMessage(
+                f"configure.output has unknown field {unknown[0]!r} "
+                f"(known: {', '.join(sorted(OUTPUT_KEYS))})"
+            )
+        changes.update(_outputChanges(output))
+    for name in ("player", "promptScene", "promptDirective"):
+        if name in message:
+            value = message[name]
+            if value is not None and not isinstance(value, dict):
+                raise InvalidMessage(f"configure.{name} must be an object or null")
+            changes[name] = value
+    if "interactionMode" in message:
+        value = message["interactionMode"]
+        if value is not None and (not isinstance(value, str) or not value):
+            raise InvalidMessage("configure.interactionMode must be a non-empty string or null")
+        changes["interactionMode"] = value
+    if "inputLanguage" in message:
+        value = message["inputLanguage"]
+        if value is not None and value not in AUDIO_INPUT_LANGUAGES:
+            raise InvalidMessage(
+                f"configure.inputLanguage {_shown(value)} is not a language RPEngine "
+                f"understands in audio (one of {', '.join(sorted(AUDIO_INPUT_LANGUAGES))})"
+            )
+        changes["inputLanguage"] = value
+    if "bargeIn" in message:
+        value = message["bargeIn"]
+        if value is not None and not isinstance(value, bool):
+            raise InvalidMessage("configure.bargeIn must be true, false or null")
+        changes["bargeIn"] = value
+    return changes
+
+
+def _shown(value: Any) -> str:
+    return repr(value[:32]) if isinstance(value, str) else _jsonName(value)
+
+
+def _outputChanges(output: Mapping[str, Any]) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    if "modalities" in output:
+        value = output["modalities"]
+        if value is not None and value not in MODALITY_CHOICES:
+            raise InvalidMessage(
+                'configure.output.modalities must be ["text"] or ["text", "audio"]'
+            )
+        changes["modalities"] = list(value) if value is not None else None
+    if "language" in output:
+        value = output["language"]
+        if value is not None and value not in SPEECH_OUTPUT_LANGUAGES:
+            raise InvalidMessage(
+                f"configure.output.language {_shown(value)} is not a speech-output language "
+                f"of RPEngine (one of {', '.join(sorted(SPEECH_OUTPUT_LANGUAGES))})"
+            )
+        changes["language"] = value
+    if "voice" in output:
+        value = output["voice"]
+        if value is not None and value not in VOICES:
+            raise InvalidMessage(
+                f"configure.output.voice {_shown(value)} is not a voice of RPEngine "
+                f"(one of {', '.join(sorted(VOICES))})"
+            )
+        changes["voice"] = value
+    if "sampleRate" in output:
+        value = output["sampleRate"]
+        if value is not None and (
+            type(value) is not int or not MIN_SAMPLE_RATE <= value <= MAX_SAMPLE_RATE
+        ):
+            raise InvalidMessage(
+                f"configure.output.sampleRate must be a whole number from {MIN_SAMPLE_RATE} "
+                f"to {MAX_SAMPLE_RATE}, got {_jsonName(value) if type(value) is not int else value}"
+            )
+        changes["sampleRate"] = value
+    if "streaming" in output:
+        value = output["streaming"]
+        if value is not None and not isinstance(value, bool):
+            raise InvalidMessage("configure.output.streaming must be true, false or null")
+        changes["streaming"] = value
+    return changes
+
+
+# Writing.
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def ready(sessionId: str, iceServers: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "type": "ready",
+        "id": sessionId,
+        "protocolVersion": PROTOCOL_VERSION,
+        "iceServers": [dict(s) for s in iceServers],
+    }
+
+
+def pong(timestamp: float | int) -> dict[str, Any]:
+    return {"type": "pong", "timestamp": timestamp}
+
+
+def reconnectAck(success: bool, sessionId: str, historyRecovered: bool) -> dict[str, Any]:
+    return {
+        "type": "reconnect-ack",
+        "success": success,
+        "sessionId": sessionId,
+        "historyRecovered": historyRecovered,
+    }
+
+
+def turnMessage(kind: str, turnId: str | None, **fields: Any) -> dict[str, Any]:
+    """
+    A message about one turn, carrying its C{turnId} (RPEngine's requestId)
+    so that a client can tell a cancelled turn's stragglers from the next.
+    """
+    message: dict[str, Any] = {"type": kind, **fields}
+    if turnId is not None:
+        message["turnId"] = turnId
+    return message

@@ -1,0 +1,191 @@
+"""
+The WebSocket face of the client endpoint, C{/client/socket}.
+
+The guarded server classes bring the origin rules (no Origin header: a native
+program, accepted; browser origins only from C{server.client_origins}), the
+8 MiB limit, the connection limit and TCP_NODELAY; everything the protocol
+means is in L{rpmiddleware.client.connection}.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.interfaces import IReactorThreads
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+
+from rpmiddleware.client.capacity import CapacityMonitor
+from rpmiddleware.client.connection import ClientConnection
+from rpmiddleware.client.decode import DecodedAudio, decodeAudio
+from rpmiddleware.client.endpoint import ClientEndpoint
+from rpmiddleware.client.flow import transportBacklog
+from rpmiddleware.client.sessions import SessionStore
+from rpmiddleware.client.settings import Character, ClientSettings, loadDefaultCharacter
+from rpmiddleware.client.turns import VOICE
+from rpmiddleware.config import Settings
+from rpmiddleware.envelope import Envelope
+from rpmiddleware.websocket import GuardedServerFactory, GuardedServerProtocol
+
+#: RPEngine's microphone reports, which may come without a requestId.
+CAPTURE_REPORTS = frozenset({"voice.capture.state", "voice.capture.level"})
+#: The longest close reason a WebSocket close frame carries (RFC 6455).
+MAX_CLOSE_REASON = 123
+
+
+class ClientProtocol(GuardedServerProtocol):
+    """
+    One client's WebSocket, and the L{Writer} its L{ClientConnection} uses.
+    """
+
+    factory: ClientFactory
+    connection: ClientConnection | None = None
+
+    def onOpen(self) -> None:
+        super().onOpen()
+        self.connection = ClientConnection(self.factory.endpoint, self, str(self.peer))
+        self.connection.opened()
+
+    def onMessage(self, payload: bytes, isBinary: bool) -> None:
+        if self.connection is not None:
+            self.connection.received(payload, isBinary)
+
+    def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
+        super().onClose(wasClean, code, reason)
+        # Autobahn leaves its close-handshake timer running when the
+        # connection is lost first (a slow client we closed, then dropped).
+        timer = getattr(self, "closeHandshakeTimeoutCall", None)
+        if timer is not None:
+            self.closeHandshakeTimeoutCall = None
+            timer.cancel()
+        if self.connection is not None:
+            self.connection.lost()
+
+    # Writer.
+
+    @property
+    def port(self) -> int:
+        host: Any = self.transport.getHost() if self.transport is not None else None
+        return int(getattr(host, "port", 0) or self.factory.settings.server.port)
+
+    def sendText(self, payload: bytes) -> None:
+        if self.state == self.STATE_OPEN:
+            self.sendMessage(payload, isBinary=False)
+
+    def backlog(self) -> int:
+        return transportBacklog(self.transport)
+
+    def closeConnection(self, code: int, reason: str) -> None:
+        if self.state != self.STATE_OPEN:
+            return
+        # sendClose accepts only 1000 and 3000-4999; 1008 (policy) is a
+        # protocol code, sent with the frame-level call Autobahn itself uses.
+        self.sendCloseFrame(code, reason.encode("utf-8")[:MAX_CLOSE_REASON])
+
+    def pauseReading(self) -> None:
+        if self.transport is not None:
+            self.transport.pauseProducing()  # type: ignore[attr-defined]
+
+    def resumeReading(self) -> None:
+        if self.transport is not None and self.state == self.STATE_OPEN:
+            self.transport.resumeProducing()  # type: ignore[attr-defined]
+
+
+class ClientFactory(GuardedServerFactory):
+    """
+    The client endpoint: its settings, sessions and capacity monitor.
+
+    @raise rpmiddleware.config.ConfigError: when the default character or
+        the C{[client]} settings are unusable (at start-up, not at a turn).
+    """
+
+    protocol = ClientProtocol  # type: ignore[assignment]
+    log = Logger()
+
+    def __init__(
+        self,
+        reactor: Any,
+        middleware: Any,
+        settings: Settings,
+        clientSettings: ClientSettings | None = None,
+    ) -> None:
+        server = settings.server
+        super().__init__(
+            reactor,
+            allowedOrigins=server.client_origins,
+            allowMissingOrigin=True,
+            maxMessageBytes=server.max_message_bytes,
+            maxConnections=server.max_connections,
+            endpointName="/client/socket",
+        )
+        self.reactor = reactor
+        self.settings = settings
+        self.middleware = middleware
+        clientSettings = clientSettings or settings.client
+        character = loadDefaultCharacter(settings)
+        if character is not None:
+            # The Python API may name it too.
+            middleware.registerCharacter(
+                character.characterId, character.card, character.integrationId
+            )
+            self.log.info(
+                "default character {characterId} loaded from {path}",
+                characterId=character.characterId,
+                path=settings.game.default_character,
+            )
+        self.endpoint = ClientEndpoint(
+            middleware=middleware,
+            settings=clientSettings,
+            sessions=SessionStore(reactor, clientSettings),
+            capacity=CapacityMonitor(middleware),
+            clock=reactor,
+            decode=self.decode,
+            defaultCharacter=character,
+        )
+
+        middleware.router.observe(self._unaddressed)
+
+    def _unaddressed(self, envelope: Envelope) -> None:
+        """
+        The seed leaves C{requestId} optional on RPEngine's microphone
+        reports.  One without it belongs to the capture in progress, if
+        exactly one client has one (RPEngine has one microphone).
+        """
+        if envelope.type not in CAPTURE_REPORTS or envelope.requestId is not None:
+            return
+        captures = [
+            p.connection.current
+            for p in self.connections
+            if isinstance(p, ClientProtocol)
+            and p.connection is not None
+            and p.connection.current is not None
+            and p.connection.current.kind == VOICE
+            and p.connection.current.capturing
+        ]
+        if len(captures) == 1:
+            captures[0].stream.received(envelope)
+        else:
+            self.log.debug(
+                "{type} without a requestId and {count} captures in progress; dropped",
+                type=envelope.type,
+                count=len(captures),
+            )
+
+    @property
+    def clientSettings(self) -> ClientSettings:
+        return self.endpoint.settings
+
+    @property
+    def defaultCharacter(self) -> Character | None:
+        return self.endpoint.defaultCharacter
+
+    def decode(self, data: str) -> Deferred[DecodedAudio]:
+        """
+        Decode a recording in the reactor's thread pool: Opus decoding of a
+        long recording takes tens of milliseconds that other clients' audio
+        should not wait for.
+        """
+        if IReactorThreads.providedBy(self.reactor):
+            return deferToThreadPool(self.reactor, self.reactor.getThreadPool(), decodeAudio, data)
+        return maybeDeferred(decodeAudio, data)

@@ -1,0 +1,222 @@
+"""
+Client sessions: who a client is across reconnects, and what it said.
+
+A session is created for every new connection (its id goes out in C{ready})
+and belongs to that connection while it is open.  When the connection goes,
+the session is kept for C{session_ttl} seconds so that the client can come
+back with C{reconnect} and find its character, its configuration and its
+conversation history.  After that it is expired; its id is remembered for a
+while longer (bounded) so that a late client hears SESSION_EXPIRED rather
+than SESSION_NOT_FOUND, which tells it to start over rather than suspect a
+typo.
+
+Time comes from an L{IReactorTime} so that tests drive the TTL with a Clock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from rpmiddleware.client.messages import Attachment
+from rpmiddleware.client.settings import Character, ClientSettings
+from rpmiddleware.messages import SPEECH_MODEL
+
+#: Expired session ids remembered so they can be told apart from unknown ones.
+EXPIRED_MEMORY = 4096
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """
+    What a client asked for with C{configure}; C{None} means "the default".
+    """
+
+    modalities: list[str] | None = None
+    language: str | None = None
+    voice: str | None = None
+    sampleRate: int | None = None
+    streaming: bool | None = None
+    player: dict[str, Any] | None = None
+    interactionMode: str | None = None
+    promptScene: dict[str, Any] | None = None
+    promptDirective: dict[str, Any] | None = None
+    inputLanguage: str | None = None
+    bargeIn: bool | None = None
+
+    def updated(self, changes: dict[str, Any]) -> ClientConfig:
+        return replace(self, **changes)
+
+    # What a turn uses, with the endpoint's defaults filled in.
+
+    def wantsAudio(self) -> bool:
+        return "audio" in (self.modalities or ["text", "audio"])
+
+    def output(self, defaults: ClientSettings) -> dict[str, Any]:
+        """
+        The reply.request C{output} object.
+        """
+        output: dict[str, Any] = {
+            "modalities": list(self.modalities or ["text", "audio"]),
+            "language": self.language or defaults.default_language,
+        }
+        if self.wantsAudio():
+            output["audio"] = {
+                "model": SPEECH_MODEL,
+                "voice": self.voice or defaults.default_voice,
+                "format": "pcm_s16le",
+            }
+        return output
+
+    def outputRate(self, defaults: ClientSettings) -> int:
+        return self.sampleRate or defaults.default_sample_rate
+
+    def streams(self, defaults: ClientSettings) -> bool:
+        return defaults.streaming if self.streaming is None else self.streaming
+
+    def bargesIn(self, defaults: ClientSettings) -> bool:
+        return defaults.barge_in if self.bargeIn is None else self.bargeIn
+
+    def promptFields(self) -> dict[str, Any]:
+        """
+        The optional reply.request fields a client set.
+        """
+        fields: dict[str, Any] = {}
+        for name in ("interactionMode", "promptScene", "promptDirective"):
+            value = getattr(self, name)
+            if value is not None:
+                fields[name] = value
+        return fields
+
+
+@dataclass
+class ClientSession:
+    """
+    One client's identity and conversation.
+
+    @ivar owner: the connection using this session now, or C{None} while
+        it waits for a reconnect.
+    """
+
+    id: str
+    historyLimit: int
+    config: ClientConfig = field(default_factory=ClientConfig)
+    character: Character | None = None
+    attachments: list[Attachment] = field(default_factory=list)
+    owner: Any = None
+    detachedAt: float | None = None
+    history: deque[dict[str, Any]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.history = deque(maxlen=self.historyLimit or None)
+
+    def remember(self, role: str, text: str, **details: Any) -> None:
+        """
+        Add a player turn or a character reply to the history.
+        """
+        if self.historyLimit:
+            self.history.append({"role": role, "text": text, **details})
+
+    def takeAttachments(self) -> list[Attachment]:
+        taken, self.attachments = self.attachments, []
+        return taken
+
+
+class SessionLookupError(LookupError):
+    """
+    A reconnect to a session that is unknown (C{expired} false) or expired.
+    """
+
+    def __init__(self, sessionId: str, expired: bool) -> None:
+        super().__init__(sessionId)
+        self.expired = expired
+
+
+class SessionStore:
+    """
+    Every live session and the detached ones still within their TTL.
+    """
+
+    log = Logger()
+
+    def __init__(self, clock: IReactorTime, settings: ClientSettings) -> None:
+        self.clock = clock
+        self.settings = settings
+        self._sessions: dict[str, ClientSession] = {}
+        #: Detached sessions, oldest detach first, for sweeping.
+        self._detached: OrderedDict[str, ClientSession] = OrderedDict()
+        self._expired: OrderedDict[str, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def create(self, owner: Any) -> ClientSession:
+        self.sweep()
+        session = ClientSession(uuid.uuid4().hex, self.settings.history_limit, owner=owner)
+        self._sessions[session.id] = session
+        return session
+
+    def detach(self, session: ClientSession) -> None:
+        """
+        The session's connection went away: keep it for the TTL.
+        """
+        if self._sessions.get(session.id) is not session:
+            return
+        session.owner = None
+        session.detachedAt = self.clock.seconds()
+        self._detached[session.id] = session
+        self._detached.move_to_end(session.id)
+        self.sweep()
+
+    def discard(self, session: ClientSession) -> None:
+        """
+        Forget a session at once (a connection adopted another one).
+        """
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
+        self._detached.pop(session.id, None)
+
+    def resume(self, sessionId: str, owner: Any) -> tuple[ClientSession, Any]:
+        """
+        Hand a session to a (new) connection.
+
+        @return: the session and its previous owner (a connection the caller
+            closes), or C{None} if it was detached.
+        @raise SessionLookupError: unknown or expired.
+        """
+        self.sweep()
+        session = self._sessions.get(sessionId)
+        if session is None:
+            raise SessionLookupError(sessionId, sessionId in self._expired)
+        self._detached.pop(sessionId, None)
+        previous, session.owner = session.owner, owner
+        session.detachedAt = None
+        return session, previous
+
+    def sweep(self) -> None:
+        """
+        Expire detached sessions past their TTL, and the oldest beyond
+        C{max_sessions}.  Called on every change, so memory stays bounded
+        without a timer.
+        """
+        now = self.clock.seconds()
+        ttl = self.settings.session_ttl
+        while self._detached:
+            sessionId, session = next(iter(self._detached.items()))
+            tooMany = len(self._detached) > self.settings.max_sessions
+            stale = session.detachedAt is not None and now - session.detachedAt >= ttl
+            if not (tooMany or stale):
+                break
+            del self._detached[sessionId]
+            self._sessions.pop(sessionId, None)
+            self._expired[sessionId] = None
+            self.log.debug(
+                "client session {sessionId} expired", sessionId=sessionId, tooMany=tooMany
+            )
+        while len(self._expired) > EXPIRED_MEMORY:
+            self._expired.popitem(last=False)

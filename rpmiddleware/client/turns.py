@@ -1,0 +1,324 @@
+"""
+One turn of one client: RPEngine's reply stream, told in the client's words.
+
+    reply.accepted         -> transcript (what RPEngine heard, if it says)
+    reply.text.delta       -> llm-chunk {content, done: false}
+    reply.text.completed   -> llm-chunk {content: "", done: true}, llm {text}
+    reply.audio.start      -> tts-start            (streaming)
+    reply.audio.chunk      -> tts-chunk {format: "pcm", sampleRate, data}
+    reply.audio.completed  -> [tts {format: "wav"} when not streaming], tts-complete
+    reply.completed        -> reply-complete {stats, ...}
+    reply.cancelled        -> tts-cancelled
+    request.error          -> error (mapped), and tts-cancelled if the reply had begun
+    voice.capture.state    -> voice-state; speech-start (speaking), speech-end (processing)
+    voice.capture.level    -> voice-level
+
+A turn cancelled here (the client's C{cancel}, a barge-in, a client that does
+not read) says C{tts-cancelled} at once and is silent from then on: whatever
+RPEngine had already sent for it is dropped, so nothing of it can be mistaken
+for the next turn.  Every message carries the turn's C{turnId}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+
+from rpmiddleware.api import ReplyStream
+from rpmiddleware.audio import encodeBase64
+from rpmiddleware.client.errors import LLM_TIMEOUT, TTS_ERROR, engineErrorMessage, errorMessage
+from rpmiddleware.client.messages import turnMessage
+from rpmiddleware.client.tts import SpeechOutput, SpeechTooLong
+from rpmiddleware.envelope import ENVELOPE_FIELDS, Envelope
+from rpmiddleware.messages import textOfDelta
+
+#: What a turn is about: typed text, a recording, or the RPEngine microphone.
+TEXT, AUDIO, VOICE = "text", "audio", "voice"
+
+#: voice.capture.state values that the seed's speech messages stand for.
+SPEECH_STATES = {"speaking": "speech-start", "processing": "speech-end"}
+
+_HEAD = frozenset({*ENVELOPE_FIELDS, "requestId"})
+
+
+class Send(Protocol):
+    def __call__(self, message: dict[str, Any], audio: bool = False) -> bool:
+        """
+        Send a message to the client; C{False} if it was held back (audio to
+        a client that is not reading).
+        """
+
+
+def _stats(fields: Mapping[str, Any], name: str | None = None) -> dict[str, Any]:
+    if name is not None:
+        value = fields.get(name)
+        return dict(value) if isinstance(value, dict) else {}
+    return {k: v for k, v in fields.items() if k not in _HEAD}
+
+
+class Turn:
+    """
+    @ivar outcome: C{None} while running, then C{"completed"},
+        C{"cancelled"} or C{"failed"}.
+    @ivar replyText: the character's words so far.
+    @ivar transcript: the player's words: typed, or as RPEngine heard them.
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        kind: str,
+        stream: ReplyStream,
+        send: Send,
+        speech: SpeechOutput | None,
+        clock: IReactorTime,
+        acceptTimeout: float,
+        onEnded: Callable[[Turn], None],
+        playerText: str | None = None,
+    ) -> None:
+        self.kind = kind
+        self.stream = stream
+        self.id = stream.requestId
+        self._send = send
+        self.speech = speech
+        self._clock = clock
+        self._acceptTimeout = acceptTimeout
+        self._onEnded = onEnded
+        self.transcript = playerText
+        self.accepted = False
+        self.capturing = kind == VOICE
+        self.ttsStarted = False
+        self.silenced = False
+        self.outcome: str | None = None
+        self._pieces: list[str] = []
+        self._fullText: str | None = None
+        self._textStats: dict[str, Any] = {}
+        self._audioStats: dict[str, Any] = {}
+        self._timer: IDelayedCall | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.outcome is not None
+
+    @property
+    def replyText(self) -> str:
+        return self._fullText if self._fullText is not None else "".join(self._pieces)
+
+    def start(self) -> None:
+        """
+        Echo typed text, then follow the stream (which may already hold
+        envelopes, even its end, if the request was answered at once).
+        """
+        if self.kind == TEXT and self.transcript is not None:
+            self._say("transcript", text=self.transcript, isFinal=True)
+        if self._acceptTimeout > 0:
+            self._timer = self._clock.callLater(self._acceptTimeout, self._notAccepted)
+        # The stream's outcome is told through its envelopes; its Deferred is
+        # consumed so that a failed turn is not reported as an unhandled error.
+        self.stream.done.addErrback(lambda failure: None)
+        self.stream.subscribe(self._received)
+
+    def cancel(self, reason: str | None = None) -> None:
+        """
+        Stop this turn: C{tts-cancelled} now, C{request.cancel} (or
+        C{voice.capture.cancel}) upstream, and silence.
+        """
+        if self.ended or self.silenced:
+            return
+        self.silenced = True
+        self._stopTimer()
+        fields = {"reason": reason} if reason else {}
+        self._say("tts-cancelled", **fields)
+        self.log.info(
+            "client turn {turnId} cancelled: {reason}",
+            turnId=self.id,
+            reason=reason or "the client asked",
+        )
+        self.stream.cancel()
+
+    # The stream.
+
+    def _received(self, envelope: Envelope) -> None:
+        kind = envelope.type
+        fields = envelope.fields
+        if kind in ("reply.completed", "reply.cancelled", "request.error"):
+            self._terminal(kind, fields)
+            return
+        if self.silenced or self.ended:
+            return
+        handler = self._HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, fields)
+
+    def _accepted(self, fields: Mapping[str, Any]) -> None:
+        self.accepted = True
+        self._stopTimer()
+        heard = fields.get("transcript")
+        if self.kind != TEXT and isinstance(heard, str):
+            self.transcript = heard
+            self._say("transcript", text=heard, isFinal=True)
+
+    def _delta(self, fields: Mapping[str, Any]) -> None:
+        piece = textOfDelta(fields)
+        self._pieces.append(piece)
+        self._say("llm-chunk", content=piece, done=False)
+
+    def _textCompleted(self, fields: Mapping[str, Any]) -> None:
+        text = fields.get("text")
+        self._fullText = text if isinstance(text, str) else "".join(self._pieces)
+        self._textStats = _stats(fields, "stats")
+        self._say("llm-chunk", content="", done=True)
+        self._say("llm", text=self._fullText)
+
+    def _audioStart(self, fields: Mapping[str, Any]) -> None:
+        if self.speech is None:
+            return
+        self.speech.started(fields)
+        if self.speech.streaming:
+            self._ttsStart()
+
+    def _ttsStart(self) -> None:
+        if not self.ttsStarted:
+            self.ttsStarted = True
+            self._say("tts-start")
+
+    def _audioChunk(self, fields: Mapping[str, Any]) -> None:
+        speech = self.speech
+        if speech is None:
+            return
+        try:
+            pieces = speech.chunk(fields)
+        except SpeechTooLong as e:
+            self._fail(TTS_ERROR, str(e))
+            return
+        except ValueError as e:
+            self.log.warn(
+                "skipped a speech chunk of turn {turnId}: {why}", turnId=self.id, why=str(e)
+            )
+            return
+        self._sendSpeech(pieces)
+
+    def _sendSpeech(self, pieces: list[str]) -> None:
+        speech = self.speech
+        assert speech is not None
+        for piece in pieces:
+            self._ttsStart()
+            chunk = turnMessage(
+                "tts-chunk", self.id, format="pcm", sampleRate=speech.rate, data=piece
+            )
+            if not self._send(chunk, audio=True):
+                self.cancel("the client is not reading its messages fast enough")
+                return
+
+    def _audioCompleted(self, fields: Mapping[str, Any]) -> None:
+        speech = self.speech
+        if speech is None:
+            return
+        self._audioStats = _stats(fields)
+        self._sendSpeech(speech.finish())
+        if self.silenced:
+            return
+        if not speech.streaming:
+            wav = turnMessage(
+                "tts",
+                self.id,
+                format="wav",
+                sampleRate=speech.rate,
+                data=encodeBase64(speech.wav()),
+            )
+            if not self._send(wav, audio=True):
+                self.cancel("the client is not reading its messages fast enough")
+                return
+        self._say("tts-complete")
+
+    def _captureState(self, fields: Mapping[str, Any]) -> None:
+        state = str(fields.get("state"))
+        self.accepted = True
+        self._stopTimer()
+        self._say("voice-state", state=state)
+        speech = SPEECH_STATES.get(state)
+        if speech is not None:
+            self._say(speech)
+        if state not in ("listening", "speaking"):
+            self.capturing = False
+
+    def _captureLevel(self, fields: Mapping[str, Any]) -> None:
+        level = fields.get("level")
+        if isinstance(level, int | float) and not isinstance(level, bool):
+            self._say("voice-level", level=level)
+
+    _HANDLERS: dict[str, Callable[[Turn, Mapping[str, Any]], None]] = {
+        "reply.accepted": _accepted,
+        "reply.text.delta": _delta,
+        "reply.text.completed": _textCompleted,
+        "reply.audio.start": _audioStart,
+        "reply.audio.chunk": _audioChunk,
+        "reply.audio.completed": _audioCompleted,
+        "voice.capture.state": _captureState,
+        "voice.capture.level": _captureLevel,
+    }
+
+    def _terminal(self, kind: str, fields: Mapping[str, Any]) -> None:
+        if self.ended:
+            return
+        if not self.silenced:
+            if kind == "reply.completed":
+                self._complete(fields)
+            elif kind == "reply.cancelled":
+                self._say("tts-cancelled")
+            else:
+                self._send(engineErrorMessage(dict(fields), self.id))
+                if self.accepted or self.ttsStarted or fields.get("code") == "engine_disconnected":
+                    self._say("tts-cancelled")
+        self._end(
+            {"reply.completed": "completed", "reply.cancelled": "cancelled"}.get(kind, "failed")
+        )
+
+    def _complete(self, fields: Mapping[str, Any]) -> None:
+        message = turnMessage("reply-complete", self.id, text=self.replyText)
+        message["stats"] = _stats(fields, "stats")
+        if self._textStats:
+            message["textStats"] = self._textStats
+        if self._audioStats:
+            message["audioStats"] = self._audioStats
+        if self.speech is not None and self.speech.samples:
+            message["speech"] = {"sampleRate": self.speech.rate, "samples": self.speech.samples}
+        self._send(message)
+
+    def _end(self, outcome: str) -> None:
+        self.outcome = outcome
+        self.capturing = False
+        self._stopTimer()
+        self._onEnded(self)
+
+    # Failures found here.
+
+    def _fail(self, code: str, message: str, retryable: bool = False) -> None:
+        """
+        End the turn for a reason of our own: the error, then cancel it.
+        """
+        if self.ended or self.silenced:
+            return
+        self._send(errorMessage(code, message, retryable, turnId=self.id))
+        self.cancel(message)
+
+    def _notAccepted(self) -> None:
+        self._timer = None
+        self._fail(
+            LLM_TIMEOUT,
+            f"RPEngine did not take this turn within {self._acceptTimeout:g} s "
+            "(it is not connected, or busy); it was cancelled, ask again",
+            retryable=True,
+        )
+
+    def _stopTimer(self) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+
+    def _say(self, kind: str, **fields: Any) -> None:
+        self._send(turnMessage(kind, self.id, **fields))

@@ -1,0 +1,625 @@
+"""
+Turns end to end: a client over a real loopback WebSocket, the plugin chain
+(capacity gate, audio resampling, card cache), and the simulated RPEngine.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import socket
+import wave
+from collections import defaultdict
+from typing import Any
+
+from twisted.internet import reactor
+from twisted.internet.defer import DeferredList, inlineCallbacks
+from twisted.internet.task import deferLater
+
+from rpmiddleware.audio import exactLength
+from rpmiddleware.envelope import Envelope
+from rpmiddleware.testing.simoptions import defaultReplyText
+from tests.test_client_helpers import (
+    LiveClientCase,
+    nextMatching,
+    opusBase64,
+    pcmSamples,
+    requestsOf,
+    types,
+    wavBase64,
+    whenLogged,
+    whenRouted,
+)
+
+STORY = "Once upon a time there was a ferry. "
+
+
+def storyteller(request: dict[str, Any]) -> str:
+    """
+    A long reply for turns that ask for a story (so they are still playing
+    when the test interrupts them), the default reply otherwise.
+    """
+    event = request.get("event") or {}
+    if "story" in str(event.get("text", "")):
+        return STORY * 150
+    return defaultReplyText(request)
+
+
+def expectedSamples(engine: Any, turnId: str, rate: int) -> int:
+    """
+    The samples a client at C{rate} should get for a turn: each sentence
+    segment RPEngine spoke, converted exactly.
+    """
+    segments: dict[int, int] = defaultdict(int)
+    for chunk in engine.sentOfType("reply.audio.chunk", requestId=turnId):
+        segments[chunk["segmentSequence"]] += len(base64.b64decode(chunk["data"])) // 2
+    return sum(exactLength(n, 44100, rate) for n in segments.values())
+
+
+class TurnCase(LiveClientCase):
+    def assertStreamedTurn(self, messages: list[dict[str, Any]], audio: bool = True) -> str:
+        """
+        The order a streamed turn promises; returns its turnId.
+        """
+        kinds = types(messages)
+        turnId = messages[0]["turnId"]
+        self.assertTrue(all(m.get("turnId") == turnId for m in messages), kinds)
+        self.assertEqual(kinds[0], "transcript")
+        self.assertTrue(messages[0]["isFinal"])
+        self.assertEqual(kinds[-1], "reply-complete")
+        llm = kinds.index("llm")
+        self.assertEqual(kinds.count("llm"), 1)
+        self.assertEqual(messages[llm - 1]["type"], "llm-chunk")
+        self.assertTrue(messages[llm - 1]["done"])
+        self.assertNotIn("llm-chunk", kinds[llm:])
+        chunks = [m for m in messages if m["type"] == "llm-chunk"]
+        self.assertTrue(all(not m["done"] for m in chunks[:-1]))
+        self.assertEqual("".join(m["content"] for m in chunks), messages[llm]["text"])
+        self.assertEqual(messages[-1]["text"], messages[llm]["text"])
+        if audio:
+            self.assertEqual(kinds.count("tts-start"), 1)
+            self.assertLess(kinds.index("tts-start"), kinds.index("tts-chunk"))
+            last = len(kinds) - 1 - kinds[::-1].index("tts-chunk")
+            self.assertEqual(kinds[last + 1 :], ["tts-complete", "reply-complete"])
+            self.assertTrue(all(m["format"] == "pcm" for m in messages if m["type"] == "tts-chunk"))
+        else:
+            self.assertFalse({"tts-start", "tts-chunk", "tts-complete", "tts"} & set(kinds))
+        self.assertEqual(
+            set(kinds)
+            - {"transcript", "llm-chunk", "llm", "tts-start", "tts-chunk", "tts-complete"},
+            {"reply-complete"},
+        )
+        return str(turnId)
+
+
+class VoiceAndTextTurnTests(TurnCase):
+    @inlineCallbacks
+    def test_voiceTurn(self) -> Any:
+        """
+        A recorded turn: decoded here, converted to 16 kHz mono by the
+        plugin, and the reply streamed back at 24 kHz, every message in order.
+        """
+        engine = yield self.engine()
+        client = yield self.client()
+        client.send({"type": "audio", "data": wavBase64(48000, 1.0, channels=2)})
+        messages = yield self.turn(client)
+        turnId = self.assertStreamedTurn(messages)
+        self.assertEqual(messages[0]["text"], "(simulated transcript of 1.00 s of audio)")
+        [request] = requestsOf(engine)
+        audio = request["event"]["audio"]
+        self.assertEqual(
+            (audio["format"], audio["sampleRate"], audio["channels"]), ("pcm_s16le", 16000, 1)
+        )
+        self.assertNotIn("text", request["event"])
+        self.assertEqual(request["requestId"], turnId)
+        self.assertEqual(request["characterId"], "mira")
+        rates = {m["sampleRate"] for m in messages if m["type"] == "tts-chunk"}
+        self.assertEqual(rates, {24000})
+        self.assertEqual(pcmSamples(messages), expectedSamples(engine, turnId, 24000))
+        self.assertEqual(
+            messages[-1]["speech"], {"sampleRate": 24000, "samples": pcmSamples(messages)}
+        )
+        self.assertEqual(messages[-1]["stats"]["audioSegments"], 2)
+        self.assertEqual(engine.processed[turnId], 1)
+
+    @inlineCallbacks
+    def test_textTurn(self) -> Any:
+        engine = yield self.engine()
+        client = yield self.client()
+        client.send({"type": "text", "text": "Where does the road go?"})
+        messages = yield self.turn(client)
+        turnId = self.assertStreamedTurn(messages)
+        self.assertEqual(messages[0]["text"], "Where does the road go?")
+        self.assertIn("Where does the road go", messages[-1]["text"])
+        [request] = requestsOf(engine)
+        self.assertEqual(request["event"], {"text": "Where does the road go?"})
+        self.assertEqual(
+            request["output"],
+            {
+                "modalities": ["text", "audio"],
+                "language": "en",
+                "audio": {"model": "gemtavern-supertonic-3", "voice": "F1", "format": "pcm_s16le"},
+            },
+        )
+        self.assertEqual(pcmSamples(messages), expectedSamples(engine, turnId, 24000))
+
+    @inlineCallbacks
+    def test_wavRatesInAndOut(self) -> Any:
+        """
+        WAV at 8, 22.05, 44.1 and 48 kHz and stereo in; speech at 24 and
+        44.1 kHz out, the samples adding up to the reply's length at that rate.
+        """
+        engine = yield self.engine()
+        client = yield self.client()
+        recordings = [(8000, 1), (22050, 1), (44100, 1), (48000, 1), (44100, 2)]
+        for out in (24000, 44100):
+            client.send({"type": "configure", "output": {"sampleRate": out}})
+            for rate, channels in recordings:
+                client.send({"type": "audio", "data": wavBase64(rate, 0.5, channels)})
+                messages = yield self.turn(client)
+                turnId = self.assertStreamedTurn(messages)
+                self.assertEqual(messages[0]["text"], "(simulated transcript of 0.50 s of audio)")
+                chunks = [m for m in messages if m["type"] == "tts-chunk"]
+                self.assertEqual({c["sampleRate"] for c in chunks}, {out})
+                self.assertEqual(pcmSamples(messages), expectedSamples(engine, turnId, out))
+        audio = [r["event"]["audio"] for r in requestsOf(engine)]
+        self.assertEqual(len(audio), 10)
+        self.assertEqual({(a["sampleRate"], a["channels"]) for a in audio}, {(16000, 1)})
+        # At 44.1 kHz the plugin converts nothing: the samples are RPEngine's own.
+        last = requestsOf(engine)[-1]["requestId"]
+        spoken = sum(
+            len(base64.b64decode(c["data"])) // 2
+            for c in engine.sentOfType("reply.audio.chunk", requestId=last)
+        )
+        self.assertEqual(expectedSamples(engine, last, 44100), spoken)
+
+    @inlineCallbacks
+    def test_opus(self) -> Any:
+        """
+        WebM/Opus and Ogg/Opus recordings, as browsers' MediaRecorder makes them.
+        """
+        engine = yield self.engine()
+        client = yield self.client()
+        for container in ("webm", "ogg"):
+            client.send({"type": "audio", "data": opusBase64(container, 1.0)})
+            messages = yield self.turn(client)
+            self.assertStreamedTurn(messages)
+            self.assertEqual(messages[0]["text"], "(simulated transcript of 1.00 s of audio)")
+        self.assertEqual(len(requestsOf(engine)), 2)
+
+    @inlineCallbacks
+    def test_nonStreaming(self) -> Any:
+        engine = yield self.engine()
+        client = yield self.client()
+        client.send({"type": "configure", "output": {"streaming": False, "sampleRate": 16000}})
+        client.send({"type": "text", "text": "One WAV, please."})
+        messages = yield self.turn(client)
+        kinds = types(messages)
+        self.assertFalse({"tts-start", "tts-chunk"} & set(kinds))
+        self.assertEqual(kinds[-3:], ["tts", "tts-complete", "reply-complete"])
+        tts = messages[-3]
+        self.assertEqual((tts["format"], tts["sampleRate"]), ("wav", 16000))
+        with wave.open(io.BytesIO(base64.b64decode(tts["data"]))) as reader:
+            self.assertEqual(reader.getframerate(), 16000)
+            self.assertEqual((reader.getnchannels(), reader.getsampwidth()), (1, 2))
+            self.assertEqual(reader.getnframes(), expectedSamples(engine, tts["turnId"], 16000))
+
+    @inlineCallbacks
+    def test_textOnly(self) -> Any:
+        engine = yield self.engine()
+        client = yield self.client()
+        client.send(
+            {
+                "type": "configure",
+                "output": {"modalities": ["text"], "language": "de"},
+                "player": {"displayName": "Ada"},
+                "interactionMode": "direct_user",
+                "promptDirective": {"directUserGuide": "be brief"},
+            }
+        )
+        client.send({"type": "text", "text": "Hallo"})
+        messages = yield self.turn(client)
+        self.assertStreamedTurn(messages, audio=False)
+        self.assertIn("Ada", messages[-1]["text"])
+        [request] = requestsOf(engine)
+        self.assertEqual(request["output"], {"modalities": ["text"], "language": "de"})
+        self.assertEqual(request["player"], {"displayName": "Ada"})
+        self.assertEqual(request["interactionMode"], "direct_user")
+        self.assertEqual(request["promptDirective"], {"directUserGuide": "be brief"})
+
+
+class InterruptionTests(TurnCase):
+    @inlineCallbacks
+    def storyStarted(self, client: Any) -> Any:
+        client.send({"type": "text", "text": "Tell me a long story"})
+        first = yield client.nextOfType("llm-chunk")
+        return first["turnId"]
+
+    @inlineCallbacks
+    def test_bargeIn(self) -> Any:
+        """
+        A new turn while one plays cancels it first: tts-cancelled for the
+        old turn before anything of the new one, and nothing of the old one
+        after.
+        """
+        engine = yield self.engine(tokensPerSecond=200.0, replyText=storyteller)
+        client = yield self.client()
+        old = yield self.storyStarted(client)
+        client.send({"type": "text", "text": "Wait, what?"})
+        messages = yield self.turn(client, "reply-complete")
+        kinds = types(messages)
+        cancelled = messages.index(
+            {
+                "type": "tts-cancelled",
+                "turnId": old,
+                "reason": "interrupted by a new turn (barge-in)",
+            }
+        )
+        new = [m for m in messages if m.get("turnId") != old]
+        self.assertEqual(
+            new[0],
+            {
+                "type": "transcript",
+                "text": "Wait, what?",
+                "isFinal": True,
+                "turnId": new[0]["turnId"],
+            },
+        )
+        self.assertLess(cancelled, messages.index(new[0]))
+        self.assertTrue(all(m.get("turnId") != old for m in messages[cancelled + 1 :]))
+        self.assertStreamedTurn(new)
+        self.assertEqual(kinds[-1], "reply-complete")
+        self.assertIn(old, engine.cancelled)
+        self.assertEqual(engine.completed, [new[0]["turnId"]])
+
+    @inlineCallbacks
+    def test_noBargeInQueues(self) -> Any:
+        """
+        With barge-in off, the new turn waits for the one playing to finish.
+        """
+        engine = yield self.engine(tokensPerSecond=500.0)
+        client = yield self.client()
+        client.send({"type": "configure", "bargeIn": False})
+        client.send({"type": "text", "text": "First"})
+        first = yield client.nextOfType("llm-chunk")
+        client.send({"type": "text", "text": "Second"})
+        messages = yield self.turn(client, "reply-complete")
+        self.assertTrue(all(m["turnId"] == first["turnId"] for m in messages))
+        second = yield self.turn(client, "reply-complete")
+        self.assertStreamedTurn(second)
+        self.assertEqual(second[0]["text"], "Second")
+        self.assertEqual(engine.cancelled, [])
+        self.assertEqual(len(engine.completed), 2)
+
+    @inlineCallbacks
+    def test_cancel(self) -> Any:
+        engine = yield self.engine(tokensPerSecond=200.0, replyText=storyteller)
+        client = yield self.client()
+        old = yield self.storyStarted(client)
+        upstream = whenRouted(self.middleware, "reply.cancelled", old)
+        client.send({"type": "cancel"})
+        client.send({"type": "ping", "timestamp": 7})
+        messages = yield self.turn(client, "pong")
+        cancelled = messages.index({"type": "tts-cancelled", "turnId": old})
+        self.assertEqual(types(messages[cancelled + 1 :]), ["pong"])
+        yield upstream
+        self.assertIn(old, engine.cancelled)
+        # The next turn is unaffected.
+        client.send({"type": "text", "text": "Hello again"})
+        again = yield self.turn(client)
+        self.assertStreamedTurn(again)
+
+    @inlineCallbacks
+    def test_cancelWithNothingPlaying(self) -> Any:
+        yield self.engine()
+        client = yield self.client()
+        client.send({"type": "cancel"})
+        client.send({"type": "ping", "timestamp": 1})
+        self.assertEqual((yield client.next()), {"type": "pong", "timestamp": 1})
+
+    @inlineCallbacks
+    def test_disconnectCancelsUpstream(self) -> Any:
+        engine = yield self.engine(tokensPerSecond=200.0, replyText=storyteller)
+        client = yield self.client()
+        old = yield self.storyStarted(client)
+        upstream = whenRouted(self.middleware, "reply.cancelled", old)
+        client.drop()
+        yield upstream
+        self.assertIn(old, engine.cancelled)
+
+
+class VoiceCaptureTests(TurnCase):
+    @inlineCallbacks
+    def test_capture(self) -> Any:
+        """
+        voice-capture start: RPEngine's microphone states as voice-state,
+        speech-start and speech-end, its levels as voice-level, then the reply.
+        """
+        engine = yield self.engine()
+        client = yield self.client()
+        client.send({"type": "voice-capture", "action": "start"})
+        messages = yield self.turn(client)
+        kinds = types(messages)
+        self.assertEqual(kinds[:3], ["voice-state", "voice-state", "speech-start"])
+        self.assertEqual(
+            [m["state"] for m in messages if m["type"] == "voice-state"],
+            ["listening", "speaking", "processing"],
+        )
+        self.assertEqual(kinds.count("voice-level"), 4)
+        end = kinds.index("speech-end")
+        self.assertLess(max(i for i, k in enumerate(kinds) if k == "voice-level"), end)
+        self.assertStreamedTurn(messages[end + 1 :])
+        self.assertIn("of speech", messages[end + 1]["text"])
+        self.assertEqual(len(requestsOf(engine, "voice.capture.start")), 1)
+
+    @inlineCallbacks
+    def test_stopAndCancel(self) -> Any:
+        engine = yield self.engine(captureSpeechSeconds=60.0)
+        client = yield self.client()
+        client.send({"type": "voice-capture", "action": "start"})
+        yield client.nextOfType("speech-start")
+        client.send({"type": "voice-capture", "action": "stop"})
+        messages = yield self.turn(client)
+        self.assertIn("speech-end", types(messages))
+        self.assertEqual(types(messages)[-1], "reply-complete")
+        client.send({"type": "voice-capture", "action": "start"})
+        started = yield client.nextOfType("speech-start")
+        upstream = whenRouted(self.middleware, "reply.cancelled", started["turnId"])
+        client.send({"type": "voice-capture", "action": "cancel"})
+        cancelled = yield client.nextOfType("tts-cancelled")
+        self.assertEqual(cancelled["turnId"], started["turnId"])
+        yield upstream
+        self.assertEqual(len(requestsOf(engine, "voice.capture.cancel")), 1)
+        self.assertEqual(len(requestsOf(engine, "voice.capture.stop")), 1)
+
+    @inlineCallbacks
+    def test_reportWithoutRequestId(self) -> Any:
+        """
+        A microphone report without a requestId reaches the one client
+        whose capture is in progress.
+        """
+        yield self.engine(captureSpeechSeconds=60.0)
+        bystander = yield self.client()
+        client = yield self.client()
+        client.send({"type": "voice-capture", "action": "start"})
+        started = yield client.nextOfType("speech-start")
+        self.middleware.router.deliver(Envelope.build("voice.capture.level", level=0.75))
+        level = yield nextMatching(client, lambda m: m.get("level") == 0.75)
+        self.assertEqual(level, {"type": "voice-level", "level": 0.75, "turnId": started["turnId"]})
+        bystander.send({"type": "ping", "timestamp": 1})
+        self.assertEqual((yield bystander.nextOfType("pong", "voice-level"))["type"], "pong")
+
+    @inlineCallbacks
+    def test_nothingToStop(self) -> Any:
+        yield self.engine()
+        client = yield self.client()
+        for action in ("stop", "cancel"):
+            client.send({"type": "voice-capture", "action": action})
+            error = yield client.next()
+            self.assertEqual(error["code"], "INVALID_MESSAGE")
+            self.assertIn("no voice capture is in progress", error["message"])
+
+    @inlineCallbacks
+    def test_microphoneOff(self) -> Any:
+        yield self.engine(microphoneEnabled=False)
+        client = yield self.client()
+        client.send({"type": "voice-capture", "action": "start"})
+        error = yield client.nextOfType("error")
+        self.assertEqual(
+            (error["code"], error["engineCode"], error["retryable"]),
+            ("VAD_ERROR", "microphone_not_enabled", False),
+        )
+
+
+class SharingTests(TurnCase):
+    @inlineCallbacks
+    def test_twoClients(self) -> Any:
+        """
+        Two clients' turns share one RPEngine; each hears only its own reply.
+        """
+        engine = yield self.engine(concurrency=2)
+        alice = yield self.client()
+        bob = yield self.client()
+        alice.send({"type": "text", "text": "I am Alice"})
+        bob.send({"type": "audio", "data": wavBase64(16000, 0.25)})
+        results = yield DeferredList([self.turn(alice), self.turn(bob)], fireOnOneErrback=True)
+        a, b = (r[1] for r in results)
+        aliceTurn = self.assertStreamedTurn(a)
+        bobTurn = self.assertStreamedTurn(b)
+        self.assertNotEqual(aliceTurn, bobTurn)
+        self.assertIn("I am Alice", a[-1]["text"])
+        self.assertIn("0.25 s of audio", b[-1]["text"])
+        self.assertNotIn("Alice", b[-1]["text"])
+        self.assertEqual(dict(engine.processed), {aliceTurn: 1, bobTurn: 1})
+        self.assertEqual(pcmSamples(a), expectedSamples(engine, aliceTurn, 24000))
+        self.assertEqual(pcmSamples(b), expectedSamples(engine, bobTurn, 24000))
+
+    @inlineCallbacks
+    def test_engineLossAndRecovery(self) -> Any:
+        """
+        RPEngine drops mid-turn: that turn ends with a retryable error and
+        tts-cancelled; a turn asked while none is connected waits, is told
+        why, and is sent once when RPEngine is back.
+        """
+        engine = yield self.engine(tokensPerSecond=200.0, replyText=storyteller)
+        alice = yield self.client()
+        bob = yield self.client()
+        alice.send({"type": "text", "text": "Tell me a story"})
+        first = yield alice.nextOfType("llm-chunk")
+        lost = first["turnId"]
+        engine.disconnect()
+        yield engine.closed
+        messages = yield self.turn(alice)
+        self.assertEqual(types(messages)[-2:], ["error", "tts-cancelled"])
+        error = messages[-2]
+        self.assertEqual(
+            (error["code"], error["engineCode"], error["retryable"], error["turnId"]),
+            ("LLM_ERROR", "engine_disconnected", True, lost),
+        )
+        capacity = yield nextMatching(
+            bob, lambda m: m["type"] == "capacity" and not m["engineConnected"]
+        )
+        self.assertIn(f"https://rpengine.gemtavern.com/#port={self.live.port}", capacity["message"])
+        bob.send({"type": "text", "text": "Anyone there?"})
+        echo = yield bob.nextOfType("transcript")
+        self.assertEqual(echo["text"], "Anyone there?")
+        waiting = yield bob.next()
+        self.assertEqual(waiting["type"], "capacity")
+        self.assertFalse(waiting["engineConnected"])
+        self.assertTrue(waiting["message"].startswith("Your turn waits for RPEngine."))
+        carol = yield self.client()
+        carol.send({"type": "audio", "data": wavBase64(22050, 0.5)})
+        heard = yield carol.nextOfType("capacity")
+        self.assertTrue(heard["message"].startswith("Your turn waits for RPEngine."))
+        again = yield self.engine()
+        results = yield DeferredList([self.turn(bob), self.turn(carol)], fireOnOneErrback=True)
+        bobs, carols = (r[1] for r in results)
+        self.assertIn("Anyone there", bobs[-1]["text"])
+        self.assertIn("0.50 s of audio", carols[-1]["text"])
+        waited = [bobs[0]["turnId"], carols[0]["turnId"]]
+        self.assertEqual(dict(engine.processed), {lost: 1})
+        self.assertEqual(dict(again.processed), {waited[0]: 1, waited[1]: 1})
+        self.assertEqual(sorted(r["requestId"] for r in requestsOf(again)), sorted(waited))
+
+    @inlineCallbacks
+    def test_engineRefusals(self) -> Any:
+        yield self.engine(serviceStarted=False)
+        client = yield self.client()
+        client.send({"type": "text", "text": "Hello"})
+        error = yield client.nextOfType("error")
+        self.assertEqual(
+            (error["code"], error["engineCode"], error["retryable"]),
+            ("LLM_ERROR", "service_not_started", True),
+        )
+
+
+class SlowClientTests(TurnCase):
+    """
+    A client that stops reading: its audio stops and its turn is cancelled
+    upstream; it is closed if it stays that way; others are not slowed.
+    """
+
+    def configure(self, settings: Any, client: Any) -> None:
+        client.send_buffer_soft = 64 * 1024
+        client.slow_client_grace = 30.0
+
+    def slowReply(self, request: dict[str, Any]) -> str:
+        event = request.get("event") or {}
+        if "slowly" in str(event.get("text", "")):
+            return "Listen closely to every word of this. " * 20
+        return defaultReplyText(request)
+
+    @inlineCallbacks
+    def stopReading(self, client: Any, tiny: bool = False) -> Any:
+        """
+        The client stops reading; a small kernel send buffer on the server's
+        side makes the backlog reach the transport sooner, and a tiny receive
+        buffer on the client's (C{tiny}) keeps it there.  (Only for a client
+        that never reads again: a window smaller than loopback's MSS stalls
+        the stream on zero-window probes once it does.)
+        """
+        [server] = [
+            p for p in self.factory.connections if p.connection.session.id == client.ready["id"]
+        ]
+        server.transport.getHandle().setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        peer = client.factory.peer
+        if tiny:
+            peer.transport.getHandle().setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        peer.transport.pauseProducing()
+        yield None
+        return server
+
+    def readAgain(self, client: Any, server: Any) -> None:
+        server.transport.getHandle().setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        client.factory.peer.transport.resumeProducing()
+
+    @inlineCallbacks
+    def test_congestedTurnCancelled(self) -> Any:
+        engine = yield self.engine(replyText=self.slowReply)
+        slow = yield self.client()
+        server = yield self.stopReading(slow)
+        congested = whenLogged(self, lambda e: "is not reading" in e.get("log_format", ""))
+        slow.send({"type": "text", "text": "Speak slowly"})
+        yield congested
+        [request] = requestsOf(engine)
+        turnId = request["requestId"]
+        yield whenRouted(self.middleware, "reply.cancelled", turnId)
+        self.assertIn(turnId, engine.cancelled)
+        # Nothing like the whole reply was queued for it.
+        self.assertLess(server.connection.guard.peak, 1024 * 1024)
+        # Another client is served meanwhile.
+        other = yield self.client()
+        other.send({"type": "text", "text": "Hello"})
+        messages = yield self.turn(other)
+        self.assertStreamedTurn(messages)
+        # Once it reads again, it finds its turn cut short, and told why.
+        self.readAgain(slow, server)
+        messages = yield self.turn(slow)
+        self.assertEqual(messages[-1]["type"], "tts-cancelled")
+        self.assertEqual(
+            messages[-1]["reason"], "the client is not reading its messages fast enough"
+        )
+        spoken = len(engine.sentOfType("reply.audio.chunk", requestId=turnId))
+        self.assertLess(types(messages).count("tts-chunk"), spoken)
+        self.assertFalse(slow.closed.called)
+
+    @inlineCallbacks
+    def test_bigWavIsNotSlowness(self) -> Any:
+        """
+        A non-streaming reply's WAV, one message far over the soft bound,
+        reaches a client that reads, with nothing cancelled.
+        """
+        engine = yield self.engine(replyText=self.slowReply)
+        client = yield self.client()
+        client.send({"type": "configure", "output": {"streaming": False}})
+        client.send({"type": "text", "text": "Speak slowly"})
+        messages = yield self.turn(client)
+        self.assertEqual(types(messages)[-3:], ["tts", "tts-complete", "reply-complete"])
+        self.assertGreater(len(messages[-3]["data"]), 10 * self.clientSettings.send_buffer_soft)
+        self.assertEqual(engine.cancelled, [])
+
+    @inlineCallbacks
+    def test_closedWhenItStaysSlow(self) -> Any:
+        """
+        Still not reading after the grace period: closed with 1008 and a
+        reason (which a client that does not read never sees; the frame is
+        checked on the server's side).
+        """
+        self.clientSettings.slow_client_grace = 0.05
+        yield self.engine(replyText=self.slowReply)
+        slow = yield self.client()
+        server = yield self.stopReading(slow, tiny=True)
+        closing = whenLogged(self, lambda e: "closing slow client" in e.get("log_format", ""))
+        slow.send({"type": "text", "text": "Speak slowly"})
+        event = yield closing
+        yield deferLater(reactor, 0, lambda: None)  # let the close frame be written
+        self.assertIn("has not read its messages for 0.05 s", event["why"])
+        self.assertEqual(server.state, server.STATE_CLOSING)
+        self.assertEqual(server.localCloseCode, 1008)
+        self.assertEqual(server.localCloseReason, b"client too slow: it does not read its messages")
+        self.assertTrue(server.connection.closing)
+        # The others go on.
+        other = yield self.client()
+        other.send({"type": "text", "text": "Hello"})
+        messages = yield self.turn(other)
+        self.assertStreamedTurn(messages)
+
+    @inlineCallbacks
+    def test_closeReachesAClientThatReadsLate(self) -> Any:
+        """
+        Over the hard bound a client is closed at once; reading again, it
+        finds the 1008 close and its reason.
+        """
+        self.clientSettings.send_buffer_hard = 80 * 1024
+        self.clientSettings.send_buffer_soft = 80 * 1024
+        yield self.engine(replyText=self.slowReply)
+        slow = yield self.client()
+        server = yield self.stopReading(slow)
+        closing = whenLogged(self, lambda e: "closing slow client" in e.get("log_format", ""))
+        slow.send({"type": "text", "text": "Speak slowly"})
+        event = yield closing
+        self.assertIn("(limit 81920)", event["why"])
+        self.readAgain(slow, server)
+        code, reason = yield slow.closed
+        self.assertEqual(code, 1008)
+        self.assertEqual(reason, "client too slow: it does not read its messages")
