@@ -15,7 +15,7 @@ from rpmiddleware.config import Settings
 from rpmiddleware.engine.session import CLOSE_SUPERSEDED, EngineSession
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.middleware import Middleware
-from rpmiddleware.testing.kit import exampleCard
+from rpmiddleware.testing.kit import captureLogEvents, exampleCard
 from tests.test_chain import Recorder
 from tests.test_engine_session import FakeWriter
 
@@ -103,6 +103,23 @@ class ConnectionRuleTests(SynchronousTestCase):
             [("started", first.sessionId), ("ended", first.sessionId),
              ("started", second.sessionId)],
         )  # fmt: skip
+
+
+class EngineEndTests(SynchronousTestCase):
+    def test_onlyRpengineTypesLeave(self) -> None:
+        """
+        An envelope of a type RPEngine does not take (a plugin's internal
+        message nobody consumed, or an engine-to-game type) is dropped at the
+        engine end with a log line instead of being sent.
+        """
+        h = Harness()
+        _, writer = h.connect()
+        events = captureLogEvents(self)
+        h.middleware.chain.sendToEngine(Envelope.build("x.playbook.event", text="a dragon"))
+        h.middleware.chain.sendToEngine(Envelope.build("reply.completed", requestId="r"))
+        self.assertEqual(writer.types(), ["welcome"])
+        dropped = [e.get("type") for e in events if "does not take" in e.get("log_format", "")]
+        self.assertEqual(dropped, ["x.playbook.event", "reply.completed"])
 
 
 class WaitingTests(SynchronousTestCase):

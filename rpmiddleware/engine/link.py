@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.logger import Logger
 
 from rpmiddleware.engine.session import CLOSE_SUPERSEDED, EngineSession
-from rpmiddleware.envelope import Envelope, summarize
+from rpmiddleware.envelope import Direction, Envelope, summarize
 from rpmiddleware.messages import MESSAGES
 
 if TYPE_CHECKING:
@@ -81,13 +81,22 @@ class EngineLink:
     # The end of the game-to-engine direction.
 
     def send(self, envelope: Envelope) -> None:
+        spec = MESSAGES.get(envelope.type)
+        if spec is None or Direction.TO_ENGINE not in spec.directions:
+            # Middleware-internal envelopes (a plugin's own types) that no
+            # plugin consumed must not reach RPEngine, which would refuse them.
+            self.log.warn(
+                "dropped {envelope} at the engine end: RPEngine does not take {type}",
+                envelope=summarize(envelope.fields),
+                type=envelope.type,
+            )
+            return
         session = self.session
         if session is None or session.closed:
             self._holdWithoutEngine(envelope)
             return
         session.send(envelope)
-        spec = MESSAGES.get(envelope.type)
-        if spec is not None and spec.opensRequest and envelope.requestId:
+        if spec.opensRequest and envelope.requestId:
             self._open[envelope.requestId] = (session, envelope)
 
     def _holdWithoutEngine(self, envelope: Envelope) -> None:
