@@ -22,8 +22,6 @@ from rpmiddleware.interfaces import IEnvelopePlugin
 from rpmiddleware.messages import MAX_INPUT_AUDIO_SECONDS
 from rpmiddleware.testing.kit import PluginHarness
 
-CARD = {"format": "chara_card_v2", "mode": "reference", "targetHash": "0" * 64}
-
 
 def tone(freq: float, seconds: float, rate: int, amplitude: float = 0.5) -> np.ndarray:
     t = np.arange(int(round(seconds * rate)), dtype=np.float64) / rate
@@ -70,17 +68,8 @@ def replyRequest(
     audio: dict[str, Any] | None = None,
     outputRate: int | None = None,
 ) -> Envelope:
-    event: dict[str, Any] = {"text": "hi"} if audio is None else {"audio": audio}
-    envelope = harness.envelope(
-        "reply.request",
-        requestId=requestId,
-        integrationId="game",
-        characterId="c1",
-        card=dict(CARD),
-        event=event,
-    )
-    if outputRate is not None:
-        envelope.meta["outputSampleRate"] = outputRate
+    meta = {"outputSampleRate": outputRate} if outputRate is not None else None
+    envelope = harness.replyRequest(requestId, audio=audio, meta=meta)
     harness.toEngine(envelope)
     return envelope
 

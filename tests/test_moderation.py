@@ -20,9 +20,7 @@ from twisted.web.server import NOT_DONE_YET, Site
 from plugins.moderation import Moderation, ModerationSettings, Rules, masked, moderation
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IEnvelopePlugin
-from rpmiddleware.testing.kit import PluginHarness
-
-CARD = {"format": "chara_card_v2", "mode": "reference", "targetHash": "0" * 64}
+from rpmiddleware.testing.kit import REFERENCE_CARD, PluginHarness
 
 
 def makeHarness(reactor: Any = None, **config: Any) -> tuple[PluginHarness, Moderation]:
@@ -33,14 +31,7 @@ def makeHarness(reactor: Any = None, **config: Any) -> tuple[PluginHarness, Mode
 
 
 def request(harness: PluginHarness, text: str, requestId: str = "r1") -> Envelope:
-    envelope = harness.envelope(
-        "reply.request",
-        requestId=requestId,
-        integrationId="game",
-        characterId="c1",
-        card=dict(CARD),
-        event={"text": text},
-    )
+    envelope = harness.replyRequest(requestId, text=text)
     harness.toEngine(envelope)
     return envelope
 
@@ -381,7 +372,7 @@ class RemoteTests(TestCase):
             requestId="r1",
             integrationId="game",
             characterId="c1",
-            card=dict(CARD),
+            card=dict(REFERENCE_CARD),
             event={"text": text},
         )
         return envelope, harness.toEngine(envelope)

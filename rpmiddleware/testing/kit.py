@@ -35,6 +35,11 @@ class FakeSession:
         self.startedAt = startedAt
 
 
+#: A card transfer that names a card without sending it, for requests whose
+#: card does not matter to the plugin under test.
+REFERENCE_CARD = {"format": "chara_card_v2", "mode": "reference", "targetHash": "0" * 64}
+
+
 class PluginHarness:
     """
     A chain of the given plugins between two lists.
@@ -80,6 +85,38 @@ class PluginHarness:
     def envelope(self, type: str, **fields: Any) -> Envelope:
         sessionId = self.session.sessionId if self.session is not None else None
         return Envelope.build(type, sessionId, **fields)
+
+    def replyRequest(
+        self,
+        requestId: str = "r1",
+        *,
+        text: str | None = None,
+        audio: dict[str, Any] | None = None,
+        card: dict[str, Any] | None = None,
+        meta: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> Envelope:
+        """
+        A valid C{reply.request} (not yet sent): typed C{text} (default "hi"
+        when there is no C{audio}), a reference card transfer unless C{card}
+        is given, and C{meta} for the plugins.
+        """
+        event: dict[str, Any] = {}
+        if text is not None or audio is None:
+            event["text"] = "hi" if text is None else text
+        if audio is not None:
+            event["audio"] = audio
+        fields.setdefault("integrationId", "game")
+        fields.setdefault("characterId", "c1")
+        envelope = self.envelope(
+            "reply.request",
+            requestId=requestId,
+            event=event,
+            card=card if card is not None else dict(REFERENCE_CARD),
+            **fields,
+        )
+        envelope.meta.update(meta or {})
+        return envelope
 
     def toEngine(self, envelope: Envelope | str, **fields: Any) -> Deferred[None]:
         """
