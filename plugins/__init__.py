@@ -18,14 +18,26 @@ from plugins.capacity_gate import capacityGate
 from plugins.card_cache import cardCache
 from plugins.envelope_log import envelopeLog
 from plugins.moderation import moderation
+from plugins.playbook import playbook
 from rpmiddleware.interfaces import IPluginFactory
 
-FACTORIES: list[IPluginFactory] = [moderation, audioResample, capacityGate, cardCache, envelopeLog]
+FACTORIES: list[IPluginFactory] = [
+    moderation,
+    audioResample,
+    capacityGate,
+    cardCache,
+    envelopeLog,
+    playbook,
+]
 
 #: Moderation nearest the game so a blocked turn takes no capacity; audio is
 #: checked before it takes a place in the gate; the per-envelope log is opt-in
 #: (``logging = 500`` in [chain.plugins]) because it is one line per envelope.
+#: The playbook plugin sits nearest the game: it must see every request and
+#: every ending of a turn, even those another plugin answers itself; it
+#: changes nothing for a client with no playbook and no game events.
 DEFAULT_CHAIN: dict[str, int] = {
+    "playbook": 50,
     "moderation": 100,
     "audio-resample": 200,
     "capacity-gate": 300,

@@ -11,7 +11,8 @@ each chunk on its own cannot (every chunk edge would click).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -186,6 +187,16 @@ class AudioResample(ChainPlugin):
         self.settings = settings or ResampleSettings()
         self._rates: dict[str, int] = {}
         self._replies: dict[str, _Reply] = {}
+        #: Called with (direction, seconds) after each conversion: metrics.
+        self.timingObservers: list[Callable[[str, float], None]] = []
+
+    def _timed(self, direction: str, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        for observer in list(self.timingObservers):
+            try:
+                observer(direction, elapsed)
+            except Exception:
+                self.log.failure("a timing observer failed")
 
     # Toward RPEngine.
 
@@ -198,6 +209,7 @@ class AudioResample(ChainPlugin):
         event = envelope.get("event")
         if not isinstance(event, dict) or event.get("audio") is None:
             return envelope
+        started = time.perf_counter()
         try:
             converted = normalizeEventAudio(
                 event["audio"], self.settings.engine_format, self.settings.quality
@@ -205,6 +217,7 @@ class AudioResample(ChainPlugin):
         except AudioError as e:
             self._refuse(envelope, context, str(e))
             return None
+        self._timed("to_engine", started)
         if converted is not None:
             envelope["event"] = {**event, "audio": converted}
         return envelope
@@ -260,7 +273,9 @@ class AudioResample(ChainPlugin):
         if kind == "reply.audio.chunk":
             reply = self._reply(requestId)
             if reply is not None and reply.converting:
+                started = time.perf_counter()
                 self._convertChunk(reply, envelope, context)
+                self._timed("to_game", started)
         elif kind == "reply.audio.start":
             reply = self._reply(requestId)
             if reply is not None:

@@ -99,6 +99,17 @@ class PluginChain:
     def names(self) -> list[str]:
         return [p.name for p in self.plugins]
 
+    def addObserver(self, observer: Any) -> None:
+        """
+        Tell C{observer} (an L{IChainObserver} with a C{name}, not in the
+        chain: metrics) about every envelope that leaves the chain.
+        """
+        self._observers.append(observer)
+
+    def removeObserver(self, observer: Any) -> None:
+        if observer in self._observers:
+            self._observers.remove(observer)
+
     def sendToEngine(self, envelope: Envelope) -> Deferred[None]:
         """
         An envelope from the game enters the chain.

@@ -140,11 +140,60 @@ class ClientSettings:
 
 
 @dataclass
+class WebRTCSettings:
+    """
+    WebRTC for voice clients (the C{webrtc} extra); the C{[webrtc]} section.
+    See C{docs/webrtc.md}.
+    """
+
+    #: Serve WebRTC when the extra is installed (and pick the asyncio reactor for it).
+    enabled: bool = True
+    #: The voice detector's aggressiveness: 0 (most sound counts as speech) to 3.
+    vad_aggressiveness: int = 2
+    #: Speech must last this long before speech-start (shorter sounds are ignored).
+    vad_start_ms: int = 100
+    #: Silence this long ends speech (speech-end, and the turn is sent).
+    vad_hangover_ms: int = 600
+    #: Audio kept from before speech-start, so the first syllable is not cut.
+    vad_pre_roll_ms: int = 200
+    #: Audio kept after the last speech frame (at most the hangover).
+    vad_trail_ms: int = 100
+    #: An utterance ends at this length (RPEngine takes at most 30 s).
+    vad_max_seconds: float = 30.0
+    #: Bytes queued on a data channel beyond which the client counts as not reading it.
+    data_channel_backlog: int = 8 * 1024 * 1024
+
+    def vad(self) -> Any:
+        """
+        The detector's settings (L{rpmiddleware.webrtc.vad.VadSettings}).
+        """
+        from rpmiddleware.webrtc.vad import VadSettings
+
+        return VadSettings(
+            aggressiveness=self.vad_aggressiveness,
+            start_ms=self.vad_start_ms,
+            hangover_ms=self.vad_hangover_ms,
+            pre_roll_ms=self.vad_pre_roll_ms,
+            trail_ms=self.vad_trail_ms,
+            max_seconds=self.vad_max_seconds,
+        )
+
+    def check(self, source: str = "<defaults>") -> None:
+        try:
+            self.vad().check()
+        except ValueError as e:
+            raise ConfigError(f"{source}: webrtc.{e}")
+        if self.data_channel_backlog < 64 * 1024:
+            raise ConfigError(f"{source}: webrtc.data_channel_backlog must be at least 65536")
+
+
+@dataclass
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
     game: GameSettings = field(default_factory=GameSettings)
     client: ClientSettings = field(default_factory=ClientSettings)
+    webrtc: WebRTCSettings = field(default_factory=WebRTCSettings)
     #: Plugin name -> priority (lower sits nearer the game); None disables.
     chain: dict[str, int | None] = field(default_factory=dict)
     #: Plugin name -> that plugin's own table.
@@ -167,6 +216,7 @@ _SECTIONS = {
     "engine": EngineSettings,
     "game": GameSettings,
     "client": ClientSettings,
+    "webrtc": WebRTCSettings,
 }
 
 
@@ -227,7 +277,8 @@ def parseSettings(document: Mapping[str, Any], source: str = "<memory>") -> Sett
             settings.plugins = {name: dict(table) for name, table in value.items()}
         else:
             raise ConfigError(
-                f"{source}: unknown section [{key}] (known: server, engine, game, chain, plugins)"
+                f"{source}: unknown section [{key}] (known: server, engine, game, client, webrtc, "
+                "chain, plugins)"
             )
     check(settings)
     return settings
@@ -322,3 +373,4 @@ def check(settings: Settings) -> None:
     if settings.engine.waiting_limit < 0 or settings.engine.dedup_window < 1:
         raise ConfigError(f"{source}: engine.waiting_limit and engine.dedup_window are too small")
     settings.client.check(source)
+    settings.webrtc.check(source)

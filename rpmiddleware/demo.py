@@ -1,18 +1,28 @@
 """
 C{twistd rpmiddleware --demo}: a simulated RPEngine connected in-process and
 one scripted turn, so a newcomer sees replies flow without RPEngine.
+
+The demo's character plays the example quest-giver playbook
+(C{docs/examples/quest-giver.toml}), so two more scripted lines follow the
+first: the player asks about work (the stage moves to the offer, and the
+C{give_quest} tool runs, which the demo answers as a game would) and takes
+the job.
 """
 
 from __future__ import annotations
 
 import base64
+from importlib import resources
 from typing import Any
 
 from twisted.application import service
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
+from rpmiddleware import playbookwire as pw
 from rpmiddleware.api import ReplyStream
+from rpmiddleware.config import Settings
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.messages import OUTPUT_SAMPLE_RATE, textOfDelta
 from rpmiddleware.middleware import Middleware
@@ -20,6 +30,23 @@ from rpmiddleware.testing.kit import exampleCard
 
 DEMO_CHARACTER = "mira"
 DEMO_LINE = "Good evening! Any news from the road?"
+DEMO_PLAYBOOK = "data/quest-giver.toml"
+#: What the player says next when the character plays the demo playbook.
+DEMO_SCRIPT = ("Do you have any work for me?", "Aye, I'll clear your cellar.")
+#: The client id of the Python API's requests, which the demo makes.
+DEMO_CLIENT = "api"
+
+
+def giveDemoPlaybook(settings: Settings) -> None:
+    """
+    The demo's character plays the example quest-giver playbook, unless the
+    configuration gives it another.
+    """
+    table = settings.plugins.setdefault(pw.PLUGIN_NAME, {})
+    characters = table.setdefault("characters", {})
+    if isinstance(characters, dict):
+        path = resources.files("rpmiddleware").joinpath(DEMO_PLAYBOOK)
+        characters.setdefault(DEMO_CHARACTER, str(path))
 
 
 class DemoService(service.Service):
@@ -46,6 +73,10 @@ class DemoService(service.Service):
         self._sentence = ""
         self._segment: Any = None
         self._audioSeconds = 0.0
+        self._first: Envelope | None = None
+        self._script: list[str] = []
+        self._stopping = False
+        self._unobserve: Any = None
         self.setName("demo")
 
     def startService(self) -> None:
@@ -55,6 +86,7 @@ class DemoService(service.Service):
         listener: Any = self.parentService.getServiceNamed("listener")
         port = self.port = listener.port.getHost().port
         self.middleware.registerCharacter(DEMO_CHARACTER, exampleCard())
+        self._unobserve = self.middleware.router.observe(self._playbookEvent)
         options = SimulatorOptions(**self.pacing)
         self.log.info("demo: connecting a simulated RPEngine to port {port}", port=port)
         d = connectSimulator(self.reactor, port, options)
@@ -68,9 +100,14 @@ class DemoService(service.Service):
             sessionId=engine.sessionId,
             line=DEMO_LINE,
         )
-        turn = self.turn = self.middleware.requestReply(DEMO_CHARACTER, text=DEMO_LINE)
-        turn.subscribe(self._show)
+        turn = self.turn = self._say(DEMO_LINE)
         turn.done.addBoth(self._finished)
+
+    def _say(self, line: str, **fields: Any) -> ReplyStream:
+        self._sentence, self._segment, self._audioSeconds = "", None, 0.0
+        turn = self.middleware.requestReply(DEMO_CHARACTER, text=line, **fields)
+        turn.subscribe(self._show)
+        return turn
 
     def _show(self, envelope: Envelope) -> None:
         """
@@ -107,11 +144,100 @@ class DemoService(service.Service):
                 text=self.turn.text(),
                 port=self.port,
             )
-            self.ready.callback(result)
+            self._first = result
+            if self._playbook() is not None:
+                self._script = list(DEMO_SCRIPT)
+                self._continue(None)
+            else:
+                self.ready.callback(result)
         else:
             self.log.failure("demo: the scripted turn failed", result)
             self.ready.errback(result)
         return None
+
+    # The playbook part of the demo.
+
+    def _playbook(self) -> Any:
+        """
+        The playbook plugin, if it is in the chain and gives Mira a playbook.
+        """
+        for plugin in self.middleware.chain.plugins:
+            if plugin.name == pw.PLUGIN_NAME and DEMO_CHARACTER in getattr(plugin, "playbooks", {}):
+                return plugin
+        return None
+
+    def _continue(self, result: Any) -> None:
+        if self._stopping:
+            return
+        if isinstance(result, Failure):
+            self.log.failure("demo: a scripted turn failed", result)
+            self.ready.errback(result)
+            return
+        if not self._script:
+            state = self._playbook().state(DEMO_CLIENT) or {}
+            self.log.info(
+                "demo: the conversation is complete; the playbook is at stage {stage}",
+                stage=state.get("stage"),
+            )
+            assert self._first is not None
+            self.ready.callback(self._first)
+            return
+        line = self._script.pop(0)
+        self.log.info("demo: the player says: {line!r}", line=line)
+        self._say(line).done.addBoth(self._continue)
+
+    def _playbookEvent(self, envelope: Envelope) -> None:
+        """
+        Show what the playbook does, and play the game's part in it: answer
+        its client-run tools and start the turns it asks for.
+        """
+        kind = envelope.type
+        if not kind.startswith(pw.PREFIX) or envelope.get("clientId") != DEMO_CLIENT:
+            return
+        fields = envelope.fields
+        if kind == pw.STATE:
+            self.log.info(
+                "demo: Mira plays the {playbook} playbook, stage {stage}",
+                playbook=fields.get("playbook"),
+                stage=fields.get("stage"),
+            )
+        elif kind == pw.STAGE_CHANGE:
+            self.log.info(
+                "demo: stage {old} -> {new} ({reason})",
+                old=fields.get("from"),
+                new=fields.get("to"),
+                reason=fields.get("reason"),
+            )
+        elif kind == pw.TOOL_CALL_START:
+            arguments = fields.get("arguments") or {}
+            self.log.info(
+                "demo: tool {name} called with {arguments}",
+                name=fields.get("name"),
+                arguments=arguments,
+            )
+            if fields.get("runBy") == "client":
+                # The demo is the game: it takes the quest and says so.
+                result = {"questId": arguments.get("questId"), "status": "offered"}
+                self.middleware.chain.sendToEngine(
+                    pw.toPlugin(
+                        pw.TOOL_RESULT, DEMO_CLIENT, callId=fields.get("callId"), result=result
+                    )
+                )
+        elif kind == pw.TOOL_CALL_END:
+            self.log.info(
+                "demo: tool call ended after {ms} ms: {outcome}",
+                ms=fields.get("durationMs"),
+                outcome=fields.get("error") or fields.get("result"),
+            )
+        elif kind == pw.TURN and not self._stopping:
+            self.log.info("demo: the playbook makes Mira speak up: {text!r}", text=fields["text"])
+            meta = {"client": DEMO_CLIENT, pw.TURN_TOKEN: fields.get("token")}
+            turn = self._say(str(fields.get("text")), interactionMode="auto_event", meta=meta)
+            turn.done.addErrback(lambda failure: None)
+        elif kind == pw.ERROR:
+            self.log.warn(
+                "demo: {code}: {message}", code=fields.get("code"), message=fields.get("message")
+            )
 
     def _failed(self, failure: Any) -> None:
         self.log.failure("demo: could not connect the simulated RPEngine", failure)
@@ -120,6 +246,12 @@ class DemoService(service.Service):
 
     def stopService(self) -> Any:
         super().stopService()
+        self._stopping = True
+        if self._unobserve is not None:
+            self._unobserve()
+        playbook = self._playbook()
+        if playbook is not None:
+            playbook.stop()
         if self.engine is not None:
             self.engine.disconnect()
         return None

@@ -173,3 +173,45 @@ class IChainObserver(Interface):
         @param outcome: C{"delivered"} (it reached its end) or C{"dropped"}
             (a plugin dropped it).
         """
+
+
+class ITool(Interface):
+    """
+    One game action a playbook may run on a transition (the playbook plugin,
+    C{docs/playbooks.md}).  Tools run on the reactor thread: one that blocks
+    or computes for long returns a Deferred from a thread instead.
+    """
+
+    name = Attribute("The name playbooks call it by (str).")
+    description = Attribute("One line on what it does (str).")
+    timeout = Attribute(
+        "Seconds it may take before the call fails with TOOL_ERROR (float), or None for "
+        "the playbook plugin's tool_timeout."
+    )
+
+    def call(arguments, call):  # type: ignore[no-untyped-def]
+        """
+        Run the tool.
+
+        @param arguments: the JSON object the playbook gives (a fresh dict).
+        @param call: who and where: C{callId}, C{name}, C{clientId},
+            C{characterId}, C{playbook}, C{stage}, C{requestId}, C{reactor}
+            (a L{plugins.playbook_tools.ToolCall}).
+        @return: a JSON-serialisable result, or a Deferred firing with one.
+            Raising, failing, or not answering within the timeout ends the
+            call with TOOL_ERROR; the conversation goes on.
+        """
+
+
+class IToolProvider(Interface):
+    """
+    Provides tools to playbooks.  Announce one in a C{twisted/plugins/}
+    drop-in (it must also provide L{twisted.plugin.IPlugin};
+    L{plugins.playbook_tools.ToolSet} does both), or pass it to the playbook
+    plugin in code.
+    """
+
+    def tools():  # type: ignore[no-untyped-def]
+        """
+        @return: an iterable of L{ITool} providers.
+        """

@@ -15,6 +15,7 @@ from twisted.web.server import Site
 
 from rpmiddleware.client.protocol import ClientFactory
 from rpmiddleware.config import Settings
+from rpmiddleware.console import mountConsole
 from rpmiddleware.engine.protocol import EngineFactory
 from rpmiddleware.middleware import Middleware
 from rpmiddleware.web import CLIENT_PATH, ENGINE_PATH, buildSite
@@ -93,8 +94,8 @@ def makeMiddlewareService(
         ENGINE_PATH: EngineFactory(reactor, middleware, settings),
         CLIENT_PATH: ClientFactory(reactor, middleware, settings),
     }
-    site = buildSite(endpoints)
     top = service.MultiService()
+    site = buildSite(endpoints, mountConsole(middleware, endpoints, top))
     listener = ListenerService(reactor, site, settings, endpoints)
     listener.setName("listener")
     listener.setServiceParent(top)

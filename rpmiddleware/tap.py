@@ -58,6 +58,11 @@ def makeService(options: Options, reactor: Any = None) -> service.IService:
     choice (--reactor) is the one used.
     """
     if reactor is None:
+        # WebRTC (aiortc) needs the asyncio reactor: chosen here unless
+        # --reactor chose another (then logged, and offers are refused).
+        from rpmiddleware.webrtc.reactor import chooseDaemonReactor
+
+        chooseDaemonReactor(options.settings)
         from twisted.internet import reactor as installed
 
         reactor = installed
@@ -69,6 +74,10 @@ def makeService(options: Options, reactor: Any = None) -> service.IService:
     # debug chatter (every frame, every option) would drown our own events.
     txaio.set_global_log_level("info")  # type: ignore[attr-defined]
 
+    if options["demo"]:
+        from rpmiddleware.demo import giveDemoPlaybook
+
+        giveDemoPlaybook(options.settings)
     try:
         top, middleware = makeMiddlewareService(reactor, options.settings)
     except ConfigError as e:

@@ -27,10 +27,20 @@ def normalizeOrigin(origin: str) -> str:
     return origin.strip().rstrip("/").lower()
 
 
+def listenerOrigins(port: int) -> frozenset[str]:
+    """
+    The origins of pages served by the loopback listener on C{port} itself.
+    """
+    return frozenset(f"http://{host}:{port}" for host in ("127.0.0.1", "localhost", "[::1]"))
+
+
 class GuardedServerFactory(WebSocketServerFactory):
     """
     A server factory with the limits set explicitly (Autobahn's payload limits
     default to unlimited) and an origin allow-list.
+
+    @ivar allowListenerOrigin: also admit pages served by this very listener
+        (the console): C{listenerOrigins} of the port a connection came in on.
 
     @param allowedOrigins: browser origins that may connect.
     @param allowMissingOrigin: whether a peer that sends no Origin header (a
@@ -51,6 +61,7 @@ class GuardedServerFactory(WebSocketServerFactory):
         self.allowMissingOrigin = allowMissingOrigin
         self.maxConnections = maxConnections
         self.endpointName = endpointName
+        self.allowListenerOrigin = False
         self.connections: set[GuardedServerProtocol] = set()
         self.setProtocolOptions(
             maxMessagePayloadSize=maxMessageBytes,
@@ -82,7 +93,7 @@ class GuardedServerProtocol(WebSocketServerProtocol):
         if origin is None:
             if not factory.allowMissingOrigin:
                 self._refuse(request, ConnectionDeny.FORBIDDEN, "an Origin header is required")
-        elif normalizeOrigin(origin) not in factory.originAllowList:
+        elif normalizeOrigin(origin) not in factory.originAllowList and not self._ownPage(origin):
             self._refuse(
                 request, ConnectionDeny.FORBIDDEN, f"origin {origin[:200]} is not allowed here"
             )
@@ -92,6 +103,15 @@ class GuardedServerProtocol(WebSocketServerProtocol):
                 SERVICE_UNAVAILABLE,
                 f"too many connections to {factory.endpointName} (limit {factory.maxConnections})",
             )
+
+    def _ownPage(self, origin: str) -> bool:
+        """
+        Whether C{origin} is a page of this listener and the factory admits those.
+        """
+        if not self.factory.allowListenerOrigin or self.transport is None:
+            return False
+        port = getattr(self.transport.getHost(), "port", None)
+        return isinstance(port, int) and normalizeOrigin(origin) in listenerOrigins(port)
 
     def _refuse(self, request: ConnectionRequest, code: int, reason: str) -> None:
         self.log.warn(

@@ -42,8 +42,10 @@ from rpmiddleware.client.errors import (
 )
 from rpmiddleware.client.flow import SendGuard
 from rpmiddleware.client.messages import Attachment, InvalidMessage
+from rpmiddleware.client.playbook import PLAYBOOK_HANDLERS
 from rpmiddleware.client.sessions import ClientSession, SessionLookupError
 from rpmiddleware.client.settings import Character
+from rpmiddleware.client.status import handleStatus
 from rpmiddleware.client.tts import SpeechOutput
 from rpmiddleware.client.turns import AUDIO, TEXT, VOICE, Turn
 
@@ -69,6 +71,8 @@ class ClientConnection:
         self.peer = peer
         self.session: ClientSession = endpoint.sessions.create(self)
         self.current: Turn | None = None
+        #: This client's WebRTC (L{rpmiddleware.webrtc.voice.VoiceLink}), from its first offer.
+        self.voice: Any = None
         self.waiting: deque[Callable[[], None]] = deque()
         self.closed = False
         self.closing = False
@@ -111,6 +115,8 @@ class ClientConnection:
         turn, self.current = self.current, None
         if turn is not None and not turn.ended:
             turn.cancel("the client disconnected")
+        if self.voice is not None:
+            self.voice.close()
         if self.session.owner is self:
             self.endpoint.sessions.detach(self.session)
         self.log.info(
@@ -149,6 +155,8 @@ class ClientConnection:
         payload = wire.encode(message)
         self.writer.sendText(payload)
         self.guard.wrote(len(payload))
+        if self.voice is not None:
+            self.voice.mirror(message)
         return True
 
     def _error(self, code: str, message: str, retryable: bool = False, **extra: Any) -> None:
@@ -406,6 +414,8 @@ class ClientConnection:
         "text": _text,
         "cancel": _cancel,
         "voice-capture": _voiceCapture,
+        "status": handleStatus,
+        **PLAYBOOK_HANDLERS,
     }
 
     # Characters and attachments.
@@ -465,7 +475,9 @@ class ClientConnection:
             return
         config = self.session.config
         settings = self.settings
-        rate = config.outputRate(settings)
+        # With a WebRTC speech track negotiated, the reply plays on it.
+        track = self.voice.speechOutput() if self.voice and config.wantsAudio() else None
+        rate = track.rate if track is not None else config.outputRate(settings)
         request: dict[str, Any] = {
             "characterId": character.characterId,
             "card": character.card,
@@ -478,7 +490,9 @@ class ClientConnection:
             "retainAudio": False,
             **config.promptFields(),
         }
-        speech = SpeechOutput(rate, config.streams(settings)) if config.wantsAudio() else None
+        speech = track or (
+            SpeechOutput(rate, config.streams(settings)) if config.wantsAudio() else None
+        )
         try:
             stream = open(request)
         except Exception:

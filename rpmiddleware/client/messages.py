@@ -39,6 +39,10 @@ CLIENT_TYPES = (
     "text",
     "cancel",
     "voice-capture",
+    "status",
+    "playbook",
+    "event",
+    "tool-result",
 )
 VOICE_CAPTURE_ACTIONS = ("start", "stop", "cancel")
 MODALITY_CHOICES = (["text"], ["text", "audio"])

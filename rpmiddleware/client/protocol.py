@@ -21,11 +21,13 @@ from rpmiddleware.client.connection import ClientConnection
 from rpmiddleware.client.decode import DecodedAudio, decodeAudio
 from rpmiddleware.client.endpoint import ClientEndpoint
 from rpmiddleware.client.flow import transportBacklog
+from rpmiddleware.client.playbook import installBridge
 from rpmiddleware.client.sessions import SessionStore
 from rpmiddleware.client.settings import Character, ClientSettings, loadDefaultCharacter
 from rpmiddleware.client.turns import VOICE
 from rpmiddleware.config import Settings
 from rpmiddleware.envelope import Envelope
+from rpmiddleware.webrtc.endpoint import WebRTCEndpoint
 from rpmiddleware.websocket import GuardedServerFactory, GuardedServerProtocol
 
 #: RPEngine's microphone reports, which may come without a requestId.
@@ -142,9 +144,11 @@ class ClientFactory(GuardedServerFactory):
             clock=reactor,
             decode=self.decode,
             defaultCharacter=character,
+            answerOffer=WebRTCEndpoint(reactor, settings).offer,
         )
 
         middleware.router.observe(self._unaddressed)
+        installBridge(self)
 
     def _unaddressed(self, envelope: Envelope) -> None:
         """

@@ -1,0 +1,301 @@
+"""
+Benchmark 5: character cards.
+
+  - RFC 8785 hash time for a 5 KB and a 200 KB card, cold (canonicalHash)
+    and cached (CardHasher, the cost of finding the hash of a card already
+    seen);
+  - card bytes on the wire over a 20-turn session with small edits: what
+    card-cache sends (snapshot, patch, reference) against a snapshot every
+    turn, RPEngine's side played by the simulator's own card store;
+  - the longest reactor turn while 200 KB cards are hashed and diffed: a
+    1 ms heartbeat on the middleware's reactor while the Python API plays
+    turns with an edited 200 KB card each time, RPEngine simulated in
+    another process; against the same heartbeat with the middleware idle,
+    and with the thread pool switched off (what the threads buy).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import LoopingCall, deferLater
+
+from bench.common import Section, median, percentile, table
+from bench.peers import Peer
+from plugins.card_cache import CardCache, jsonSize
+from rpmiddleware.cards import CardHasher, canonicalHash, snapshotTransfer
+from rpmiddleware.config import Settings
+from rpmiddleware.discovery import buildChain, discoverPlugins
+from rpmiddleware.middleware import Middleware, PluginServices
+from rpmiddleware.testing.cardstore import SessionCardStore
+from rpmiddleware.testing.kit import PluginHarness, exampleCard
+from rpmiddleware.testing.live import startMiddleware
+from rpmiddleware.timeline import Timeline
+
+TEXT_ONLY = {"modalities": ["text"], "language": "en"}
+
+
+def cardOfSize(size: int) -> dict[str, Any]:
+    """
+    The example card with a lorebook grown to about C{size} bytes of JSON.
+    """
+    card = exampleCard()
+    book = card["data"].setdefault(
+        "character_book", {"name": "Lore", "extensions": {}, "entries": []}
+    )
+    i = 0
+    while len(json.dumps(card)) < size:
+        book["entries"].append(
+            {
+                "keys": [f"place-{i}", f"person-{i}"],
+                "content": f"Entry {i}: the old mill by the river grinds the village's grain; "
+                "its keeper remembers every traveller who ever crossed the ford.",
+                "extensions": {},
+                "enabled": True,
+                "insertion_order": i,
+            }
+        )
+        i += 1
+    return card
+
+
+def edit(card: dict[str, Any], turn: int) -> dict[str, Any]:
+    """
+    A small edit a game makes between turns: a new sentence, a tag, a
+    lorebook entry changed, an extension value.
+    """
+    card = copy.deepcopy(card)
+    data = card["data"]
+    kind = turn % 4
+    if kind == 0:
+        data["description"] = data["description"].split(" Today:")[0] + f" Today: day {turn}."
+    elif kind == 1:
+        data["tags"] = [*data["tags"], f"met-{turn}"]
+    elif kind == 2:
+        entries = data.get("character_book", {}).get("entries") or []
+        if entries:
+            entries[turn % len(entries)]["content"] += f" (visited on turn {turn})"
+        else:
+            data["scenario"] += f" Turn {turn}."
+    else:
+        data["extensions"]["mood"] = ["calm", "wary", "merry"][turn % 3]
+    return card
+
+
+def _timeit(work: Any, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return median(times)
+
+
+def hashTimes(runs: int) -> list[tuple[str, int, float, float]]:
+    rows = []
+    for label, size in (("5 KB", 5 * 1024), ("200 KB", 200 * 1024)):
+        card = cardOfSize(size)
+        cold = _timeit(lambda c=card: canonicalHash(c), runs)
+        hasher = CardHasher(None)
+        hasher.hashNow(card)
+        cached = _timeit(lambda c=card, h=hasher: h.hashNow(c), runs)
+        rows.append((label, len(json.dumps(card).encode()), cold, cached))
+    return rows
+
+
+def sessionBytes(size: int, turns: int = 20) -> dict[str, Any]:
+    """
+    Card bytes of a session of C{turns} turns, editing the card on every
+    other turn: card-cache's choice against a snapshot each time.
+    """
+    harness = PluginHarness(CardCache(CardHasher(None), Timeline()))
+    harness.startSession()
+    engine = SessionCardStore()
+    card = cardOfSize(size)
+    snapshots = 0
+    for turn in range(turns):
+        if turn and turn % 2 == 0:
+            card = edit(card, turn)
+        requestId = f"t{turn}"
+        transfer0 = snapshotTransfer(copy.deepcopy(card), "0" * 64)
+        harness.toEngine(harness.replyRequest(requestId, card=transfer0))
+        transfer = harness.sentToEngine[-1]["card"]
+        targetHash, _ = engine.resolve(transfer)
+        assert targetHash == canonicalHash(card)
+        snapshots += jsonSize(snapshotTransfer(card, targetHash))
+        harness.toGame("reply.accepted", requestId=requestId)
+        harness.toGame("reply.completed", requestId=requestId)
+    modes: dict[str, int] = {}
+    for mode, _ in engine.transfers:
+        modes[mode] = modes.get(mode, 0) + 1
+    sent = sum(n for _, n in engine.transfers)
+    return {"modes": modes, "sent": sent, "snapshots": snapshots}
+
+
+async def longestTurn(reactor: Any, threads: bool, idle: bool, turns: int = 20) -> dict[str, float]:
+    """
+    The longest gap between beats of a 1 ms heartbeat on this reactor while
+    the Python API plays C{turns} turns with a 200 KB card edited each time
+    (or, with C{idle}, while nothing happens for as long).
+    """
+    settings = Settings()
+    threshold = 32 * 1024 if threads else 10**9
+    settings.plugins["card-cache"] = {"thread_threshold": threshold}
+    services = PluginServices(
+        reactor, settings, CardHasher(reactor, threadThreshold=threshold), Timeline()
+    )
+    plugins = buildChain(settings, discoverPlugins(), services)
+    middleware = Middleware(reactor, settings, plugins, services=services)
+    live = startMiddleware(reactor, settings, middleware=middleware)
+    engine = Peer(reactor, "engine", "--port", str(live.port))
+    try:
+        await engine.line("CONNECTED")
+        await deferLater(reactor, 0.3, lambda: None)
+        # Edited copies made beforehand: the copying is the game's work, not ours.
+        cards = [cardOfSize(200 * 1024)]
+        for turn in range(turns):
+            cards.append(edit(cards[-1], turn))
+        gaps: list[float] = []
+        last = [time.perf_counter()]
+
+        def beat() -> None:
+            now = time.perf_counter()
+            gaps.append(now - last[0])
+            last[0] = now
+
+        heart = LoopingCall(beat)
+        heart.clock = reactor
+        heart.start(0.001, now=True)
+        started = time.perf_counter()
+        if idle:
+            await deferLater(reactor, 2.0, lambda: None)
+        else:
+            for turn in range(turns):
+                stream = middleware.requestReply(
+                    "mira", text=f"turn {turn}", card=cards[turn + 1], output=TEXT_ONLY
+                )
+                await stream.done
+        elapsed = time.perf_counter() - started
+        heart.stop()
+        threaded = sum(getattr(p, "threaded", 0) for p in middleware.chain.plugins)
+        return {
+            "max": max(gaps),
+            "p99": percentile(gaps, 99),
+            "seconds": elapsed,
+            "threaded": float(threaded),
+        }
+    finally:
+        await engine.stop()
+        await live.stop()
+
+
+async def run(reactor: Any, quick: bool = False) -> Section:
+    runs = 5 if quick else 15
+    hashes = hashTimes(runs)
+    hashRows = [
+        (
+            label,
+            f"{size:,}",
+            f"{cold * 1000:.2f} ms",
+            f"{cached * 1e6:.0f} us",
+            f"{cached / cold:.1%}",
+        )
+        for label, size, cold, cached in hashes
+    ]
+    bytesRows = []
+    sessions = {}
+    for label, size in (("5 KB", 5 * 1024), ("200 KB", 200 * 1024)):
+        result = sessionBytes(size)
+        sessions[label] = result
+        modes = ", ".join(f"{n} {m}" for m, n in sorted(result["modes"].items()))
+        bytesRows.append(
+            (
+                label,
+                modes,
+                f"{result['sent']:,}",
+                f"{result['snapshots']:,}",
+                f"{result['sent'] / result['snapshots']:.1%}",
+            )
+        )
+    turnsRuns = 1 if quick else 3
+    idle, threaded, inline = [], [], []
+    for _ in range(turnsRuns):
+        idle.append(await longestTurn(reactor, threads=True, idle=True))
+        threaded.append(await longestTurn(reactor, threads=True, idle=False))
+        inline.append(await longestTurn(reactor, threads=False, idle=False))
+
+    def row(label: str, results: list[dict[str, float]]) -> tuple[str, ...]:
+        return (
+            label,
+            f"{median([r['max'] for r in results]) * 1000:.2f} ms",
+            f"{median([r['p99'] for r in results]) * 1000:.2f} ms",
+            f"{median([r['threaded'] for r in results]):.0f}",
+        )
+
+    turnRows = [
+        row("idle middleware (baseline)", idle),
+        row("20 turns, 200 KB card edited each turn (default: threads)", threaded),
+        row("the same with the thread pool off (everything inline)", inline),
+    ]
+    cached200 = hashes[1][3] / hashes[1][2]
+    bytes20 = sessions["200 KB"]["sent"] / sessions["200 KB"]["snapshots"]
+    bytes5 = sessions["5 KB"]["sent"] / sessions["5 KB"]["snapshots"]
+    longest = median([r["max"] for r in threaded])
+    body = f"""
+Hash time: median of {runs} runs. *Cold* is `rpmiddleware.cards.canonicalHash` (RFC 8785
+canonical JSON with the pure-Python `rfc8785`, then SHA-256); *cached* is `CardHasher.hashNow` on a
+card it has seen, which still serialises the card once with the C `json` encoder (sorted keys) to
+find it by content, because a game may change its card dict in place.
+
+{table(["card", "JSON bytes", "cold", "cached", "cached / cold"], hashRows)}
+
+Card bytes over a 20-turn session (the `card` field as it goes on the wire, compact JSON), the
+card edited a little on every other turn (a sentence, a tag, a lorebook entry, an extension
+value); RPEngine's cache is the simulator's card store, which recomputes every hash itself.
+Baseline: a snapshot every turn.
+
+{table(["card", "transfers sent", "bytes sent", "bytes as snapshots", "ratio"], bytesRows)}
+
+Longest reactor turn: a 1 ms `LoopingCall` heartbeat on the middleware's reactor records the
+largest gap between beats while the Python API plays 20 text turns, each with the 200 KB card
+edited (new hash, a diff against the last one), RPEngine simulated in another process so its own
+card checks do not land on this reactor. Median of {turnsRuns} runs; "threaded" counts the diffs
+and patch applications card-cache sent to the thread pool (hashes of large cards go there too).
+
+{table(["scenario", "longest gap", "p99 gap", "threaded diffs"], turnRows)}
+"""
+    section = Section("Cards (benchmark 5)", body)
+    section.goals = [
+        ("cached 200 KB hash <= 1% of cold", f"{cached200:.1%}", cached200 <= 0.01),
+        (
+            "no reactor turn over 10 ms while 200 KB cards are hashed/diffed",
+            f"{longest * 1000:.1f} ms",
+            longest <= 0.010,
+        ),
+        (
+            "card bytes over 20 turns with small edits <= 10% of snapshots",
+            f"{bytes20:.1%} (200 KB), {bytes5:.1%} (5 KB)",
+            bytes20 <= 0.10 and bytes5 <= 0.10,
+        ),
+    ]
+    return section
+
+
+def main() -> None:
+    from twisted.internet import task
+
+    async def go(reactor: Any) -> None:
+        section = await run(reactor, quick=True)
+        print(section.markdown())
+        for goal in section.goals:
+            print(goal)
+
+    task.react(lambda reactor: Deferred.fromCoroutine(go(reactor)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""
+Peers that benchmarks run in processes of their own, so that what they cost
+does not land on the reactor being measured.
+
+    python -m bench.peers engine --port 38471 [--realtime] [--concurrency 4]
+
+connects a simulated RPEngine (L{rpmiddleware.testing.simulator}) and keeps
+it connected, reconnecting when dropped, until stdin closes.
+
+    python -m bench.peers middleware [--config FILE] [--bare-relay]
+
+serves the middleware (the default plugin chain) on a free loopback port,
+or the bare Autobahn relay the hop benchmark measures against, and prints
+C{PORT n} once listening.  C{rss} on stdin answers C{RSS n} (kilobytes);
+stdin closing ends it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from twisted.internet import stdio
+from twisted.internet.defer import Deferred, DeferredQueue
+from twisted.internet.protocol import ProcessProtocol, Protocol
+from twisted.logger import ILogObserver, globalLogBeginner
+from zope.interface import implementer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def rssKilobytes(pid: int | None = None) -> int:
+    """
+    Resident set size of a process (this one by default), from /proc.
+    """
+    with open(f"/proc/{pid or 'self'}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc status")
+
+
+class _Control(Protocol):
+    """
+    Commands on stdin: C{rss} answers with this process's resident size;
+    end of input stops the reactor.
+    """
+
+    def __init__(self, reactor: Any, extra: dict[str, Any] | None = None) -> None:
+        self.reactor = reactor
+        self.extra = extra or {}
+        self.buffer = b""
+
+    def dataReceived(self, data: bytes) -> None:
+        self.buffer += data
+        while b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            command = line.strip().decode()
+            if command == "rss":
+                answer = f"RSS {rssKilobytes()}\n"
+            elif command in self.extra:
+                answer = f"{command.upper()} {self.extra[command]()}\n"
+            else:
+                answer = f"ERROR unknown command {command!r}\n"
+            assert self.transport is not None
+            self.transport.write(answer.encode())
+
+    def connectionLost(self, reason: Any = None) -> None:
+        if self.reactor.running:
+            self.reactor.stop()
+
+
+@implementer(ILogObserver)
+def discard(event: dict[str, Any]) -> None:
+    """
+    A log observer that keeps nothing.
+    """
+
+
+def _quietLogs() -> None:
+    # Without an observer, Twisted buffers the first 64k events in memory.
+    globalLogBeginner.beginLoggingTo([discard], redirectStandardIO=False)
+
+
+def serveMiddleware(args: argparse.Namespace) -> None:
+    from twisted.internet import reactor
+
+    from rpmiddleware.config import Settings, loadSettings
+    from rpmiddleware.middleware import Middleware
+    from rpmiddleware.testing.live import startMiddleware
+
+    _quietLogs()
+    settings = loadSettings(args.config) if args.config else Settings()
+    if args.max_connections is not None:
+        settings.server.max_connections = args.max_connections
+    if args.hello_timeout is not None:
+        settings.server.hello_timeout = args.hello_timeout
+    if args.bare_relay:
+        from bench.relay import startRelay
+
+        port = startRelay(reactor)
+    else:
+        middleware = Middleware.fromSettings(reactor, settings)
+        live = startMiddleware(reactor, settings, middleware=middleware)
+        port = live.port
+    stdio.StandardIO(_Control(reactor))
+    print(f"PORT {port}", flush=True)
+    reactor.run()  # type: ignore[attr-defined]
+
+
+def runEngine(args: argparse.Namespace) -> None:
+    from twisted.internet import reactor
+
+    from rpmiddleware.testing.simulator import SimulatorOptions, connectSimulator
+
+    _quietLogs()
+    options = SimulatorOptions(
+        tokensPerSecond=args.tokens_per_second,
+        audioRealtime=args.realtime,
+        concurrency=args.concurrency,
+        queueLimit=args.queue_limit,
+        welcomeTimeout=None,
+    )
+
+    def connect() -> None:
+        d: Deferred[Any] = connectSimulator(reactor, args.port, options)
+
+        def connected(engine: Any) -> None:
+            print("CONNECTED", flush=True)
+            engine.closed.addCallback(lambda _: reactor.callLater(0.05, connect))
+
+        d.addCallbacks(connected, lambda f: reactor.callLater(0.2, connect))
+
+    connect()
+    stdio.StandardIO(_Control(reactor))
+    reactor.run()  # type: ignore[attr-defined]
+
+
+class Peer(ProcessProtocol):
+    """
+    A peer process started by a benchmark, driven from the benchmark's own
+    reactor: its stdout lines arrive as Deferreds, commands go to its stdin,
+    and it stops when stdin closes (killed if it lingers).
+    """
+
+    def __init__(self, reactor: Any, *args: str) -> None:
+        self.reactor = reactor
+        self._buffer = b""
+        self._lines: DeferredQueue[str] = DeferredQueue()
+        self.ended: Deferred[None] = Deferred()
+        self.transport: Any = reactor.spawnProcess(
+            self,
+            sys.executable,
+            [sys.executable, "-m", "bench.peers", *args],
+            env=os.environ.copy(),
+            path=ROOT,
+            childFDs={0: "w", 1: "r", 2: 2},
+        )
+
+    def outReceived(self, data: bytes) -> None:
+        self._buffer += data
+        while b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            self._lines.put(line.decode().strip())
+
+    def processEnded(self, reason: Any) -> None:
+        self._lines.put("")
+        if not self.ended.called:
+            self.ended.callback(None)
+
+    async def line(self, prefix: str) -> str:
+        """
+        The rest of the next line that starts with C{prefix}.
+        """
+        while True:
+            line = await self._lines.get()
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+            if not line and self.ended.called:
+                raise RuntimeError(f"peer ended before {prefix!r}")
+
+    async def ask(self, command: str) -> str:
+        self.transport.write(command.encode() + b"\n")
+        return await self.line(command.upper() + " ")
+
+    @property
+    def pid(self) -> int:
+        return int(self.transport.pid)
+
+    async def stop(self) -> None:
+        if not self.ended.called:
+            self.transport.closeStdin()
+            timer = self.reactor.callLater(5, self._kill)
+            await self.ended
+            if timer.active():
+                timer.cancel()
+
+    def _kill(self) -> None:
+        if not self.ended.called:
+            self.transport.signalProcess("KILL")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.peers")
+    sub = parser.add_subparsers(dest="what", required=True)
+    engine = sub.add_parser("engine")
+    engine.add_argument("--port", type=int, required=True)
+    engine.add_argument("--realtime", action="store_true")
+    engine.add_argument("--tokens-per-second", type=float, default=None)
+    engine.add_argument("--concurrency", type=int, default=1)
+    engine.add_argument("--queue-limit", type=int, default=4)
+    middleware = sub.add_parser("middleware")
+    middleware.add_argument("--config", default="")
+    middleware.add_argument("--bare-relay", action="store_true")
+    middleware.add_argument("--max-connections", type=int, default=None)
+    middleware.add_argument("--hello-timeout", type=float, default=None)
+    for sub_ in (engine, middleware):
+        sub_.add_argument("--pin", type=int, default=None, help="run on this CPU only")
+    args = parser.parse_args(argv)
+    if args.pin is not None:
+        from bench.common import pin
+
+        pin(args.pin)
+    if args.what == "engine":
+        runEngine(args)
+    else:
+        serveMiddleware(args)
+
+
+if __name__ == "__main__":
+    main()

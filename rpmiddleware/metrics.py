@@ -1,0 +1,329 @@
+"""
+Prometheus metrics of one middleware, served at C{/metrics}.
+
+Every number is gathered by watching, never by asking each plugin: the chain
+tells L{MiddlewareMetrics} about every envelope that leaves it (both
+directions, as an L{IChainObserver}), the game router shows it every
+envelope from RPEngine after the request's timeline is marked, the engine
+link tells it when RPEngine comes and goes, and the audio-resample plugin
+reports how long each conversion took through its C{timingObservers} hook.
+Gauges (clients, queue) are read when scraped.
+
+Each middleware has its own L{CollectorRegistry}, never the process-global
+one, so tests and several middlewares in one process do not collide.
+C{docs/metrics.md} lists every metric.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+from twisted.web.resource import Resource
+from twisted.web.server import Request
+from zope.interface import implementer
+
+from rpmiddleware.envelope import Direction, Envelope
+from rpmiddleware.interfaces import IChainObserver
+
+#: Seconds from asking to the first text or audio: a local model answers in
+#: a fraction of a second when idle and in tens of seconds when queued.
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0, 60.0)
+#: Seconds one resampling step takes (a 100 ms chunk takes well under 1 ms).
+RESAMPLE_BUCKETS = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+)  # fmt: skip
+#: Requests whose first text / first audio was already observed, remembered at most.
+SEEN_MEMORY = 4096
+#: Distinct error codes given their own label; later ones count as C{other}.
+MAX_ERROR_CODES = 64
+_CODE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+#: Envelope types are the code's, not a peer's, but a label is capped anyway.
+MAX_TYPE_LENGTH = 64
+
+
+def _label(value: Any, fallback: str = "unknown") -> str:
+    return value[:MAX_TYPE_LENGTH] if isinstance(value, str) and value else fallback
+
+
+def transferBytes(transfer: Any) -> int:
+    """
+    Bytes of a card transfer as compact UTF-8 JSON (what it costs on the wire).
+    """
+    text = json.dumps(transfer, separators=(",", ":"), ensure_ascii=False)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+class _Gauges(Collector):
+    """
+    The gauges, read when Prometheus scrapes.
+    """
+
+    def __init__(self, metrics: MiddlewareMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        m = self._metrics
+        link = m.middleware.link
+        yield GaugeMetricFamily(
+            "rpmiddleware_engine_connected",
+            "1 while an RPEngine session is live, else 0.",
+            value=1 if link.connected else 0,
+        )
+        clients = GaugeMetricFamily(
+            "rpmiddleware_active_clients",
+            "Open WebSocket connections by endpoint.",
+            labels=["endpoint"],
+        )
+        for path, factory in m.endpoints.items():
+            connections = getattr(factory, "connections", None)
+            if connections is not None:
+                clients.add_metric([path.decode("ascii", "replace")], len(connections))
+        yield clients
+        yield GaugeMetricFamily(
+            "rpmiddleware_engine_accepting_requests",
+            "1 while RPEngine's last capacity.update accepted requests.",
+            value=1 if m.acceptingRequests else 0,
+        )
+        yield GaugeMetricFamily(
+            "rpmiddleware_queue_depth",
+            "RPEngine's queue depth from its last capacity.update (0 without RPEngine).",
+            value=m.queueDepth,
+        )
+        yield GaugeMetricFamily(
+            "rpmiddleware_queue_limit",
+            "RPEngine's queue limit from its last capacity.update.",
+            value=m.queueLimit,
+        )
+        waiting = GaugeMetricFamily(
+            "rpmiddleware_waiting_requests",
+            "Requests held in the middleware: in the capacity gate's local queue, or in the "
+            "engine link while no RPEngine is connected.",
+            labels=["where"],
+        )
+        waiting.add_metric(["engine_link"], len(link.waiting))
+        gate = m.capacityGate()
+        if gate is not None:
+            waiting.add_metric(["capacity_gate"], len(gate.held()))
+        yield waiting
+
+
+@implementer(IChainObserver)
+class MiddlewareMetrics:
+    """
+    The metrics of one middleware.
+
+    @param middleware: a L{rpmiddleware.middleware.Middleware}; its chain,
+        router and link are watched for as long as it lives.
+    @param endpoints: the WebSocket factories by path (for connection counts).
+    @ivar registry: the L{CollectorRegistry} holding everything here.
+    """
+
+    name = "metrics"
+
+    def __init__(
+        self,
+        middleware: Any,
+        endpoints: Mapping[bytes, Any] | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.middleware = middleware
+        self.endpoints = dict(endpoints or {})
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.envelopes = Counter(
+            "rpmiddleware_envelopes",
+            "Envelopes that left the plugin chain, by direction, type and outcome "
+            "(delivered to their end, or dropped by a plugin).",
+            ["direction", "type", "outcome"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "rpmiddleware_request_errors",
+            "request.error envelopes that reached the game end, by code (RPEngine's or a "
+            "plugin's).",
+            ["code"],
+            registry=r,
+        )
+        self.cardBytes = Counter(
+            "rpmiddleware_card_transfer_bytes",
+            "Bytes of character card transfers sent toward RPEngine, by mode.",
+            ["mode"],
+            registry=r,
+        )
+        self.cardTransfers = Counter(
+            "rpmiddleware_card_transfers",
+            "Character card transfers sent toward RPEngine, by mode.",
+            ["mode"],
+            registry=r,
+        )
+        self.firstText = Histogram(
+            "rpmiddleware_time_to_first_text_seconds",
+            "Seconds from a request being asked to its first reply.text.delta.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.firstAudio = Histogram(
+            "rpmiddleware_time_to_first_audio_seconds",
+            "Seconds from a request being asked to its first reply.audio.chunk.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.resample = Histogram(
+            "rpmiddleware_resample_seconds",
+            "Seconds one audio conversion of the audio-resample plugin took: a recording "
+            "toward RPEngine, or a speech chunk toward the game.",
+            ["direction"],
+            buckets=RESAMPLE_BUCKETS,
+            registry=r,
+        )
+        r.register(_Gauges(self))
+        self.acceptingRequests = False
+        self.queueDepth = 0
+        self.queueLimit = 0
+        self._errorCodes: set[str] = set()
+        self._seenText: OrderedDict[str, None] = OrderedDict()
+        self._seenAudio: OrderedDict[str, None] = OrderedDict()
+        self._unhooks: list[Callable[[], None]] = []
+        self._watch()
+
+    def _watch(self) -> None:
+        middleware = self.middleware
+        middleware.chain.addObserver(self)
+        self._unhooks.append(lambda: middleware.chain.removeObserver(self))
+        self._unhooks.append(middleware.router.observe(self._delivered))
+        middleware.link.observeState(self._engineChanged)
+        for plugin in middleware.chain.plugins:
+            observers = getattr(plugin, "timingObservers", None)
+            if isinstance(observers, list):
+                observers.append(self._resampled)
+                self._unhooks.append(self._unhookTiming(observers))
+
+    def _unhookTiming(self, observers: list[Any]) -> Callable[[], None]:
+        def unhook() -> None:
+            if self._resampled in observers:
+                observers.remove(self._resampled)
+
+        return unhook
+
+    def stop(self) -> None:
+        """
+        Stop watching (the counters keep their values).
+        """
+        unhooks, self._unhooks = self._unhooks, []
+        for unhook in unhooks:
+            unhook()
+
+    def capacityGate(self) -> Any:
+        for plugin in self.middleware.chain.plugins:
+            if getattr(plugin, "name", None) == "capacity-gate" and hasattr(plugin, "held"):
+                return plugin
+        return None
+
+    # IChainObserver
+
+    def envelopeLeft(self, envelope: Envelope, direction: Direction, outcome: str) -> None:
+        self.envelopes.labels(direction.value, _label(envelope.type), outcome).inc()
+        if direction is Direction.TO_ENGINE and outcome == "delivered":
+            card = envelope.get("card")
+            if isinstance(card, dict):
+                self._cardSent(envelope, card)
+
+    def _cardSent(self, envelope: Envelope, card: dict[str, Any]) -> None:
+        mode = _label(card.get("mode"))
+        size: Any = None
+        requestId = envelope.requestId
+        if requestId is not None:
+            entry = self.middleware.timeline.get(requestId)
+            if entry is not None and entry.details.get("cardMode") == card.get("mode"):
+                size = entry.details.get("cardBytes")
+        if type(size) is not int:
+            size = transferBytes(card)
+        self.cardTransfers.labels(mode).inc()
+        self.cardBytes.labels(mode).inc(size)
+
+    # The game end.
+
+    def _delivered(self, envelope: Envelope) -> None:
+        kind = envelope.type
+        if kind == "reply.text.delta":
+            self._first(envelope, self._seenText, "firstText", self.firstText)
+        elif kind == "reply.audio.chunk":
+            self._first(envelope, self._seenAudio, "firstAudio", self.firstAudio)
+        elif kind == "request.error":
+            self.errors.labels(self._code(envelope.get("code"))).inc()
+        elif kind == "capacity.update":
+            accepting = envelope.get("acceptingRequests")
+            depth = envelope.get("queueDepth")
+            limit = envelope.get("queueLimit")
+            if isinstance(accepting, bool):
+                self.acceptingRequests = accepting
+            if type(depth) is int:
+                self.queueDepth = max(0, depth)
+            if type(limit) is int:
+                self.queueLimit = max(0, limit)
+
+    def _first(
+        self, envelope: Envelope, seen: OrderedDict[str, None], mark: str, histogram: Histogram
+    ) -> None:
+        requestId = envelope.requestId
+        if requestId is None or requestId in seen:
+            return
+        seen[requestId] = None
+        while len(seen) > SEEN_MEMORY:
+            seen.popitem(last=False)
+        entry = self.middleware.timeline.get(requestId)
+        if entry is None or entry.submitted is None:
+            return
+        when = getattr(entry, mark)
+        if when is not None:
+            histogram.observe(max(0.0, when - entry.submitted))
+
+    def _code(self, code: Any) -> str:
+        if not isinstance(code, str) or not _CODE.match(code):
+            return "other"
+        if code not in self._errorCodes:
+            if len(self._errorCodes) >= MAX_ERROR_CODES:
+                return "other"
+            self._errorCodes.add(code)
+        return code
+
+    def _engineChanged(self, session: Any) -> None:
+        # A new session has told nothing yet; a gone one accepts nothing.
+        self.acceptingRequests = False
+        self.queueDepth = 0
+
+    def _resampled(self, direction: str, seconds: float) -> None:
+        self.resample.labels(direction).observe(seconds)
+
+    # Exposition.
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MetricsResource(Resource):
+    """
+    C{GET /metrics}: the Prometheus text format.
+    """
+
+    isLeaf = True
+
+    def __init__(self, metrics: MiddlewareMetrics) -> None:
+        super().__init__()
+        self.metrics = metrics
+
+    def render_GET(self, request: Request) -> bytes:
+        request.setHeader(b"content-type", CONTENT_TYPE_LATEST.encode("ascii"))
+        request.setHeader(b"cache-control", b"no-store")
+        return self.metrics.exposition()
+
+    def render_HEAD(self, request: Request) -> bytes:
+        return self.render_GET(request)

@@ -1,0 +1,340 @@
+"""
+Hostile peers on the engine endpoint, over real loopback sockets: slowloris
+upgrade requests, connections that never speak, more connections than the
+limit, messages at the 8 MiB limit and one byte over (whole and in
+fragments), invalid UTF-8 and WebSocket framing violations.  Each gets its
+defined answer and the daemon goes on serving RPEngine.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import treq
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred, gatherResults
+from twisted.internet.protocol import ClientFactory, Protocol
+from twisted.internet.task import deferLater
+from twisted.python.failure import Failure
+from twisted.trial.unittest import TestCase
+
+from rpmiddleware.config import Settings
+from rpmiddleware.envelope import Envelope
+from rpmiddleware.testing.live import LiveMiddleware, TestClient, connectClient, startMiddleware
+
+PRODUCTION = "https://rpengine.gemtavern.com"
+LIMIT = 8 * 1024 * 1024
+
+
+def upgradeRequest(port: int, path: str = "/rp-engine/socket") -> bytes:
+    return (
+        f"GET {path} HTTP/1.1\r\n"
+        f"Host: 127.0.0.1:{port}\r\n"
+        "Upgrade: websocket\r\n"
+        "Connection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n"
+        f"Origin: {PRODUCTION}\r\n"
+        "\r\n"
+    ).encode("ascii")
+
+
+class RawPeer(Protocol):
+    """
+    A TCP peer that writes what it is told, when it is told, and records
+    what comes back and when the connection ends.
+    """
+
+    def __init__(self) -> None:
+        self.received = b""
+        self.lost: Deferred[float] = Deferred()
+        self.made: Deferred[RawPeer] = Deferred()
+
+    def connectionMade(self) -> None:
+        self.made.callback(self)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.received += data
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def close(self) -> None:
+        assert self.transport is not None
+        self.transport.loseConnection()
+
+    def connectionLost(self, reason: Failure | None = None) -> None:
+        if not self.lost.called:
+            self.lost.callback(time.monotonic())
+
+
+class RawFactory(ClientFactory):
+    def __init__(self) -> None:
+        self.peer = RawPeer()
+
+    def buildProtocol(self, addr: Any) -> RawPeer:
+        return self.peer
+
+
+async def rawConnect(port: int) -> RawPeer:
+    factory = RawFactory()
+    reactor.connectTCP("127.0.0.1", port, factory)
+    return await factory.peer.made
+
+
+async def until(predicate: Any, seconds: float = 10.0, what: str = "a condition") -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await deferLater(reactor, 0.005, lambda: None)
+
+
+def cancelBucketTimers() -> None:
+    """
+    Autobahn's timers live in txaio buckets: cancelling a close-handshake
+    timeout empties its slot but leaves the bucket's reactor call pending for
+    the rest of the five seconds.  Harmless in a daemon; a dirty reactor to
+    trial.
+    """
+    for call in reactor.getDelayedCalls():
+        func = getattr(call, "func", None)
+        if getattr(func, "__qualname__", "").startswith("_BatchedTimer."):
+            call.cancel()
+
+
+class HostileTests(TestCase):
+    timeout = 60
+
+    def setUp(self) -> None:
+        self.addCleanup(cancelBucketTimers)
+        self.settings = Settings()
+        self.settings.server.max_connections = 8
+        self.settings.server.hello_timeout = 30.0
+        self.live: LiveMiddleware = startMiddleware(reactor, self.settings)
+        self.addCleanup(self.live.stop)
+        self.site: Any = self.live.listener.site
+
+    def connect(self, origin: str | None = PRODUCTION) -> TestClient:
+        client = connectClient(reactor, self.live.url("/rp-engine/socket"), origin=origin)
+        self.addCleanup(client.drop)
+        return client
+
+    async def handshake(self) -> tuple[TestClient, Any]:
+        client = self.connect()
+        await client.opened
+        client.send(Envelope.build("hello").fields)
+        welcome = await client.next()
+        session = self.live.middleware.link.session
+        assert session is not None and session.sessionId == welcome["sessionId"]
+        return client, session
+
+    async def stillServes(self) -> None:
+        """
+        A new RPEngine still gets a session and can use it.
+        """
+        client, session = await self.handshake()
+        client.send(
+            Envelope.build(
+                "capacity.update", session.sessionId,
+                acceptingRequests=True, queueDepth=0, queueLimit=2,
+            ).fields
+        )  # fmt: skip
+        seen: list[Envelope] = []
+        stop = self.live.middleware.router.observe(seen.append)
+        try:
+            await until(lambda: any(e.type == "capacity.update" for e in seen), what="delivery")
+        finally:
+            stop()
+        await client.close()
+
+    def test_slowloris(self) -> Deferred[None]:
+        """
+        An upgrade request trickled in a byte at a time is dropped at the
+        header deadline, though every byte came well within the idle timeout;
+        it never becomes a WebSocket.  Meanwhile RPEngine connects normally.
+        """
+        self.site.headerTimeout = 0.3
+
+        async def run() -> None:
+            peers = [await rawConnect(self.live.port) for _ in range(5)]
+            request = upgradeRequest(self.live.port)
+            started = time.monotonic()
+            sent = 0
+            while sent < len(request) and not all(p.lost.called for p in peers):
+                for peer in peers:
+                    if not peer.lost.called:
+                        peer.write(request[sent : sent + 1])
+                sent += 1
+                if sent == 3:
+                    await self.stillServes()
+                await deferLater(reactor, 0.02, lambda: None)
+            ended = [await p.lost for p in peers]
+            self.assertLess(sent, len(request))
+            for peer, at in zip(peers, ended, strict=True):
+                self.assertLess(at - started, 2.0)
+                self.assertNotIn(b"101", peer.received)
+            self.assertEqual(len(self.live.factories()[0].connections), 0)
+            await self.stillServes()
+
+        return Deferred.fromCoroutine(run())
+
+    def test_silentConnections(self) -> Deferred[None]:
+        """
+        Many TCP connections that never send a byte are all dropped at the
+        header deadline.
+        """
+        self.site.headerTimeout = 0.3
+
+        async def run() -> None:
+            peers = await gatherResults([Deferred.fromCoroutine(self._raw()) for _ in range(50)])
+            started = time.monotonic()
+            ended = await gatherResults([p.lost for p in peers])
+            self.assertLess(max(ended) - started, 2.0)
+            await self.stillServes()
+
+        return Deferred.fromCoroutine(run())
+
+    async def _raw(self) -> RawPeer:
+        return await rawConnect(self.live.port)
+
+    def test_fullUpgradeInTimeStillWorks(self) -> Deferred[None]:
+        """
+        A slow but complete upgrade inside the deadline is served.
+        """
+        self.site.headerTimeout = 2.0
+
+        async def run() -> None:
+            peer = await rawConnect(self.live.port)
+            request = upgradeRequest(self.live.port)
+            for offset in range(0, len(request), 40):
+                peer.write(request[offset : offset + 40])
+                await deferLater(reactor, 0.02, lambda: None)
+            await until(lambda: b"\r\n\r\n" in peer.received, what="the answer")
+            self.assertTrue(peer.received.startswith(b"HTTP/1.1 101"), peer.received[:80])
+            peer.close()
+
+        return Deferred.fromCoroutine(run())
+
+    def test_connectionLimit(self) -> Deferred[None]:
+        """
+        With max_connections = 8, forty upgrades at once: exactly eight are
+        served, the rest get HTTP 503 with a reason that says why; when one
+        leaves, a newcomer is served.
+        """
+
+        async def run() -> None:
+            clients = [self.connect() for _ in range(40)]
+            outcomes = await gatherResults(
+                [c.opened.addCallbacks(lambda _: "open", lambda f: "refused") for c in clients]
+            )
+            self.assertEqual(outcomes.count("open"), 8)
+            self.assertEqual(outcomes.count("refused"), 32)
+            self.assertEqual(len(self.live.factories()[0].connections), 8)
+            response = await treq.get(
+                self.live.url("/rp-engine/socket").replace("ws:", "http:"),
+                headers={  # type: ignore[arg-type]
+                    "Origin": PRODUCTION,
+                    "Upgrade": "websocket",
+                    "Connection": "Upgrade",
+                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                    "Sec-WebSocket-Version": "13",
+                },
+                persistent=False,
+            )
+            self.assertEqual(response.code, 503)
+            self.assertIn(b"connections", response.phrase)
+            await response.content()
+            opened = [c for c, o in zip(clients, outcomes, strict=True) if o == "open"]
+            await opened[0].close()
+            await until(lambda: len(self.live.factories()[0].connections) == 7, what="the leave")
+            newcomer = self.connect()
+            await newcomer.opened
+            self.assertEqual(len(self.live.factories()[0].connections), 8)
+
+        return Deferred.fromCoroutine(run())
+
+    def test_validEnvelopeOfExactlyEightMiBFragmented(self) -> Deferred[None]:
+        """
+        A real envelope of exactly 8 MiB, sent in 64 KiB fragments, is
+        delivered whole; one byte more closes that connection with 1009 and
+        the next RPEngine is served.
+        """
+
+        async def run() -> None:
+            client, session = await self.handshake()
+            seen: list[Envelope] = []
+            stop = self.live.middleware.router.observe(seen.append)
+            self.addCleanup(stop)
+            fields = Envelope.build(
+                "reply.text.delta", session.sessionId, requestId="big", sequence=0, text=""
+            ).fields
+            overhead = len(Envelope(fields).toBytes())
+            fields["text"] = "x" * (LIMIT - overhead)
+            payload = Envelope(fields).toBytes()
+            self.assertEqual(len(payload), LIMIT)
+            assert client.factory.peer is not None
+            client.factory.peer.sendMessage(payload, isBinary=False, fragmentSize=65536)
+            await until(lambda: bool(seen), what="the 8 MiB delivery")
+            self.assertEqual(len(seen[0]["text"]), LIMIT - overhead)
+            self.assertFalse(client.closed.called)
+            fields["text"] += "x"
+            fields["messageId"] = fields["messageId"][::-1]
+            over = Envelope(fields).toBytes()
+            self.assertEqual(len(over), LIMIT + 1)
+            client.factory.peer.sendMessage(over, isBinary=False, fragmentSize=65536)
+            code, _ = await client.closed
+            self.assertEqual(code, 1009)
+            self.assertEqual(len(seen), 1)
+            await self.stillServes()
+
+        return Deferred.fromCoroutine(run())
+
+    def test_oneFrameOverLimitUnfragmented(self) -> Deferred[None]:
+        async def run() -> None:
+            client, _ = await self.handshake()
+            assert client.factory.peer is not None
+            client.factory.peer.sendMessage(b"{" + b" " * (LIMIT - 1), isBinary=False)
+            self.assertFalse(client.closed.called)
+            client.factory.peer.sendMessage(b"{" + b" " * LIMIT, isBinary=False)
+            code, _ = await client.closed
+            self.assertEqual(code, 1009)
+            await self.stillServes()
+
+        return Deferred.fromCoroutine(run())
+
+    def test_invalidUtf8Text(self) -> Deferred[None]:
+        """
+        A text frame that is not UTF-8 is what RFC 6455 answers with 1007
+        (binary frames carrying the same bytes are merely dropped: the
+        fuzzer sends those).
+        """
+
+        async def run() -> None:
+            client, session = await self.handshake()
+            assert client.factory.peer is not None
+            client.factory.peer.sendMessage(b'{"a":"\xff\xfe"}', isBinary=False)
+            code, _ = await client.closed
+            self.assertEqual(code, 1007)
+            await self.stillServes()
+
+        return Deferred.fromCoroutine(run())
+
+    def test_framingViolations(self) -> Deferred[None]:
+        """
+        Reserved opcodes, reserved bits and a ping too big for a control
+        frame each close that connection with 1002 (protocol error).
+        """
+
+        async def run() -> None:
+            for opcode, rsv, payload in ((3, 0, b"x"), (1, 4, b"{}"), (9, 0, b"p" * 200)):
+                client, _ = await self.handshake()
+                assert client.factory.peer is not None
+                client.factory.peer.sendFrame(opcode, payload, rsv=rsv)
+                code, _ = await client.closed
+                self.assertEqual(code, 1002, (opcode, rsv))
+            await self.stillServes()
+
+        return Deferred.fromCoroutine(run())
