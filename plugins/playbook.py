@@ -32,30 +32,19 @@ including those other plugins answer themselves).
 
 from __future__ import annotations
 
-import copy
 import json
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from twisted.internet.defer import CancelledError, Deferred, TimeoutError, succeed
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from plugins.playbook_model import Playbook, PlaybookError, Rule, loadPlaybookFile, parsePlaybook
 from plugins.playbook_model import parseText as parsePlaybookText
 from plugins.playbook_state import OpenRequest, SessionState, ToolRun
-from plugins.playbook_tools import (
-    ToolCall,
-    ToolFailed,
-    checkedResult,
-    describeFailure,
-    discoverTools,
-    invoke,
-    withTimeout,
-)
+from plugins.playbook_tools import ToolRunner, discoverTools
 from rpmiddleware import playbookwire as wire
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext, IEnvelopePlugin, IPluginServices
@@ -155,6 +144,9 @@ class PlaybookPlugin(ChainPlugin):
         self._outbox: deque[Envelope | Callable[[], Envelope | None]] = deque()
         self._flushCall: Any = None
         self._flushing = False
+        self.runner = ToolRunner(
+            self.tools, toolTimeout, self._timers, self._post, self._noteTool, self._toolEnded
+        )
 
     # What the console shows.
 
@@ -221,9 +213,14 @@ class PlaybookPlugin(ChainPlugin):
             return envelope
         self._context = context
         requestId = envelope.requestId
-        client = self._requests.get(requestId) if requestId is not None else None
+        if requestId is None:
+            return envelope
+        if kind in TERMINAL:
+            client = self._requests.pop(requestId, None)
+        else:
+            client = self._requests.get(requestId)
         state = self._states.get(client) if client is not None else None
-        if state is None or requestId is None:
+        if state is None:
             return envelope
         if kind in TERMINAL:
             self._ended(state, requestId, kind == "reply.completed")
@@ -264,8 +261,11 @@ class PlaybookPlugin(ChainPlugin):
         characterId = envelope.get("characterId")
         self._choose(state, characterId if isinstance(characterId, str) else None)
         auto = envelope.get("interactionMode") == "auto_event"
-        ours = state.turnAsked is not None and envelope.meta.get(wire.TURN_TOKEN) == state.turnAsked
-        if ours:
+        # A turn this plugin asked for (even one given up on since: it waited
+        # behind another turn too long) tells the waiting events, nothing else.
+        token = envelope.meta.get(wire.TURN_TOKEN)
+        ours = token is not None
+        if ours and token == state.turnAsked:
             state.clearAsk()
         event = envelope.get("event")
         event = event if isinstance(event, dict) else None
@@ -352,7 +352,6 @@ class PlaybookPlugin(ChainPlugin):
         self._settle(state)
 
     def _ended(self, state: SessionState, requestId: str, completed: bool) -> None:
-        self._requests.pop(requestId, None)
         info = state.open.pop(requestId, None)
         if info is None:
             return
@@ -550,7 +549,7 @@ class PlaybookPlugin(ChainPlugin):
                 )
             )
         if rule.tools:
-            self._runTools(state, state.playbook, rule, requestId)
+            self.runner.runAll(state, state.playbook, rule.tools, requestId)
         say = rule.say if say is None else say
         if say:
             self._pend(state, say, 0.0, "playbook")
@@ -705,146 +704,22 @@ class PlaybookPlugin(ChainPlugin):
 
     # Tools.
 
-    def _runTools(
-        self, state: SessionState, playbook: Playbook, rule: Rule, requestId: str | None
-    ) -> None:
-        """
-        Run a transition's tools one after the other.
-        """
-        d: Deferred[Any] = succeed(None)
-        for use in rule.tools:
-            d.addCallback(self._nextTool, state, playbook, use.name, use.arguments, requestId)
-
-    def _nextTool(
-        self,
-        ignored: object,
-        state: SessionState,
-        playbook: Playbook,
-        name: str,
-        arguments: dict[str, Any],
-        requestId: str | None,
-    ) -> Deferred[None]:
-        return self._runTool(state, playbook, name, arguments, requestId)
-
-    def _runTool(
-        self,
-        state: SessionState,
-        playbook: Playbook,
-        name: str,
-        arguments: dict[str, Any],
-        requestId: str | None,
-    ) -> Deferred[None]:
-        spec = playbook.tools[name]
-        tool = self.tools.get(name) if spec.runBy == "middleware" else None
-        ownTimeout = getattr(tool, "timeout", None) if tool is not None else None
-        timeout = float(spec.timeout or ownTimeout or self.toolTimeout)
-        reactor = self._timers()
-        callId = uuid.uuid4().hex
-        arguments = copy.deepcopy(arguments)
-        run = ToolRun(callId, name, spec.runBy, arguments, reactor.seconds(), requestId)
-        run.entry = {"callId": callId, "name": name, "runBy": spec.runBy, "outcome": "running"}
-        state.running[callId] = run
-        if requestId is None:
-            state.unattached.append(run)
-        else:
-            self._noteTool(run)
-        self.log.info(
-            "session {client}: tool {name} ({runBy}) starts, call {callId}",
-            client=state.clientId,
-            name=name,
-            runBy=spec.runBy,
-            callId=callId,
+    def _toolEnded(self, state: SessionState, run: ToolRun, outcome: str, value: Any) -> None:
+        if self._states.get(state.clientId) is not state:
+            return
+        self._fire(
+            state, "tool", tool=run.name, outcome=outcome, result=value, requestId=run.requestId
         )
-        self._post(
-            wire.toGame(
-                wire.TOOL_CALL_START,
-                state.clientId,
-                name=name,
-                callId=callId,
-                arguments=arguments,
-                runBy=spec.runBy,
-            )
-        )
-        if tool is None:
-            d: Deferred[Any] = Deferred()
-            state.clientCalls[callId] = d
-        else:
-            call = ToolCall(
-                callId,
-                name,
-                state.clientId,
-                state.characterId,
-                playbook.name,
-                state.stage or "",
-                requestId,
-                reactor,
-            )
-            d = invoke(tool, copy.deepcopy(arguments), call)
-        withTimeout(d, timeout, reactor)
-        d.addCallback(checkedResult)
-        return d.addBoth(self._toolEnded, state, run, timeout)
-
-    def _toolEnded(self, result: Any, state: SessionState, run: ToolRun, timeout: float) -> None:
-        state.running.pop(run.callId, None)
-        state.clientCalls.pop(run.callId, None)
-        durationMs = max(0, round((self._now() - run.started) * 1000))
-        end: dict[str, Any] = {"callId": run.callId}
-        if isinstance(result, Failure):
-            error = describeFailure(result, run.name, run.runBy, timeout)
-            outcome, value = "error", None
-            end["error"] = error
-            if run.runBy == "middleware" and not result.check(
-                ToolFailed, TimeoutError, CancelledError
-            ):
-                # A tool that raised: its traceback is for the plugin's author.
-                self.log.failure("tool {name} raised", result, name=run.name)
-            self.log.info(
-                "session {client}: {error}", client=state.clientId, error=error, callId=run.callId
-            )
-        else:
-            outcome, value = "success", result
-            end["result"] = result
-        end["durationMs"] = durationMs
-        self._post(wire.toGame(wire.TOOL_CALL_END, state.clientId, **end))
-        if outcome == "error":
-            self._error(state.clientId, "TOOL_ERROR", end["error"], callId=run.callId)
-        run.entry.update(outcome=outcome, durationMs=durationMs)
-        if outcome == "error":
-            run.entry["error"] = end["error"]
-        state.recentTools.append(dict(run.entry))
-        if run.requestId is not None:
-            self._noteTool(run)
-        if self._states.get(state.clientId) is state:
-            self._fire(
-                state,
-                "tool",
-                tool=run.name,
-                outcome=outcome,
-                result=value,
-                requestId=run.requestId,
-            )
-            self._settle(state)
+        self._settle(state)
 
     def _toolResult(self, envelope: Envelope) -> None:
         client = clientOf(envelope)
         state = self._states.get(client)
-        callId = envelope.get("callId")
-        waiting = state.clientCalls.pop(callId, None) if state is not None else None
-        if waiting is None:
-            self._error(
-                client,
-                "INVALID_MESSAGE",
-                f"tool-result: no tool call {str(callId)[:64]!r} of this session waits for a "
-                "result (it ended, timed out, or never was)",
-            )
-            return
-        assert state is not None
-        state.away = False
-        error = envelope.get("error")
-        if error is not None:
-            waiting.errback(ToolFailed(str(error)))
-        else:
-            waiting.callback(envelope.get("result"))
+        answered = self.runner.answer(
+            state, client, envelope.get("callId"), envelope.get("result"), envelope.get("error")
+        )
+        if answered and state is not None:
+            state.away = False
 
     def _noteTool(self, run: ToolRun) -> None:
         if self.timeline is None or run.requestId is None:

@@ -1,6 +1,6 @@
 """
 Tools for playbooks: how a plugin provides one, how they are found, and how
-one call runs with its timeout.
+calls run with their timeouts (L{ToolRunner}).
 
 A tool is a game action a transition runs on its way (give a quest, open a
 door, look up an inventory).  Two kinds:
@@ -18,8 +18,10 @@ TOOL_ERROR for that call only: the conversation goes on.
 
 from __future__ import annotations
 
+import copy
 import json
-from collections.abc import Callable, Iterable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -30,6 +32,10 @@ from twisted.plugin import IPlugin, getPlugins
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from plugins.playbook_model import Playbook, ToolUse
+from plugins.playbook_state import SessionState, ToolRun
+from rpmiddleware import playbookwire as wire
+from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import ITool, IToolProvider
 
 log = Logger()
@@ -179,3 +185,186 @@ def describeFailure(failure: Failure, name: str, runBy: str, timeout: float) -> 
         return f"tool {name} failed: {failure.value}"
     kind = failure.type.__name__ if failure.type is not None else "Exception"
     return f"tool {name} failed: {kind}: {failure.value}"
+
+
+class ToolRunner:
+    """
+    Runs the tools of transitions: those of one transition one after the
+    other, each with its timeout, telling the client each call's start and
+    end (C{tool-call-start}, C{tool-call-end}, and C{TOOL_ERROR} when it
+    failed).  A call never fails the transition: its ending is reported and
+    the next tool runs.
+
+    @param tools: the middleware's tools (L{ITool}) by name.
+    @param clock: gives the L{IReactorTime} that times the calls.
+    @param post: sends an envelope toward the game (in order, later).
+    @param noted: told when a call's timeline entry changed.
+    @param ended: told C{(state, run, outcome, value)} when a call ended,
+        C{outcome} being C{"success"} (C{value} its result) or C{"error"}.
+    """
+
+    log = log
+
+    def __init__(
+        self,
+        tools: Mapping[str, Any],
+        defaultTimeout: float,
+        clock: Callable[[], Any],
+        post: Callable[[Envelope], None],
+        noted: Callable[[ToolRun], None],
+        ended: Callable[[SessionState, ToolRun, str, Any], None],
+    ) -> None:
+        self.tools = tools
+        self.defaultTimeout = defaultTimeout
+        self._clock = clock
+        self._post = post
+        self._noted = noted
+        self._ended = ended
+
+    def runAll(
+        self,
+        state: SessionState,
+        playbook: Playbook,
+        uses: Sequence[ToolUse],
+        requestId: str | None,
+    ) -> None:
+        d: Deferred[Any] = Deferred()
+        for use in uses:
+            d.addCallback(self._next, state, playbook, use, requestId)
+        d.callback(None)
+
+    def _next(
+        self,
+        ignored: object,
+        state: SessionState,
+        playbook: Playbook,
+        use: ToolUse,
+        requestId: str | None,
+    ) -> Deferred[None]:
+        return self.run(state, playbook, use.name, use.arguments, requestId)
+
+    def run(
+        self,
+        state: SessionState,
+        playbook: Playbook,
+        name: str,
+        arguments: dict[str, Any],
+        requestId: str | None,
+    ) -> Deferred[None]:
+        """
+        One call; the Deferred fires (never fails) when it ended.
+        """
+        spec = playbook.tools[name]
+        tool = self.tools.get(name) if spec.runBy == "middleware" else None
+        ownTimeout = getattr(tool, "timeout", None) if tool is not None else None
+        timeout = float(spec.timeout or ownTimeout or self.defaultTimeout)
+        clock = self._clock()
+        callId = uuid.uuid4().hex
+        arguments = copy.deepcopy(arguments)
+        run = ToolRun(callId, name, spec.runBy, arguments, clock.seconds(), requestId)
+        run.entry = {"callId": callId, "name": name, "runBy": spec.runBy, "outcome": "running"}
+        state.running[callId] = run
+        if requestId is None:
+            # Fired by silence, an event or another tool: it goes with the next turn.
+            state.unattached.append(run)
+        else:
+            self._noted(run)
+        self.log.info(
+            "session {client}: tool {name} ({runBy}) starts, call {callId}",
+            client=state.clientId,
+            name=name,
+            runBy=spec.runBy,
+            callId=callId,
+        )
+        self._post(
+            wire.toGame(
+                wire.TOOL_CALL_START,
+                state.clientId,
+                name=name,
+                callId=callId,
+                arguments=arguments,
+                runBy=spec.runBy,
+            )
+        )
+        if tool is None:
+            d: Deferred[Any] = Deferred()
+            state.clientCalls[callId] = d
+        else:
+            call = ToolCall(
+                callId,
+                name,
+                state.clientId,
+                state.characterId,
+                playbook.name,
+                state.stage or "",
+                requestId,
+                clock,
+            )
+            d = invoke(tool, copy.deepcopy(arguments), call)
+        withTimeout(d, timeout, clock)
+        d.addCallback(checkedResult)
+        return d.addBoth(self._finished, state, run, timeout)
+
+    def answer(
+        self, state: SessionState | None, clientId: str, callId: Any, result: Any, error: Any
+    ) -> bool:
+        """
+        A client's C{tool-result}.
+
+        @return: whether a call of that session was waiting for it (if not,
+            the client is told C{INVALID_MESSAGE}).
+        """
+        waiting = state.clientCalls.pop(callId, None) if state is not None else None
+        if waiting is None:
+            self._post(
+                wire.toGame(
+                    wire.ERROR,
+                    clientId,
+                    code="INVALID_MESSAGE",
+                    message=(
+                        f"tool-result: no tool call {str(callId)[:64]!r} of this session waits "
+                        "for a result (it ended, timed out, or never was)"
+                    ),
+                )
+            )
+            return False
+        if error is not None:
+            waiting.errback(ToolFailed(str(error)))
+        else:
+            waiting.callback(result)
+        return True
+
+    def _finished(self, result: Any, state: SessionState, run: ToolRun, timeout: float) -> None:
+        state.running.pop(run.callId, None)
+        state.clientCalls.pop(run.callId, None)
+        durationMs = max(0, round((self._clock().seconds() - run.started) * 1000))
+        end: dict[str, Any] = {"callId": run.callId}
+        if isinstance(result, Failure):
+            error = describeFailure(result, run.name, run.runBy, timeout)
+            outcome, value = "error", None
+            end["error"] = error
+            if run.runBy == "middleware" and not result.check(
+                ToolFailed, TimeoutError, CancelledError
+            ):
+                # A tool that raised: its traceback is for the plugin's author.
+                self.log.failure("tool {name} raised", result, name=run.name)
+            self.log.info(
+                "session {client}: {error}", client=state.clientId, error=error, callId=run.callId
+            )
+        else:
+            outcome, value = "success", result
+            end["result"] = result
+        end["durationMs"] = durationMs
+        self._post(wire.toGame(wire.TOOL_CALL_END, state.clientId, **end))
+        run.entry.update(outcome=outcome, durationMs=durationMs)
+        if outcome == "error":
+            run.entry["error"] = error
+            self._post(
+                wire.toGame(
+                    wire.ERROR, state.clientId, code="TOOL_ERROR", message=error, callId=run.callId
+                )
+            )
+        state.recentTools.append(dict(run.entry))
+        if run.requestId is not None:
+            self._noted(run)
+        self._ended(state, run, outcome, value)

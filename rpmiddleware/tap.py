@@ -29,7 +29,7 @@ class Options(usage.Options):
         [
             "demo",
             None,
-            "Connect a simulated RPEngine in-process and play one scripted turn, "
+            "Connect a simulated RPEngine in-process and play a short scripted conversation, "
             "so you can see replies flow without RPEngine.",
         ],
     ]

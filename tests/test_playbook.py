@@ -881,6 +881,20 @@ class EventTests(SynchronousTestCase):
         rig.event("Lightning.")
         self.assertEqual([m["type"] for m in rig.out()], ["turn"])
 
+    def test_lateTurnAfterGivingUp(self) -> None:
+        """
+        A turn asked for that starts after the plugin gave up on it still
+        tells the events once.
+        """
+        rig = Rig(turnStartTimeout=3)
+        rig.turn()
+        rig.event("Thunder.")
+        [turn] = [m for m in rig.out() if m["type"] == "turn"]
+        rig.clock.advance(3)
+        request = rig.startAuto(turn)
+        self.assertEqual(request["event"]["text"], "Thunder.")
+        self.assertFalse(rig.plugin.state("c1")["away"])  # type: ignore[index]
+
     def test_eventsWithoutPlaybook(self) -> None:
         rig = Rig(None)
         rig.event("A wolf howls.", scene="The forest.")
@@ -1027,3 +1041,79 @@ class FactoryTests(SynchronousTestCase):
             self.assertIn(words, str(caught.exception))
         plugin = build({"interrupt_priority": 5}, self.services())
         self.assertEqual(plugin.interruptPriority, 5.0)
+
+
+class MemoryTests(SynchronousTestCase):
+    def test_requestsForgottenAtTheirEnd(self) -> None:
+        """
+        Whatever happened to its session, a request is forgotten when it ends.
+        """
+        rig = Rig(maxSessions=1)
+        first = rig.request("Hi", client="a")
+        rig.request("Hi", client="b")
+        self.assertIsNone(rig.plugin.state("a"))
+        rig.end(first["requestId"])
+        withdrawn = rig.request("Hi", client="b")
+        rig.harness.toEngine("request.cancel", requestId=withdrawn["requestId"])
+        rig.end(withdrawn["requestId"], "reply.cancelled")
+        self.assertEqual(list(rig.plugin._requests), ["r2"])
+
+
+TOOL_DROPIN = """
+from plugins.playbook_tools import FunctionTool, ToolSet
+
+
+def weather(arguments, call):
+    return {"sky": "grey", "where": arguments.get("where")}
+
+
+tools = ToolSet(FunctionTool("weather", weather, "Says the weather.", timeout=2.0))
+"""
+
+
+class DropinToolTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        """
+        A third party's tools, announced in a twisted/plugins drop-in.
+        """
+        import sys
+
+        import twisted.plugins
+
+        folder = Path(self.mktemp()) / "twisted" / "plugins"
+        folder.mkdir(parents=True)
+        (folder / "weather_tools.py").write_text(TOOL_DROPIN)
+        twisted.plugins.__path__.append(str(folder))
+        self.addCleanup(twisted.plugins.__path__.remove, str(folder))
+        self.addCleanup(sys.modules.pop, "twisted.plugins.weather_tools", None)
+
+    def test_foundAtStartUp(self) -> None:
+        """
+        The factory finds drop-in tools, so a configured playbook may name
+        them (and one naming a tool nobody provides is refused then).
+        """
+        path = Path(self.mktemp() + ".toml")
+        path.write_text(
+            '[stages.a]\ntools = ["weather"]\n'
+            '[[stages.a.transitions]]\non = "player"\nkeywords = ["rain"]\n'
+            'tools = [{ name = "weather", arguments = { where = "here" } }]\n'
+        )
+        services = PluginServices(Clock(), Settings(), CardHasher(None), Timeline())
+        plugin = build({"characters": {"mira": str(path)}}, services)
+        self.assertEqual(plugin.tools["weather"].timeout, 2.0)
+        spec = plugin.playbooks["mira"].tools["weather"]
+        self.assertEqual((spec.runBy, spec.timeout), ("middleware", 2.0))
+        harness = PluginHarness(plugin)
+        envelope = harness.envelope(
+            "reply.request",
+            requestId="r",
+            integrationId="g",
+            characterId="mira",
+            card={},
+            event={"text": "Will it rain?"},
+        )
+        envelope.meta["client"] = "c"
+        harness.toEngine(envelope)
+        harness.clock.advance(0)
+        [end] = [e for e in harness.sentToGame if e.type == pw.TOOL_CALL_END]
+        self.assertEqual(end["result"], {"sky": "grey", "where": "here"})

@@ -15,6 +15,7 @@ from typing import Any
 from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
 from twisted.internet.task import Clock, deferLater
+from twisted.trial.unittest import TestCase
 
 from plugins.playbook import PlaybookPlugin
 from plugins.playbook_model import loadPlaybookFile
@@ -22,7 +23,10 @@ from plugins.playbook_tools import FunctionTool
 from rpmiddleware.cards import CardHasher
 from rpmiddleware.client.settings import ClientSettings
 from rpmiddleware.config import Settings
+from rpmiddleware.demo import DemoService
 from rpmiddleware.middleware import Middleware, PluginServices
+from rpmiddleware.tap import Options, makeService
+from rpmiddleware.testing.kit import captureLogEvents
 from rpmiddleware.testing.live import TestClient, startMiddleware
 from rpmiddleware.testing.simoptions import defaultReplyText
 from rpmiddleware.timeline import Timeline
@@ -658,3 +662,46 @@ class DefaultChainTests(LiveClientCase):
         [request] = requestsOf(engine)
         self.assertFalse({"interactionMode", "promptScene", "promptDirective"} & set(request))
         self.assertEqual(request["event"], {"text": "Hello."})
+
+
+class DemoTests(TestCase):
+    """
+    C{twistd rpmiddleware --demo}: Mira plays the example playbook.
+    """
+
+    timeout = 30
+
+    @inlineCallbacks
+    def test_demoPlaysThePlaybook(self) -> Any:
+        events = captureLogEvents(self)
+        self.patch(DemoService, "pacing", {"tokensPerSecond": None, "audioRealtime": False})
+        options = Options()
+        options.parseOptions(["--demo", "--port", "0"])
+        top = makeService(options, reactor)
+        top.privilegedStartService()
+        top.startService()
+        self.addCleanup(top.stopService)
+        demo: Any = top.getServiceNamed("demo")  # type: ignore[attr-defined]
+        yield demo.ready
+        said = [e["log_format"] for e in events if str(e.get("log_format", "")).startswith("demo:")]
+        self.assertIn("demo: stage {old} -> {new} ({reason})", said)
+        changes = [
+            (e["old"], e["new"], e["reason"])
+            for e in events
+            if e.get("log_format") == "demo: stage {old} -> {new} ({reason})"
+        ]
+        self.assertEqual(
+            changes,
+            [
+                ("greeting", "offer", 'player said "work"'),
+                ("offer", "accepted", 'player said "aye"'),
+            ],
+        )
+        ended = [e for e in events if e.get("log_format", "").startswith("demo: tool call ended")]
+        self.assertEqual(ended[0]["outcome"], {"questId": "cellar-rats", "status": "offered"})
+        requests = requestsOf(demo.engine)
+        self.assertEqual(
+            [r["promptDirective"] for r in requests],
+            [{"directUserGuide": guide(s)} for s in ("greeting", "offer", "accepted")],
+        )
+        self.assertTrue(all(r["interactionMode"] == "direct_user" for r in requests))

@@ -16,6 +16,7 @@ Modules, one job each:
   - L{flow}: bounding what a slow client costs;
   - L{capacity}: the C{capacity} message;
   - L{attachments}: images for an RPEngine that takes none;
+  - L{playbook}: the playbook and game-event messages, and the playbook plugin's replies;
   - L{endpoint}: what a connection is given (its writer, the shared parts);
   - L{connection}: one client's messages, session and turns;
   - L{protocol}: the Autobahn protocol and factory.
