@@ -382,6 +382,34 @@ class TurnTests(SynchronousTestCase):
         )
         self.assertIsNone(status["clients"][0]["turn"])
 
+    def test_stageAndTools(self) -> None:
+        """
+        The playbook's stage and the tool calls of a turn, as the playbook
+        notes them on the timeline, reach the status (no arguments or results).
+        """
+        rig = Rig()
+        rig.middleware.registerCharacter("mira", exampleCard())
+        stream = rig.middleware.requestReply("mira", text="work?")
+        call = {
+            "callId": "c1",
+            "name": "give_quest",
+            "runBy": "client",
+            "outcome": "success",
+            "durationMs": 12.5,
+            "arguments": {"secret": "x"},
+            "result": {"quest": "rats"},
+        }
+        rig.middleware.timeline.note(stream.requestId, stage="offer", tools=[call])
+        connection, writer = rig.connect()
+        rig.say(connection, type="status")
+        [turn] = writer.statuses()[-1]["turns"]
+        self.assertEqual(turn["stage"], "offer")
+        self.assertEqual(
+            turn["tools"],
+            [{"callId": "c1", "name": "give_quest", "runBy": "client", "outcome": "success",
+              "durationMs": 12.5}],
+        )  # fmt: skip
+
     def test_newestFirst(self) -> None:
         rig = Rig()
         rig.middleware.registerCharacter("mira", exampleCard())

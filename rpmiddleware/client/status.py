@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 #: Turns and errors a snapshot carries, newest first.
 STATUS_TURNS = 20
+#: Tool calls shown per turn, and the fields shown of each.
+STATUS_TOOLS = 8
+_TOOL_FIELDS = frozenset({"callId", "name", "runBy", "outcome", "durationMs", "error"})
 STATUS_ERRORS = 20
 #: How much queue history a snapshot carries, in seconds and points.
 HISTORY_SECONDS = 600.0
@@ -358,6 +361,15 @@ class StatusHub:
             marks = described.pop("marks")
             requestId = described.pop("requestId")
             details = {k: v for k, v in described.items() if isinstance(v, _SCALARS)}
+            tools = described.get("tools")
+            if isinstance(tools, list):
+                # The playbook's tool calls of this turn, flattened to what the
+                # console shows: never their arguments or results.
+                details["tools"] = [
+                    {k: v for k, v in call.items() if k in _TOOL_FIELDS}
+                    for call in tools[-STATUS_TOOLS:]
+                    if isinstance(call, dict)
+                ]
             outcome = next(
                 (name for name in ("completed", "cancelled", "failed") if name in marks), None
             )

@@ -153,6 +153,7 @@ export class StatusView {
       "tr", { "data-request": turn.requestId },
       el("td", {}, el("code", { text: turn.requestId.slice(0, 8), title: turn.requestId })),
       el("td", { text: turn.characterId || "—" }),
+      el("td", { class: "stage-cell" }, stageCell(turn)),
       el("td", {}, turn.client ? el("code", { text: turn.client }) : el("span", { class: "muted", text: "api" })),
       el("td", {}, bar),
       el("td", { class: "num", text: formatMs(m.firstText) }),
@@ -246,4 +247,15 @@ function barTitle(m) {
     if (m[name] !== undefined) parts.push(`${label} ${formatMs(m[name])}`);
   }
   return parts.join(" · ") || "waiting";
+}
+
+// The playbook stage a turn ran in and the tools it called, if any.
+function stageCell(turn) {
+  const tools = (turn.tools || []).map((call) => el("span", {
+    class: `tag tool ${call.outcome === "success" ? "completed" : call.outcome === "running" ? "running" : "failed"}`,
+    title: call.error || `${call.runBy || ""} ${formatMs(call.durationMs)}`,
+    text: call.name,
+  }));
+  if (!turn.stage && !tools.length) return "—";
+  return el("span", {}, turn.stage ? el("code", { text: turn.stage }) : "", " ", ...tools);
 }
