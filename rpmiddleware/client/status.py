@@ -360,7 +360,9 @@ class StatusHub:
             described = entry.asDict()
             marks = described.pop("marks")
             requestId = described.pop("requestId")
-            details = {k: v for k, v in described.items() if isinstance(v, _SCALARS)}
+            details: dict[str, Any] = {
+                k: v for k, v in described.items() if isinstance(v, _SCALARS)
+            }
             tools = described.get("tools")
             if isinstance(tools, list):
                 # The playbook's tool calls of this turn, flattened to what the
