@@ -113,13 +113,23 @@ BOUNDS = """
 - **Audio in.** A WAV upload is base64-decoded, parsed, downmixed, resampled one-shot to 16 kHz and
   base64-encoded again; the 0.77 MB message itself is unmasked and UTF-8-validated by Autobahn
   and parsed by `json` on both paths.
-- **Cards.** `rfc8785` and `jsonpatch` are pure Python. Large cards go to the reactor's thread pool,
-  but CPython threads share one interpreter lock: the reactor still waits for it while a worker
-  thread canonicalises or diffs, and the JSON copies made on the reactor (the card store's private
-  copy, the content key, the envelope itself) run at most at half speed meanwhile.
+- **Cards.** `rfc8785` and `jsonpatch` are pure Python (about 18 ms and 0.3-20 ms for a 200 KB
+  card). Large cards go to the reactor's thread pool, but CPython threads share one interpreter
+  lock: while a worker thread canonicalises or diffs, the reactor waits up to the 5 ms switch
+  interval each time it wakes, and the JSON work it still does itself for a large card (the card
+  store's private copy, about 2 ms alone; the content key, 2 ms; the envelope, 1.5 ms) stretches to
+  several times that. Full (generation 2) garbage collections pass over every stored card tree;
+  with the benchmark's own 21 card copies left in the collector's view one took 54 ms on the
+  reactor, so the benchmark freezes its copies (`gc.freeze`) as belonging to the game. A cached
+  hash still serialises the card once to find it by content (the game may have changed its dict
+  in place), which is why it is about a tenth of a cold hash rather than a hundredth.
 - **Load.** One core runs everything per chunk above for every stream; the driver process
   (RPEngine and the clients) runs on the other core, and its figures are shown so that a
   saturated driver is not mistaken for the middleware.
+- **Spread.** On a shared two-core machine the tails, and ratios near a goal's line, move between
+  runs (three full runs on 2026-11-29 gave the 24 kHz audio hop 1.33x, 1.66x and 1.71x at p50, and
+  the largest load under 20 ms p99 0, 25 and 100 streams, the first before turn starts were
+  spread and the second with other work on CPU 0); rerun before drawing a conclusion from one.
 """
 
 
@@ -187,6 +197,10 @@ def main() -> None:
     args = parser.parse_args()
     # Without an observer Twisted keeps the first 64k log events in memory.
     globalLogBeginner.beginLoggingTo([discard], redirectStandardIO=False)
+    import txaio
+
+    txaio.use_twisted()
+    txaio.set_global_log_level("info")  # type: ignore[attr-defined]
     if args.what == ["stress"]:
         runStress(args.scale)
         return

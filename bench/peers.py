@@ -76,13 +76,24 @@ class _Control(Protocol):
 @implementer(ILogObserver)
 def discard(event: dict[str, Any]) -> None:
     """
-    A log observer that keeps nothing.
+    A log observer that keeps nothing but errors, which go to stderr.
     """
+    from twisted.logger import LogLevel, formatEventAsClassicLogText
+
+    level = event.get("log_level")
+    if event.get("log_failure") is not None or level in (LogLevel.error, LogLevel.critical):
+        sys.stderr.write(formatEventAsClassicLogText(event) or "")
 
 
 def _quietLogs() -> None:
     # Without an observer, Twisted buffers the first 64k events in memory.
     globalLogBeginner.beginLoggingTo([discard], redirectStandardIO=False)
+    # As twistd rpmiddleware does (rpmiddleware/tap.py): Autobahn's debug events
+    # (one per frame) are not even emitted.
+    import txaio
+
+    txaio.use_twisted()
+    txaio.set_global_log_level("info")  # type: ignore[attr-defined]
 
 
 def serveMiddleware(args: argparse.Namespace) -> None:
@@ -108,7 +119,14 @@ def serveMiddleware(args: argparse.Namespace) -> None:
         port = live.port
     stdio.StandardIO(_Control(reactor))
     print(f"PORT {port}", flush=True)
-    reactor.run()  # type: ignore[attr-defined]
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.runcall(reactor.run)  # type: ignore[attr-defined]
+        profiler.dump_stats(args.profile)
+    else:
+        reactor.run()  # type: ignore[attr-defined]
 
 
 def runEngine(args: argparse.Namespace) -> None:
@@ -217,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     middleware.add_argument("--bare-relay", action="store_true")
     middleware.add_argument("--max-connections", type=int, default=None)
     middleware.add_argument("--hello-timeout", type=float, default=None)
+    middleware.add_argument("--profile", default="", help="write cProfile stats here at exit")
     for sub_ in (engine, middleware):
         sub_.add_argument("--pin", type=int, default=None, help="run on this CPU only")
     args = parser.parse_args(argv)
