@@ -126,7 +126,7 @@ class Envelope:
         return self.replace()
 
     def toBytes(self) -> bytes:
-        return json.dumps(self.fields, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return jsonBytes(self.fields)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Envelope) and other.fields == self.fields
@@ -135,6 +135,19 @@ class Envelope:
 
     def __repr__(self) -> str:
         return f"<Envelope {self.type} {self.messageId} request={self.requestId}>"
+
+
+def jsonBytes(value: Any) -> bytes:
+    """
+    Compact UTF-8 JSON.  A lone surrogate (legal in JSON text as an escape,
+    not encodable as UTF-8) falls back to ASCII escapes rather than losing
+    the message.
+    """
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":")).encode("ascii")
 
 
 def summarize(fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -53,13 +53,15 @@ class GuardedServerFactory(WebSocketServerFactory):
         allowedOrigins: Iterable[str],
         allowMissingOrigin: bool,
         maxMessageBytes: int,
-        maxConnections: int,
+        connectionLimit: int,
         endpointName: str,
     ) -> None:
         super().__init__(reactor=reactor)
         self.originAllowList = frozenset(normalizeOrigin(o) for o in allowedOrigins)
         self.allowMissingOrigin = allowMissingOrigin
-        self.maxConnections = maxConnections
+        # Not "maxConnections": Autobahn has an option of that name, which
+        # would refuse first, with its own message.
+        self.connectionLimit = connectionLimit
         self.endpointName = endpointName
         self.allowListenerOrigin = False
         self.connections: set[GuardedServerProtocol] = set()
@@ -97,11 +99,11 @@ class GuardedServerProtocol(WebSocketServerProtocol):
             self._refuse(
                 request, ConnectionDeny.FORBIDDEN, f"origin {origin[:200]} is not allowed here"
             )
-        if len(factory.connections) >= factory.maxConnections:
+        if len(factory.connections) >= factory.connectionLimit:
             self._refuse(
                 request,
                 SERVICE_UNAVAILABLE,
-                f"too many connections to {factory.endpointName} (limit {factory.maxConnections})",
+                f"too many connections to {factory.endpointName} (limit {factory.connectionLimit})",
             )
 
     def _ownPage(self, origin: str) -> bool:

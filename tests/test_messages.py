@@ -45,6 +45,18 @@ class BuildTests(SynchronousTestCase):
         envelope = Envelope.build("reply.completed", "s", requestId="r", futureField={"a": [1]})
         self.assertEqual(json.loads(envelope.toBytes())["futureField"], {"a": [1]})
 
+    def test_loneSurrogate(self) -> None:
+        """
+        Text with a lone surrogate (a legal JSON escape that UTF-8 cannot
+        carry) is still written, escaped, rather than lost.
+        """
+        import json
+
+        envelope = Envelope.build(
+            "reply.text.delta", "s", requestId="r", sequence=0, text="a\ud800b"
+        )
+        self.assertEqual(json.loads(envelope.toBytes())["text"], "a\ud800b")
+
     def test_replaceKeepsMeta(self) -> None:
         envelope = Envelope.build("reply.completed", "s", requestId="r")
         envelope.meta["client"] = "c1"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rpmiddleware.client.settings import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
+from rpmiddleware.envelope import jsonBytes
 from rpmiddleware.messages import AUDIO_INPUT_LANGUAGES, SPEECH_OUTPUT_LANGUAGES, VOICES
 
 #: The version of the voice-client protocol spoken here.
@@ -81,6 +82,8 @@ def decodeFrame(payload: bytes, isBinary: bool) -> dict[str, Any]:
         raise InvalidMessage("the message is not valid UTF-8")
     except ValueError as e:
         raise InvalidMessage(f"the message is not valid JSON: {e}")
+    except RecursionError:
+        raise InvalidMessage("the message is nested too deeply")
     if not isinstance(value, dict):
         raise InvalidMessage(f"a message must be a JSON object, got {_jsonName(value)}")
     kind = value.get("type")
@@ -243,7 +246,7 @@ def configureChanges(message: Mapping[str, Any]) -> dict[str, Any]:
         changes["interactionMode"] = value
     if "inputLanguage" in message:
         value = message["inputLanguage"]
-        if value is not None and value not in AUDIO_INPUT_LANGUAGES:
+        if value is not None and not _oneOf(value, AUDIO_INPUT_LANGUAGES):
             raise InvalidMessage(
                 f"configure.inputLanguage {_shown(value)} is not a language RPEngine "
                 f"understands in audio (one of {', '.join(sorted(AUDIO_INPUT_LANGUAGES))})"
@@ -255,6 +258,11 @@ def configureChanges(message: Mapping[str, Any]) -> dict[str, Any]:
             raise InvalidMessage("configure.bargeIn must be true, false or null")
         changes["bargeIn"] = value
     return changes
+
+
+def _oneOf(value: Any, choices: frozenset[str]) -> bool:
+    # A list or object is never one of the names (and is unhashable).
+    return isinstance(value, str) and value in choices
 
 
 def _shown(value: Any) -> str:
@@ -272,7 +280,7 @@ def _outputChanges(output: Mapping[str, Any]) -> dict[str, Any]:
         changes["modalities"] = list(value) if value is not None else None
     if "language" in output:
         value = output["language"]
-        if value is not None and value not in SPEECH_OUTPUT_LANGUAGES:
+        if value is not None and not _oneOf(value, SPEECH_OUTPUT_LANGUAGES):
             raise InvalidMessage(
                 f"configure.output.language {_shown(value)} is not a speech-output language "
                 f"of RPEngine (one of {', '.join(sorted(SPEECH_OUTPUT_LANGUAGES))})"
@@ -280,7 +288,7 @@ def _outputChanges(output: Mapping[str, Any]) -> dict[str, Any]:
         changes["language"] = value
     if "voice" in output:
         value = output["voice"]
-        if value is not None and value not in VOICES:
+        if value is not None and not _oneOf(value, VOICES):
             raise InvalidMessage(
                 f"configure.output.voice {_shown(value)} is not a voice of RPEngine "
                 f"(one of {', '.join(sorted(VOICES))})"
@@ -308,7 +316,7 @@ def _outputChanges(output: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def encode(message: Mapping[str, Any]) -> bytes:
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return jsonBytes(message)
 
 
 def ready(sessionId: str, iceServers: list[dict[str, Any]]) -> dict[str, Any]:

@@ -118,7 +118,7 @@ class ClientFactory(GuardedServerFactory):
             allowedOrigins=server.client_origins,
             allowMissingOrigin=True,
             maxMessageBytes=server.max_message_bytes,
-            maxConnections=server.max_connections,
+            connectionLimit=server.max_connections,
             endpointName="/client/socket",
         )
         self.reactor = reactor

@@ -63,7 +63,7 @@ class EngineFactory(GuardedServerFactory):
             allowedOrigins=server.engineOrigins(),
             allowMissingOrigin=False,
             maxMessageBytes=server.max_message_bytes,
-            maxConnections=server.max_connections,
+            connectionLimit=server.max_connections,
             endpointName="/rp-engine/socket",
         )
         self.middleware = middleware
