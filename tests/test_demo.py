@@ -16,20 +16,28 @@ from rpmiddleware.tap import Options, makeService
 from rpmiddleware.testing.kit import captureLogEvents
 
 
+def startFastDemo(testCase: TestCase) -> tuple[Any, list[dict[str, Any]]]:
+    """
+    Start C{twistd rpmiddleware --demo --port 0} in-process with the simulated
+    RPEngine at full speed; return the demo service and the log events.
+    """
+    events = captureLogEvents(testCase)
+    testCase.patch(DemoService, "pacing", {"tokensPerSecond": None, "audioRealtime": False})
+    options = Options()
+    options.parseOptions(["--demo", "--port", "0"])
+    top = makeService(options, reactor)
+    top.privilegedStartService()
+    top.startService()
+    testCase.addCleanup(top.stopService)
+    return top.getServiceNamed("demo"), events  # type: ignore[attr-defined]
+
+
 class DemoTests(TestCase):
     timeout = 30
 
     @inlineCallbacks
     def test_demoPlaysATurn(self) -> Any:
-        events = captureLogEvents(self)
-        self.patch(DemoService, "pacing", {"tokensPerSecond": None, "audioRealtime": False})
-        options = Options()
-        options.parseOptions(["--demo", "--port", "0"])
-        top = makeService(options, reactor)
-        top.privilegedStartService()
-        top.startService()
-        self.addCleanup(top.stopService)
-        demo: Any = top.getServiceNamed("demo")  # type: ignore[attr-defined]
+        demo, events = startFastDemo(self)
         completed = yield demo.ready
         self.assertEqual(completed.type, "reply.completed")
         self.assertTrue(demo.turn.text().strip())

@@ -23,14 +23,12 @@ from plugins.playbook_tools import FunctionTool
 from rpmiddleware.cards import CardHasher
 from rpmiddleware.client.settings import ClientSettings
 from rpmiddleware.config import Settings
-from rpmiddleware.demo import DemoService
 from rpmiddleware.middleware import Middleware, PluginServices
-from rpmiddleware.tap import Options, makeService
-from rpmiddleware.testing.kit import captureLogEvents
 from rpmiddleware.testing.live import TestClient, startMiddleware
 from rpmiddleware.testing.simoptions import defaultReplyText
 from rpmiddleware.timeline import Timeline
 from tests.test_client_helpers import LiveClientCase, buildChain, requestsOf, types
+from tests.test_demo import startFastDemo
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "quest-giver.toml"
 QUEST = loadPlaybookFile(EXAMPLE, {})
@@ -673,15 +671,7 @@ class DemoTests(TestCase):
 
     @inlineCallbacks
     def test_demoPlaysThePlaybook(self) -> Any:
-        events = captureLogEvents(self)
-        self.patch(DemoService, "pacing", {"tokensPerSecond": None, "audioRealtime": False})
-        options = Options()
-        options.parseOptions(["--demo", "--port", "0"])
-        top = makeService(options, reactor)
-        top.privilegedStartService()
-        top.startService()
-        self.addCleanup(top.stopService)
-        demo: Any = top.getServiceNamed("demo")  # type: ignore[attr-defined]
+        demo, events = startFastDemo(self)
         yield demo.ready
         said = [e["log_format"] for e in events if str(e.get("log_format", "")).startswith("demo:")]
         self.assertIn("demo: stage {old} -> {new} ({reason})", said)
