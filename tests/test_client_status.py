@@ -14,7 +14,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.cards import CardHasher
 from rpmiddleware.client.capacity import CapacityMonitor
-from rpmiddleware.client.connection import ClientConnection
+from rpmiddleware.client.connection import DEPTH_INTERVAL, ClientConnection
 from rpmiddleware.client.decode import AudioDecodeError
 from rpmiddleware.client.endpoint import ClientEndpoint
 from rpmiddleware.client.sessions import SessionStore
@@ -463,3 +463,40 @@ class QueueHistoryTests(SynchronousTestCase):
         rig.say(connection, type="status")
         history = writer.statuses()[-1]["queueHistory"]
         self.assertEqual([p[1] for p in history], [3.0, 0.0])
+
+
+class CapacityMessageTests(SynchronousTestCase):
+    def test_depthAloneCoalesced(self) -> None:
+        """
+        Moves of RPEngine's queue depth alone reach a client at most every
+        DEPTH_INTERVAL, with the latest value; a change of whether RPEngine
+        accepts work goes at once.
+        """
+        rig = Rig()
+        rig.connectEngine()
+        connection, writer = rig.connect()
+
+        def capacities() -> list[tuple[bool, int]]:
+            return [
+                (m["acceptingRequests"], m["queueDepth"])
+                for m in writer.sent
+                if m["type"] == "capacity"
+            ]
+
+        rig.engineSays("capacity.update", acceptingRequests=True, queueDepth=0, queueLimit=4)
+        self.assertEqual(capacities()[-1], (True, 0))
+        before = len(capacities())
+        for depth in (1, 2, 3):
+            rig.engineSays(
+                "capacity.update", acceptingRequests=True, queueDepth=depth, queueLimit=4
+            )
+        self.assertEqual(len(capacities()), before, "depth moves wait for the interval")
+        rig.clock.advance(DEPTH_INTERVAL)
+        self.assertEqual(capacities()[before:], [(True, 3)])
+        rig.engineSays("capacity.update", acceptingRequests=False, queueDepth=3, queueLimit=4)
+        self.assertEqual(capacities()[-1], (False, 3), "not accepting is told at once")
+        rig.engineSays("capacity.update", acceptingRequests=False, queueDepth=2, queueLimit=4)
+        count = len(capacities())
+        connection.lost()
+        rig.clock.advance(DEPTH_INTERVAL)
+        self.assertEqual(len(capacities()), count, "nothing is sent after the client left")

@@ -56,6 +56,10 @@ CLOSE_TAKEN_OVER = 4001
 Opener = Callable[[dict[str, Any]], ReplyStream]
 
 
+#: Seconds between capacity messages that only move the queue depth.
+DEPTH_INTERVAL = 0.25
+
+
 class ClientConnection:
     """
     @ivar session: the client's session (replaced by a successful reconnect).
@@ -88,6 +92,8 @@ class ClientConnection:
             self._relieved,
             self._overflowed,
         )
+        self._capacitySent: tuple[bool, bool, int, int] | None = None
+        self._capacityLater: Any = None
         self._stopCapacity = endpoint.capacity.listen(self._capacityChanged)
 
     # Life.
@@ -99,7 +105,7 @@ class ClientConnection:
             sessionId=self.session.id,
         )
         self.send(wire.ready(self.session.id, self.settings.ice_servers))
-        self.send(self.endpoint.capacity.message(self.writer.port))
+        self._sendCapacity()
 
     def lost(self) -> None:
         """
@@ -110,6 +116,8 @@ class ClientConnection:
         self.closed = True
         self.guard.stop()
         self._stopCapacity()
+        if self._capacityLater is not None and self._capacityLater.active():
+            self._capacityLater.cancel()
         self._inbox.clear()
         self.waiting.clear()
         turn, self.current = self.current, None
@@ -189,6 +197,30 @@ class ClientConnection:
         self.writer.closeConnection(CLOSE_POLICY, "client too slow: it does not read its messages")
 
     def _capacityChanged(self) -> None:
+        """
+        Tell the client.  A move of RPEngine's queue depth alone is sent at
+        most every L{DEPTH_INTERVAL} seconds (the latest value always
+        arrives): with many clients playing turns every request moves the
+        depth, and telling every client of every move was most of what they
+        received.  Anything else (engine, accepting, limit) goes at once.
+        """
+        state = self.endpoint.capacity.state()
+        sent = self._capacitySent
+        if sent is not None and state[:2] == sent[:2] and state[3] == sent[3]:
+            if self._capacityLater is None:
+                self._capacityLater = self.endpoint.clock.callLater(
+                    DEPTH_INTERVAL, self._sendCapacity
+                )
+            return
+        self._sendCapacity()
+
+    def _sendCapacity(self) -> None:
+        later, self._capacityLater = self._capacityLater, None
+        if later is not None and later.active():
+            later.cancel()
+        if self.closed:
+            return
+        self._capacitySent = self.endpoint.capacity.state()
         self.send(self.endpoint.capacity.message(self.writer.port))
 
     # Reading.
