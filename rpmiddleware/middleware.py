@@ -308,13 +308,3 @@ class Middleware:
             "character.sync", integrationId=integrationId, characterId=characterId
         )
         return self._withCard(envelope, card)
-
-    def status(self) -> dict[str, Any]:
-        session = self.link.session
-        return {
-            "engineConnected": session is not None,
-            "engineSession": session.describe() if session is not None else None,
-            "waiting": len(self.link.waiting),
-            "openRequests": len(self.link.openRequests()),
-            "chain": self.chain.names,
-        }

@@ -33,12 +33,6 @@ class GameRouter:
         """
         self._routes[requestId] = observer
 
-    def unroute(self, requestId: str) -> None:
-        self._routes.pop(requestId, None)
-
-    def isRouted(self, requestId: str) -> bool:
-        return requestId in self._routes
-
     def observe(self, observer: Observer) -> Callable[[], None]:
         """
         Show C{observer} every envelope that reaches the game end.

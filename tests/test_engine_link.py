@@ -218,3 +218,43 @@ class LostSessionTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(stream.done).type, "reply.completed")
         first.connectionLost()
         self.assertEqual(h.middleware.link.openRequests(), [])
+
+
+class ApiToEngineTests(SynchronousTestCase):
+    def test_syncCharacter(self) -> None:
+        """
+        C{syncCharacter} preloads a card with C{character.sync}: a snapshot
+        with its canonical hash, no inference.
+        """
+        h = Harness()
+        _, writer = h.connect()
+        h.middleware.syncCharacter("mira")
+        [sync] = [m for m in writer.sent if m["type"] == "character.sync"]
+        self.assertEqual(sync["characterId"], "mira")
+        self.assertEqual(sync["integrationId"], "rpmiddleware")
+        self.assertEqual(sync["card"]["mode"], "snapshot")
+        self.assertEqual(sync["card"]["targetHash"], h.middleware.cards.hashNow(exampleCard()))
+        self.assertNotIn("reply.request", writer.types())
+
+    def test_captureVoiceStopAndCancel(self) -> None:
+        """
+        C{captureVoice} opens a microphone turn; stopping it sends
+        C{voice.capture.stop} and cancelling it C{voice.capture.cancel}, both
+        for the same requestId.
+        """
+        h = Harness()
+        _, writer = h.connect()
+        stream = h.middleware.captureVoice("mira")
+        h.middleware.stopVoiceCapture(stream)
+        stream.cancel()
+        sent = [(m["type"], m.get("requestId")) for m in writer.sent if m["type"] != "welcome"]
+        self.assertEqual(
+            sent,
+            [
+                ("voice.capture.start", stream.requestId),
+                ("voice.capture.stop", stream.requestId),
+                ("voice.capture.cancel", stream.requestId),
+            ],
+        )
+        [start] = [m for m in writer.sent if m["type"] == "voice.capture.start"]
+        self.assertNotIn("event", start)
