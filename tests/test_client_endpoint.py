@@ -380,21 +380,7 @@ class ReconnectTests(LiveClientCase):
         first.send({"type": "text", "text": "Remember the blue door."})
         messages = yield self.turn(first)
         reply = messages[-1]["text"]
-        sessionId = first.ready["id"]
-        first.drop()
-        yield first.closed
-        second = yield self.client(character=False)
-        second.send({"type": "reconnect", "sessionId": sessionId})
-        ack = yield second.next()
-        self.assertEqual(
-            ack,
-            {
-                "type": "reconnect-ack",
-                "success": True,
-                "sessionId": sessionId,
-                "historyRecovered": True,
-            },
-        )
+        second = yield self.reconnectAfterDrop(first, historyRecovered=True)
         history = yield second.next()
         self.assertEqual(history["type"], "history")
         turnId = messages[0]["turnId"]
@@ -423,8 +409,11 @@ class ReconnectTests(LiveClientCase):
         self.assertEqual(requestsOf(engine)[-1]["characterId"], "mira")
 
     @inlineCallbacks
-    def test_withoutHistory(self) -> Any:
-        first = yield self.client()
+    def reconnectAfterDrop(self, first: Any, historyRecovered: bool) -> Any:
+        """
+        Drop C{first}, reconnect its session from a new client, check the
+        C{reconnect-ack}, and return the new client.
+        """
         sessionId = first.ready["id"]
         first.drop()
         yield first.closed
@@ -437,9 +426,15 @@ class ReconnectTests(LiveClientCase):
                 "type": "reconnect-ack",
                 "success": True,
                 "sessionId": sessionId,
-                "historyRecovered": False,
+                "historyRecovered": historyRecovered,
             },
         )
+        return second
+
+    @inlineCallbacks
+    def test_withoutHistory(self) -> Any:
+        first = yield self.client()
+        second = yield self.reconnectAfterDrop(first, historyRecovered=False)
         second.send({"type": "ping", "timestamp": 1})
         self.assertEqual((yield second.next())["type"], "pong")
 

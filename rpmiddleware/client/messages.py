@@ -245,13 +245,12 @@ def configureChanges(message: Mapping[str, Any]) -> dict[str, Any]:
             raise InvalidMessage("configure.interactionMode must be a non-empty string or null")
         changes["interactionMode"] = value
     if "inputLanguage" in message:
-        value = message["inputLanguage"]
-        if value is not None and not _oneOf(value, AUDIO_INPUT_LANGUAGES):
-            raise InvalidMessage(
-                f"configure.inputLanguage {_shown(value)} is not a language RPEngine "
-                f"understands in audio (one of {', '.join(sorted(AUDIO_INPUT_LANGUAGES))})"
-            )
-        changes["inputLanguage"] = value
+        changes["inputLanguage"] = _named(
+            message["inputLanguage"],
+            AUDIO_INPUT_LANGUAGES,
+            "configure.inputLanguage",
+            "a language RPEngine understands in audio",
+        )
     if "bargeIn" in message:
         value = message["bargeIn"]
         if value is not None and not isinstance(value, bool):
@@ -260,9 +259,16 @@ def configureChanges(message: Mapping[str, Any]) -> dict[str, Any]:
     return changes
 
 
-def _oneOf(value: Any, choices: frozenset[str]) -> bool:
-    # A list or object is never one of the names (and is unhashable).
-    return isinstance(value, str) and value in choices
+def _named(value: Any, choices: frozenset[str], where: str, what: str) -> Any:
+    """
+    C{value} if it is null or one of C{choices} (a list or object never is,
+    and is unhashable); else L{InvalidMessage} listing the choices.
+    """
+    if value is None or (isinstance(value, str) and value in choices):
+        return value
+    raise InvalidMessage(
+        f"{where} {_shown(value)} is not {what} (one of {', '.join(sorted(choices))})"
+    )
 
 
 def _shown(value: Any) -> str:
@@ -279,21 +285,16 @@ def _outputChanges(output: Mapping[str, Any]) -> dict[str, Any]:
             )
         changes["modalities"] = list(value) if value is not None else None
     if "language" in output:
-        value = output["language"]
-        if value is not None and not _oneOf(value, SPEECH_OUTPUT_LANGUAGES):
-            raise InvalidMessage(
-                f"configure.output.language {_shown(value)} is not a speech-output language "
-                f"of RPEngine (one of {', '.join(sorted(SPEECH_OUTPUT_LANGUAGES))})"
-            )
-        changes["language"] = value
+        changes["language"] = _named(
+            output["language"],
+            SPEECH_OUTPUT_LANGUAGES,
+            "configure.output.language",
+            "a speech-output language of RPEngine",
+        )
     if "voice" in output:
-        value = output["voice"]
-        if value is not None and not _oneOf(value, VOICES):
-            raise InvalidMessage(
-                f"configure.output.voice {_shown(value)} is not a voice of RPEngine "
-                f"(one of {', '.join(sorted(VOICES))})"
-            )
-        changes["voice"] = value
+        changes["voice"] = _named(
+            output["voice"], VOICES, "configure.output.voice", "a voice of RPEngine"
+        )
     if "sampleRate" in output:
         value = output["sampleRate"]
         if value is not None and (
