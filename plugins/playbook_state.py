@@ -4,8 +4,9 @@ its playbook, what is playing, which game events wait, which tools run.
 
 Keyed by the client session id (C{meta["client"]}), which a C{reconnect}
 keeps, so a client that comes back finds its conversation where it left it.
-The rules that change this state are in L{plugins.playbook}; this module only
-holds it, with the event queue's bounds, and describes it for the console.
+The rules that change this state are in the other C{plugins.playbook_*}
+modules; this module only holds it, with the event queue's bounds, and
+describes it for the console.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 The middleware-internal envelopes between the playbook plugin and the client
 endpoint.
 
-The plugin (C{plugins/playbook.py}) keeps the dialogue logic; the client
+The plugin (C{plugins/playbook*.py}) keeps the dialogue logic; the client
 endpoint (C{rpmiddleware/client/playbook.py}) speaks to clients.  They never
 call each other: they exchange envelopes through the chain like everything
 else, so the plugin is tested with a L{PluginHarness} and the endpoint knows
