@@ -26,7 +26,7 @@ from plugins.playbook_model import Playbook, parsePlaybook
 from plugins.playbook_outbox import Outbox
 from plugins.playbook_pacing import Pacer
 from plugins.playbook_prompt import decorate
-from plugins.playbook_rules import IDLE_TEXT, Transitions, dueIdleRule
+from plugins.playbook_rules import IDLE_TEXT, Transitions, dueIdleRule, stageChange
 from plugins.playbook_sessions import Sessions
 from plugins.playbook_state import OpenRequest, SessionState, ToolRun
 from plugins.playbook_tools import ToolRunner
@@ -55,6 +55,8 @@ DEFAULT_CLIENT = "api"
 SEEN_REQUESTS = 4096
 #: Requests whose tool calls are kept for the timeline.
 NOTED_REQUESTS = 256
+#: The reason of the stage-change that tells a resumed session its stage.
+RESUMED_REASON = "session resumed"
 
 
 def clientOf(envelope: Envelope) -> str:
@@ -358,11 +360,26 @@ class PlaybookPlugin(ChainPlugin):
             reason = str(envelope.get("reason") or "the endpoint could not start it")
             self.pacer.turnFailed(state, envelope.get("token"), reason)
 
+    def _resumed(self, envelope: Envelope) -> None:
+        """
+        A client took its session back.  Whatever changed the stage while no
+        connection had the session (an idle rule, a tool, an event) was told
+        to nobody, so the client is told the stage it is in now, as a
+        stage-change from and to it: it cannot know which one it saw last.
+        """
+        state = self.sessions.get(clientOf(envelope))
+        if state is None or state.playbook is None or state.stage is None:
+            return
+        self.outbox.post(
+            stageChange(state.clientId, state.stage, state.stage, RESUMED_REASON, None)
+        )
+
     _FROM_GAME: dict[str, Callable[[PlaybookPlugin, Envelope], None]] = {
         wire.LOAD: _load,
         wire.EVENT: _event,
         wire.TOOL_RESULT: _toolResult,
         wire.TURN_FAILED: _turnFailed,
+        wire.RESUMED: _resumed,
     }
 
     # Tools.

@@ -22,6 +22,7 @@ from plugins.playbook_outbox import Outbox
 from plugins.playbook_state import SessionState
 from plugins.playbook_tools import ToolRunner
 from rpmiddleware import playbookwire as wire
+from rpmiddleware.envelope import Envelope
 
 #: What an idle transition without C{say} tells RPEngine happened.
 IDLE_TEXT = "The player has said nothing for {after:g} seconds."
@@ -37,6 +38,18 @@ def short(text: str, limit: int = 60) -> str:
     """
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def stageChange(
+    clientId: str, previous: str | None, stage: str, why: str, requestId: str | None
+) -> Envelope:
+    """
+    Built in one place so that what a resumed client is told of its stage
+    has exactly the shape of a change it sees live.
+    """
+    return wire.toGame(
+        wire.STAGE_CHANGE, clientId, turnId=requestId, reason=why, **{"from": previous, "to": stage}
+    )
 
 
 def exhausted(state: SessionState, rule: Rule) -> bool:
@@ -178,15 +191,7 @@ class Transitions:
             state.history.append(
                 {"from": previous, "to": rule.to, "reason": why, "requestId": requestId}
             )
-            self._outbox.post(
-                wire.toGame(
-                    wire.STAGE_CHANGE,
-                    state.clientId,
-                    turnId=requestId,
-                    reason=why,
-                    **{"from": previous, "to": rule.to},
-                )
-            )
+            self._outbox.post(stageChange(state.clientId, previous, rule.to, why, requestId))
         if rule.tools:
             self._runner.runAll(state, state.playbook, rule.tools, requestId)
         say = rule.say if say is None else say

@@ -37,6 +37,8 @@ EVENT = "x-playbook.event"
 TOOL_RESULT = "x-playbook.tool-result"
 #: The endpoint could not start a turn the plugin asked for: C{token}, C{reason}.
 TURN_FAILED = "x-playbook.turn-failed"
+#: A client took its session back with C{reconnect}: no fields.
+RESUMED = "x-playbook.resumed"
 
 # Plugin -> game (toward the game), seen by router observers.
 

@@ -940,6 +940,47 @@ class SessionTests(SynchronousTestCase):
         self.assertEqual(rig.harness.sentToEngine[-1]["event"], {"text": "work"})
         self.assertEqual([m.get("to") for m in rig.out() if m["type"] == "stage-change"], ["fast"])
 
+    def test_resumedIsToldItsStage(self) -> None:
+        """
+        A session taken back with reconnect is told the stage it is in now,
+        in the shape of a stage change, including one made while no
+        connection had it (here an idle rule's); nothing else changes.
+        """
+        rig = Rig()
+        rig.turn("Hello.", reply="Farewell!")
+        self.assertEqual([m["to"] for m in rig.out() if m["type"] == "stage-change"], ["end"])
+        rig.toPlugin(pw.RESUMED)
+        told = {
+            "type": "stage-change",
+            "clientId": "c1",
+            "turnId": None,
+            "from": "end",
+            "to": "end",
+            "reason": "session resumed",
+        }
+        self.assertEqual(rig.out(), [told])
+        rig.clock.advance(5)
+        self.assertEqual([m["to"] for m in rig.out()], ["start"])
+        before = rig.plugin.state("c1")
+        rig.toPlugin(pw.RESUMED)
+        self.assertEqual(rig.out(), [{**told, "from": "start", "to": "start"}])
+        self.assertEqual(rig.plugin.state("c1"), before)
+
+    def test_resumedWithoutPlaybookIsToldNothing(self) -> None:
+        """
+        Nothing is sent for a session with no playbook, or one the plugin
+        has never seen (and that one is not created).
+        """
+        rig = Rig()
+        rig.turn(client="c1", reply="Hi.")
+        rig.request("Hi", client="c1", characterId="bob")
+        rig.out()
+        rig.toPlugin(pw.RESUMED, client="c1")
+        rig.toPlugin(pw.RESUMED, client="stranger")
+        self.assertEqual(rig.out(), [])
+        self.assertIsNone(rig.plugin.state("stranger"))
+        self.assertNotIn(pw.RESUMED, rig.harness.typesToEngine())
+
     def test_boundedSessions(self) -> None:
         rig = Rig(maxSessions=2)
         for client in ("a", "b", "c"):

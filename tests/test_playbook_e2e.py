@@ -584,7 +584,7 @@ class ClientPlaybookTests(PlaybookCase):
     def test_stateSurvivesReconnect(self) -> Any:
         """
         The playbook state belongs to the session: a client that comes back
-        with reconnect carries on in its stage.
+        with reconnect is told its stage, and carries on in it.
         """
         engine = yield self.engine()
         first = yield self.client()
@@ -595,8 +595,13 @@ class ClientPlaybookTests(PlaybookCase):
         yield first.closed
         second = yield self.client(character=False)
         second.send({"type": "reconnect", "sessionId": sessionId})
-        ack = yield self.until(second, "reconnect-ack")
-        self.assertTrue(ack[-1]["success"])
+        resumed = yield self.until(second, "reconnect-ack", "stage-change")
+        self.assertEqual([m["type"] for m in resumed], ["reconnect-ack", "history", "stage-change"])
+        self.assertTrue(resumed[0]["success"])
+        self.assertEqual(
+            resumed[-1],
+            {"type": "stage-change", "from": "offer", "to": "offer", "reason": "session resumed"},
+        )
         second.send({"type": "text", "text": "Nay, not today."})
         messages = yield self.turn(second)
         kinds, book = self.split(messages)

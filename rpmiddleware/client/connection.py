@@ -42,7 +42,7 @@ from rpmiddleware.client.errors import (
 )
 from rpmiddleware.client.flow import SendGuard
 from rpmiddleware.client.messages import Attachment, InvalidMessage
-from rpmiddleware.client.playbook import PLAYBOOK_HANDLERS
+from rpmiddleware.client.playbook import PLAYBOOK_HANDLERS, sessionResumed
 from rpmiddleware.client.sessions import ClientSession, SessionLookupError
 from rpmiddleware.client.settings import Character
 from rpmiddleware.client.status import handleStatus
@@ -434,6 +434,7 @@ class ClientConnection:
         self.send(wire.reconnectAck(True, sessionId, recovered))
         if recovered:
             self.send({"type": "history", "entries": list(session.history)})
+        sessionResumed(self)
 
     _HANDLERS: dict[str, Callable[[ClientConnection, dict[str, Any]], Deferred[None] | None]] = {
         "ping": _ping,

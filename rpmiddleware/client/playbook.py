@@ -18,6 +18,9 @@ fields), C{error} (TOOL_ERROR, PLAYBOOK_ERROR, ...) and C{playbook-state}, or
 starts the C{auto_event} turn the plugin asks for, as a turn of the
 connection like any other (barge-in, queueing, history).
 
+After a successful C{reconnect} the plugin is asked to tell the client the
+stage its session is in (L{sessionResumed}).
+
 Nothing here knows a playbook's rules; without the playbook plugin in the
 chain the three messages are refused with PLAYBOOK_ERROR.
 """
@@ -55,9 +58,12 @@ MAX_EVENT_CHARS = 2000
 MAX_SCENE_CHARS = 8000
 
 
+def _pluginInChain(connection: ClientConnection) -> bool:
+    return pw.PLUGIN_NAME in connection.endpoint.middleware.chain.names
+
+
 def _enabled(connection: ClientConnection) -> None:
-    chain = connection.endpoint.middleware.chain
-    if pw.PLUGIN_NAME not in chain.names:
+    if not _pluginInChain(connection):
         raise _Refused(
             "playbooks and game events need the playbook plugin, which this middleware's "
             "[chain] leaves out"
@@ -138,6 +144,18 @@ def _toolResult(connection: ClientConnection, message: dict[str, Any]) -> None:
         _submit(connection, pw.TOOL_RESULT, callId=callId, error=error)
         return
     _submit(connection, pw.TOOL_RESULT, callId=callId, result=message.get("result"))
+
+
+def sessionResumed(connection: ClientConnection) -> None:
+    """
+    The connection took back its session with C{reconnect}.  The plugin's
+    messages for a session no connection has are dropped (see
+    L{PlaybookBridge}), so the client may have missed stage changes: the
+    plugin is asked to tell it the stage it is in.  Without the plugin in
+    the chain there is nothing to tell, and nothing is sent.
+    """
+    if _pluginInChain(connection):
+        _submit(connection, pw.RESUMED)
 
 
 Handler = Callable[["ClientConnection", dict[str, Any]], "Deferred[None] | None"]
