@@ -163,6 +163,9 @@ class _Reply:
     outRate: int
     inRate: int = OUTPUT_SAMPLE_RATE
     segment: _Segment | None = None
+    #: A resampler made ahead for the next segment, so that setting up soxr
+    #: does not delay a segment's first chunk.
+    spare: StreamResampler | None = None
     #: Tail chunks originated so far: later chunks' sequence moves up by this.
     shift: int = 0
     lastSequence: int | None = None
@@ -241,10 +244,16 @@ class AudioResample(ChainPlugin):
                 high=MAX_RATE,
             )
             self._rates.pop(requestId, None)
+        reply = self._reply(requestId)
+        if reply is not None:
+            # The reply's speech will come at RPEngine's rate: its first
+            # segment's resampler is made now, long before the first chunk.
+            self._prepare(reply)
 
     def _refuse(self, envelope: Envelope, context: IChainContext, message: str) -> None:
         requestId = envelope.requestId
         self._rates.pop(requestId or "", None)
+        self._replies.pop(requestId or "", None)
         fields: dict[str, Any] = {}
         if requestId is not None:
             fields["requestId"] = requestId
@@ -274,7 +283,7 @@ class AudioResample(ChainPlugin):
             reply = self._reply(requestId)
             if reply is not None and reply.converting:
                 started = time.perf_counter()
-                self._convertChunk(reply, envelope, context)
+                self._convertChunk(reply, requestId, envelope, context)
                 self._timed("to_game", started)
         elif kind == "reply.audio.start":
             reply = self._reply(requestId)
@@ -309,45 +318,77 @@ class AudioResample(ChainPlugin):
             reply = self._replies[requestId] = _Reply(rate)
         return reply
 
-    def _convertChunk(self, reply: _Reply, envelope: Envelope, context: IChainContext) -> None:
-        key = envelope.get("segmentSequence")
+    def _prepare(self, reply: _Reply) -> None:
+        """
+        Make the resampler of the reply's next segment, if it converts.
+        """
+        if reply.spare is None and reply.converting:
+            reply.spare = StreamResampler(reply.inRate, reply.outRate, self.settings.quality)
+
+    def _resampler(self, reply: _Reply, requestId: str, context: IChainContext) -> StreamResampler:
+        """
+        The resampler of a segment that begins: the one made ahead when it
+        fits, and the next segment's is made once the reactor is free (not
+        on the path of this chunk).
+        """
+        spare, reply.spare = reply.spare, None
+
+        def prepare() -> None:
+            if self._replies.get(requestId) is reply:
+                self._prepare(reply)
+
+        context.reactor.callLater(0, prepare)
+        if spare is not None and (spare.inRate, spare.outRate) == (reply.inRate, reply.outRate):
+            return spare
+        return StreamResampler(reply.inRate, reply.outRate, self.settings.quality)
+
+    def _convertChunk(
+        self, reply: _Reply, requestId: str, envelope: Envelope, context: IChainContext
+    ) -> None:
+        fields = envelope.fields
+        key = fields.get("segmentSequence")
         segment = reply.segment
         if segment is not None and segment.key != key:
             # A new sentence began without the last one saying it was final.
             self._endSegment(reply, envelope, context)
             segment = None
         if segment is None:
-            resampler = StreamResampler(reply.inRate, reply.outRate, self.settings.quality)
+            resampler = self._resampler(reply, requestId, context)
             segment = reply.segment = _Segment(key, resampler)
         try:
-            raw = segment.carry + decodeBase64(envelope.get("data"))
+            raw = decodeBase64(fields.get("data"))
         except AudioError as e:
             self.log.warn(
                 "reply.audio.chunk {sequence} of {requestId}: {why}; its audio is skipped",
-                sequence=envelope.get("sequence"),
-                requestId=envelope.requestId,
+                sequence=fields.get("sequence"),
+                requestId=requestId,
                 why=str(e),
             )
-            raw = segment.carry
-        cut = len(raw) - len(raw) % 2
-        segment.carry = raw[cut:]
-        out = segment.resampler.feed(decodePcm(raw[:cut], "pcm_s16le"))
-        segment.lastChunkSequence = envelope.get("chunkSequence")
-        if envelope.get("final") is True:
+            raw = b""
+        if segment.carry:
+            raw = segment.carry + raw
+        if len(raw) % 2:
+            segment.carry = raw[-1:]
+            raw = raw[:-1]
+        else:
+            segment.carry = b""
+        out = segment.resampler.feed(decodePcm(raw, "pcm_s16le"))
+        segment.lastChunkSequence = fields.get("chunkSequence")
+        if fields.get("final") is True:
             out = np.concatenate([out, segment.resampler.flush()])
             reply.segment = None
-        sequence = envelope.get("sequence")
+        sequence = fields.get("sequence")
         if type(sequence) is int:
-            envelope["sequence"] = sequence + reply.shift
+            fields["sequence"] = sequence + reply.shift
             reply.lastSequence = sequence + reply.shift
-        self._write(reply, envelope.fields, out)
+        self._write(reply, fields, out)
 
     def _write(self, reply: _Reply, fields: dict[str, Any], samples: Samples) -> None:
         pcm = encodePcm(samples, "pcm_s16le")
         reply.bytesOut += len(pcm)
         fields["data"] = encodeBase64(pcm)
         fields["sampleRate"] = reply.outRate
-        fields["samples"] = len(samples)
+        fields["samples"] = len(pcm) // 2
 
     def _endSegment(self, reply: _Reply, current: Envelope, context: IChainContext) -> None:
         """

@@ -6,17 +6,26 @@ from __future__ import annotations
 
 import base64
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import soxr
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from scipy.signal.windows import blackmanharris
 from twisted.trial.unittest import SynchronousTestCase
 
+import plugins.audio_resample
 from plugins.audio_resample import AudioResample, ResampleSettings, audioResample
-from rpmiddleware.audio import StreamResampler, exactLength, resample
+from rpmiddleware.audio import (
+    StreamResampler,
+    decodePcm,
+    encodePcm,
+    exactLength,
+    resample,
+)
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IEnvelopePlugin
 from rpmiddleware.messages import MAX_INPUT_AUDIO_SECONDS
@@ -494,6 +503,91 @@ class OutputTests(SynchronousTestCase):
         self.assertEqual((plugin._rates, plugin._replies), ({}, {}))
 
 
+class CountingResampler(StreamResampler):
+    """
+    Counts the resamplers made (and so soxr set-ups), in order.
+    """
+
+    made: list[tuple[int, int]] = []
+
+    def __init__(self, inRate: int, outRate: int, quality: str = "HQ") -> None:
+        super().__init__(inRate, outRate, quality)
+        self.made.append((inRate, outRate))
+
+
+class PreparedTests(SynchronousTestCase):
+    """
+    Setting up soxr costs about as much as resampling a chunk, so each
+    segment's resampler is made ahead: the first at the request, the next
+    ones when the reactor is free after a segment began.
+    """
+
+    def setUp(self) -> None:
+        self.made: list[tuple[int, int]] = []
+        self.patch(CountingResampler, "made", self.made)
+        self.patch(plugins.audio_resample, "StreamResampler", CountingResampler)
+
+    def chunk(
+        self, harness: PluginHarness, sequence: int, segment: int, samples: int, final: bool
+    ) -> Envelope:
+        harness.toGame(
+            "reply.audio.chunk",
+            requestId="r1",
+            sequence=sequence,
+            segmentSequence=segment,
+            final=final,
+            data=b64(pcm16(tone(300, samples / 44100, 44100)[:samples])),
+        )
+        return harness.sentToGame[-1]
+
+    def test_made_ahead(self) -> None:
+        harness, _ = makeHarness()
+        replyRequest(harness, outputRate=24000)
+        self.assertEqual(self.made, [(44100, 24000)])
+        harness.toGame("reply.audio.start", requestId="r1", sampleRate=44100)
+        self.chunk(harness, 0, 0, 4410, final=False)
+        # The chunk used the one made at the request.
+        self.assertEqual(len(self.made), 1)
+        harness.clock.advance(0)
+        self.assertEqual(len(self.made), 2)
+        self.chunk(harness, 1, 0, 4410, final=True)
+        second = self.chunk(harness, 2, 1, 4410, final=True)
+        self.assertEqual(len(self.made), 2)
+        self.assertEqual(len(unb64(second["data"])), 2400)
+        harness.clock.advance(0)
+        self.assertEqual(len(self.made), 3)
+        harness.toGame("reply.completed", requestId="r1")
+        # Nothing is made for a reply that ended.
+        harness.clock.advance(0)
+        self.assertEqual(len(self.made), 3)
+
+    def test_other_input_rate(self) -> None:
+        """
+        A reply whose speech comes at another rate than RPEngine's usual
+        44.1 kHz does not use the resampler made for 44.1 kHz.
+        """
+        harness, _ = makeHarness()
+        replyRequest(harness, outputRate=24000)
+        harness.toGame("reply.audio.start", requestId="r1", sampleRate=22050)
+        chunk = self.chunk(harness, 0, 0, 2205, final=True)
+        self.assertEqual(self.made, [(44100, 24000), (22050, 24000)])
+        self.assertEqual(len(unb64(chunk["data"])), exactLength(2205, 22050, 24000))
+
+    def test_none_without_conversion(self) -> None:
+        harness, plugin = makeHarness()
+        replyRequest(harness)
+        replyRequest(harness, requestId="r2", outputRate=44100)
+        self.assertEqual(self.made, [])
+        self.assertEqual(plugin._replies.get("r1"), None)
+
+    def test_refused_request_keeps_nothing(self) -> None:
+        harness, plugin = makeHarness()
+        audio = {"format": "pcm_s16le", "sampleRate": 16000, "data": "not base64!"}
+        replyRequest(harness, audio=audio, outputRate=24000)
+        self.assertEqual(harness.typesToGame(), ["request.error"])
+        self.assertEqual((plugin._rates, plugin._replies), ({}, {}))
+
+
 class HelperTests(SynchronousTestCase):
     @settings(max_examples=100, deadline=None)
     @given(
@@ -516,3 +610,69 @@ class HelperTests(SynchronousTestCase):
         self.assertEqual(exactLength(5, 44100, 22050), 2)
         self.assertEqual(exactLength(7, 44100, 22050), 4)
         self.assertEqual(len(resample(np.zeros(5, np.float32), 44100, 22050)), 2)
+
+    @settings(max_examples=300, deadline=None)
+    @given(
+        inputSamples=st.integers(min_value=0, max_value=10**12),
+        inRate=st.integers(min_value=1, max_value=384000),
+        outRate=st.integers(min_value=1, max_value=384000),
+    )
+    def test_exact_length_is_rounded_ratio(
+        self, inputSamples: int, inRate: int, outRate: int
+    ) -> None:
+        self.assertEqual(
+            exactLength(inputSamples, inRate, outRate),
+            round(Fraction(inputSamples * outRate, inRate)),
+        )
+
+    def test_decode_pcm16_every_value(self) -> None:
+        every = np.arange(-32768, 32768, dtype="<i2")
+        decoded = decodePcm(every.tobytes(), "pcm_s16le")
+        self.assertEqual(decoded.dtype, np.float32)
+        np.testing.assert_array_equal(decoded, every.astype(np.float64) / 32768)
+        self.assertEqual(encodePcm(decoded, "pcm_s16le"), every.tobytes())
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        samples=hnp.arrays(
+            np.float32,
+            st.integers(min_value=0, max_value=64),
+            elements=st.one_of(
+                st.floats(-1.5, 1.5, width=32),
+                # Exactly half-way between two PCM16 values, and the clip edges.
+                st.integers(-65538, 65538).map(lambda k: np.float32((k + 0.5) / 65536)),
+                st.sampled_from([np.float32(v) for v in (-1.0, 1.0, 32767.5 / 32768)]),
+            ),
+        ),
+    )
+    def test_encode_pcm16_as_float64(self, samples: np.ndarray) -> None:
+        """
+        Float32 samples encode to what rounding their exact float64 values
+        gives (halves to even), clipped to PCM16.
+        """
+        reference = np.clip(np.rint(samples.astype(np.float64) * 32768), -32768, 32767)
+        self.assertEqual(encodePcm(samples, "pcm_s16le"), reference.astype("<i2").tobytes())
+        self.assertEqual(
+            encodePcm(samples.astype(np.float64), "pcm_s16le"), reference.astype("<i2").tobytes()
+        )
+
+    def test_stream_any_layout(self) -> None:
+        """
+        Float64 and strided pieces are taken too; the output is float32 and
+        the same as for contiguous float32 pieces.
+        """
+        wave = tone(440, 0.2, 44100).astype(np.float32)
+        plain = StreamResampler(44100, 24000)
+        other = StreamResampler(44100, 24000)
+        interleaved = np.stack([wave, np.zeros_like(wave)], axis=1).reshape(-1)
+        a = np.concatenate([plain.feed(wave[:3000]), plain.feed(wave[3000:]), plain.flush()])
+        b = np.concatenate(
+            [
+                other.feed(wave[:3000].astype(np.float64)),
+                other.feed(interleaved[6000::2]),
+                other.flush(),
+            ]
+        )
+        self.assertEqual((a.dtype, b.dtype), (np.float32, np.float32))
+        np.testing.assert_array_equal(a, b)
+        self.assertEqual(len(a), exactLength(len(wave), 44100, 24000))
