@@ -192,6 +192,9 @@ class MiddlewareMetrics:
         self._seenText: OrderedDict[str, None] = OrderedDict()
         self._seenAudio: OrderedDict[str, None] = OrderedDict()
         self._unhooks: list[Callable[[], None]] = []
+        #: Labelled children already looked up (their label values are bounded).
+        self._envelopeCounters: dict[tuple[str, str, str], Any] = {}
+        self._resampleHistograms: dict[str, Any] = {}
         self._watch()
 
     def _watch(self) -> None:
@@ -230,7 +233,13 @@ class MiddlewareMetrics:
     # IChainObserver
 
     def envelopeLeft(self, envelope: Envelope, direction: Direction, outcome: str) -> None:
-        self.envelopes.labels(direction.value, _label(envelope.type), outcome).inc()
+        key = (direction.value, _label(envelope.type), outcome)
+        counter = self._envelopeCounters.get(key)
+        if counter is None:
+            # labels() takes a lock and checks its arguments on every call:
+            # each envelope would pay that, so each child is looked up once.
+            counter = self._envelopeCounters[key] = self.envelopes.labels(*key)
+        counter.inc()
         if direction is Direction.TO_ENGINE and outcome == "delivered":
             card = envelope.get("card")
             if isinstance(card, dict):
@@ -301,7 +310,10 @@ class MiddlewareMetrics:
         self.queueDepth = 0
 
     def _resampled(self, direction: str, seconds: float) -> None:
-        self.resample.labels(direction).observe(seconds)
+        histogram = self._resampleHistograms.get(direction)
+        if histogram is None:
+            histogram = self._resampleHistograms[direction] = self.resample.labels(direction)
+        histogram.observe(seconds)
 
     # Exposition.
 
