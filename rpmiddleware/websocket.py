@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import txaio
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.types import ConnectionDeny, ConnectionRequest
-from twisted.logger import Logger
 
 #: Seconds a peer gets to finish the opening handshake (slowloris guard).
 OPEN_HANDSHAKE_TIMEOUT = 10.0
@@ -80,7 +80,11 @@ class GuardedServerFactory(WebSocketServerFactory):
 
 
 class GuardedServerProtocol(WebSocketServerProtocol):
-    log = Logger()
+    # Autobahn logs every frame at debug level through C{self.log}.  A
+    # txaio logger honours txaio's global level (info under twistd), so
+    # those calls are no-ops; a plain Twisted Logger here would emit an event
+    # per frame, which every observer then formats or filters.
+    log = txaio.make_logger()  # type: ignore[attr-defined]
     factory: GuardedServerFactory
 
     def connectionMade(self) -> None:

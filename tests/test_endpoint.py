@@ -9,12 +9,16 @@ import socket
 from typing import Any
 
 import treq
+import txaio
 from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
-from twisted.trial.unittest import TestCase
+from twisted.trial.unittest import SynchronousTestCase, TestCase
 
+from rpmiddleware.client.protocol import ClientProtocol
 from rpmiddleware.config import Settings
+from rpmiddleware.engine.protocol import EngineProtocol
 from rpmiddleware.envelope import Envelope
+from rpmiddleware.testing.kit import captureLogEvents
 from rpmiddleware.testing.live import connectClient, startMiddleware
 
 PRODUCTION = "https://rpengine.gemtavern.com"
@@ -175,3 +179,21 @@ def _until(predicate: Any, limit: int = 200) -> Any:
             return
         yield deferLater(reactor, 0.01, lambda: None)
     raise AssertionError("condition never held")
+
+
+class FrameLogTests(SynchronousTestCase):
+    """
+    Autobahn logs every frame it sends at debug level through the protocol's
+    C{log}.  With txaio's level at info (as twistd rpmiddleware sets it),
+    that costs no log event on either endpoint; our own warnings still go out.
+    """
+
+    def test_debugIsQuiet(self) -> None:
+        level = txaio.get_global_log_level()  # type: ignore[attr-defined]
+        self.addCleanup(txaio.set_global_log_level, level)  # type: ignore[attr-defined]
+        txaio.set_global_log_level("info")  # type: ignore[attr-defined]
+        events = captureLogEvents(self)
+        for protocol in (EngineProtocol(), ClientProtocol()):
+            protocol.log.debug("{func} sent {data_len} bytes", func="sendData", data_len=12)
+            protocol.log.warn("refused a connection: {reason}", reason="test")
+        self.assertEqual([e["log_format"] for e in events], ["refused a connection: {reason}"] * 2)
