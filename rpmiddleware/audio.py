@@ -12,11 +12,11 @@ same bytes back.
 from __future__ import annotations
 
 import base64
-import binascii
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pybase64
 import soxr
 
 Samples = npt.NDArray[np.float32]
@@ -66,6 +66,23 @@ def canonicalFormat(name: Any) -> str:
     return canonical
 
 
+def strictBase64(text: str | bytes) -> bytes:
+    """
+    Strict base64 decoding: what C{base64.b64decode(text, validate=True)}
+    accepts and gives, by C{pybase64} (SIMD: about twenty times CPython's
+    speed, which counts for every speech chunk and recording that passes).
+
+    @raise ValueError: (C{binascii.Error}) for anything but the base64
+        alphabet with correct padding.
+    """
+    try:
+        return pybase64.b64decode(text, validate=True)
+    except ValueError:
+        # pybase64 also refuses padding after a whole group ("AAAA="), which
+        # the standard library's strict mode lets pass: it has the last word.
+        return base64.b64decode(text, validate=True)
+
+
 def decodeBase64(text: Any) -> bytes:
     """
     Strict base64: a stray character is an error rather than silently
@@ -74,13 +91,13 @@ def decodeBase64(text: Any) -> bytes:
     if not isinstance(text, str):
         raise AudioError("data must be a base64 string")
     try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
+        return strictBase64(text)
+    except ValueError:
         raise AudioError("data is not valid base64")
 
 
 def encodeBase64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
+    return pybase64.b64encode_as_string(data)
 
 
 def decodePcm(data: bytes, format: str, channels: int = 1) -> Samples:

@@ -20,11 +20,15 @@ from twisted.trial.unittest import SynchronousTestCase
 import plugins.audio_resample
 from plugins.audio_resample import AudioResample, ResampleSettings, audioResample
 from rpmiddleware.audio import (
+    AudioError,
     StreamResampler,
+    decodeBase64,
     decodePcm,
+    encodeBase64,
     encodePcm,
     exactLength,
     resample,
+    strictBase64,
 )
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IEnvelopePlugin
@@ -676,3 +680,33 @@ class HelperTests(SynchronousTestCase):
         self.assertEqual((a.dtype, b.dtype), (np.float32, np.float32))
         np.testing.assert_array_equal(a, b)
         self.assertEqual(len(a), exactLength(len(wave), 44100, 24000))
+
+    @settings(max_examples=1000, deadline=None)
+    @given(
+        data=st.binary(max_size=64),
+        position=st.integers(min_value=0, max_value=100),
+        stray=st.sampled_from(list(" \n=!-_.\x00é") + ["==", "A", "AB", "A=", "AA=="]),
+    )
+    def test_base64_strict_as_the_standard_library(
+        self, data: bytes, position: int, stray: str
+    ) -> None:
+        """
+        The fast base64 decoder accepts exactly what
+        C{base64.b64decode(validate=True)} accepts, with the same bytes: a
+        stray character is an error, never skipped.
+        """
+        text = encodeBase64(data)
+        self.assertEqual(text, base64.b64encode(data).decode("ascii"))
+        self.assertEqual(strictBase64(text), data)
+        spoiled = text[:position] + stray + text[position:]
+        try:
+            expected: bytes | None = base64.b64decode(spoiled, validate=True)
+        except ValueError:
+            expected = None
+        try:
+            got: bytes | None = strictBase64(spoiled)
+        except ValueError:
+            got = None
+        self.assertEqual(got, expected)
+        if expected is None:
+            self.assertRaises(AudioError, decodeBase64, spoiled)

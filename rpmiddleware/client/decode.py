@@ -19,8 +19,6 @@ turned into usable audio (corrupt, empty, too long).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 import wave
 from dataclasses import dataclass
@@ -29,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from rpmiddleware.audio import encodeBase64, encodePcm, toMono
+from rpmiddleware.audio import encodeBase64, encodePcm, strictBase64, toMono
 from rpmiddleware.client.errors import AUDIO_PROCESSING_ERROR, INVALID_AUDIO_FORMAT
 from rpmiddleware.messages import MAX_INPUT_AUDIO_SECONDS
 
@@ -98,8 +96,8 @@ def decodeBase64Audio(text: str) -> bytes:
             )
         text = text[comma + 1 :]
     try:
-        raw = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
+        raw = strictBase64(text)
+    except ValueError:
         raise AudioDecodeError(INVALID_AUDIO_FORMAT, "audio.data is not valid base64")
     if not raw:
         raise AudioDecodeError(AUDIO_PROCESSING_ERROR, "audio.data is empty")

@@ -12,8 +12,6 @@ per sentence segment, so the client gets the rate it asked for either way.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 import wave
 from collections.abc import Mapping
@@ -21,7 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from rpmiddleware.audio import StreamResampler, decodePcm, encodeBase64, encodePcm
+from rpmiddleware.audio import (
+    StreamResampler,
+    decodePcm,
+    encodeBase64,
+    encodePcm,
+    strictBase64,
+)
 from rpmiddleware.messages import OUTPUT_SAMPLE_RATE
 
 #: Longest reply collected for a non-streaming C{tts} WAV: it is held in
@@ -168,6 +172,6 @@ class SpeechOutput:
 
 def _decode(data: str) -> bytes:
     try:
-        return base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
+        return strictBase64(data)
+    except ValueError:
         raise ValueError("reply.audio.chunk data is not valid base64")

@@ -24,8 +24,6 @@ members listed in L{ClientHost}:
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -33,7 +31,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from rpmiddleware.audio import encodeBase64, exactLength
+from rpmiddleware.audio import encodeBase64, exactLength, strictBase64
 from rpmiddleware.webrtc.ice import loopbackAddresses
 from rpmiddleware.webrtc.peer import (
     CONNECTION_FAILED,
@@ -96,8 +94,8 @@ class TrackSpeech:
         if not isinstance(data, str):
             raise ValueError("reply.audio.chunk has no base64 data")
         try:
-            pcm = base64.b64decode(data, validate=True)
-        except (binascii.Error, ValueError):
+            pcm = strictBase64(data)
+        except ValueError:
             raise ValueError("reply.audio.chunk data is not valid base64")
         rate = fields.get("sampleRate")
         rate = rate if type(rate) is int and rate > 0 else self._inRate
