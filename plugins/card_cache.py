@@ -12,11 +12,13 @@ patches back into snapshots when it has not, refuses invalid cards before they
 cost a round trip, and heals C{card_resync_required} by sending the request
 again with a snapshot, so the game never sees it.
 
-Canonical hashes come from the shared L{CardHasher} (which moves large cards to
-a thread) and large diffs are computed in the reactor's thread pool, so a card
-with a long lorebook never stalls the reactor.  While one envelope waits for
-such work, later game-to-engine envelopes wait behind it: a cancel must not
-overtake the request it cancels.
+Canonical cards come from the shared L{CardHasher}, which finds the hash of a
+card the middleware owns by identity; diffs come from L{rpmiddleware.carddiff},
+linear in the card's size and bounded in length, and for a large card they run
+in a reactor turn of their own, so that no single turn does more than a few
+milliseconds of card work.  While one envelope waits for such work, later
+game-to-engine envelopes wait behind it: a cancel must not overtake the
+request it cancels.
 """
 
 from __future__ import annotations
@@ -27,20 +29,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonpatch
-import jsonpointer
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorThreads
-from twisted.internet.task import Clock
-from twisted.internet.threads import deferToThreadPool
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import Clock, deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from rpmiddleware.carddiff import applyPatch, diff
 from rpmiddleware.cards import (
     CARD_FORMAT,
+    CanonicalCard,
     CardHasher,
     InvalidCard,
+    canonicalHash,
     snapshotTransfer,
     transferDocument,
     transferOperations,
@@ -82,73 +84,69 @@ def jsonSize(value: Any) -> int:
     return len(_jsonText(value).encode("utf-8", "surrogatepass"))
 
 
-def _sameJson(a: Any, b: Any) -> bool:
-    # Python's == says True == 1 == 1.0; canonical JSON does not.
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
-
-
-def smallerPatch(base: Any, target: Any, targetSize: int) -> list[dict[str, Any]] | None:
+def transferSize(transfer: Any, card: CanonicalCard | None) -> int:
     """
-    RFC 6902 operations turning C{base} into C{target}, or C{None} when they
-    are not smaller than C{target} itself or do not reproduce it exactly.
-
-    Pure and thread-safe for documents nobody mutates: it runs in the thread
-    pool for large cards.  The result is checked by applying it, because a
-    patch that misses a change (C{make_patch} treats C{1} and C{true} as
-    equal) would make RPEngine refuse the request as an invalid card.
+    L{jsonSize} of a card transfer, without encoding a snapshot's card again
+    when its canonical size is known (compact JSON in any key order has the
+    same length).
     """
-    operations: list[dict[str, Any]] = jsonpatch.make_patch(base, target).patch
-    if jsonSize(operations) >= targetSize:
-        return None
-    try:
-        patched = jsonpatch.apply_patch(base, operations)
-    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException):
-        return None
-    return operations if _sameJson(patched, target) else None
+    if card is None or not isinstance(transfer, dict) or transfer.get("card") is not card.document:
+        return jsonSize(transfer)
+    return jsonSize({**transfer, "card": 0}) - 1 + card.size
 
 
-def _applyPatch(base: Any, operations: list[Any]) -> Any:
-    return jsonpatch.apply_patch(base, operations)
+def smallerPatch(base: CanonicalCard, target: CanonicalCard) -> list[dict[str, Any]] | None:
+    """
+    RFC 6902 operations turning C{base} into C{target}, or C{None} when
+    there are none short enough (see L{rpmiddleware.carddiff}), they are not
+    smaller than C{target} itself, or they do not reproduce it exactly.
+
+    The check applies the patch and compares canonical hashes, because
+    Python's C{==}, which the diff relies on, calls C{true} equal to C{1}.
+    """
+    operations = diff(base.document, target.document)
+    if operations is None or jsonSize(operations) >= target.size:
+        return None
+    return (
+        operations if canonicalHash(applyPatch(base.document, operations)) == target.hash else None
+    )
 
 
 class ContentStore:
     """
-    Card documents by canonical hash, least recently used evicted first.
+    Canonical cards by hash, least recently used evicted first.
 
     It outlives sessions: it is what lets a reference or patch made in an old
-    session become a snapshot in a new one.  Documents are private copies,
-    because a game may change its card dict in place after sending it.
+    session become a snapshot in a new one.
     """
 
     def __init__(self, size: int) -> None:
         self._size = size
-        self._documents: OrderedDict[str, tuple[dict[str, Any], int]] = OrderedDict()
+        self._cards: OrderedDict[str, CanonicalCard] = OrderedDict()
 
     def __contains__(self, targetHash: object) -> bool:
-        return targetHash in self._documents
+        return targetHash in self._cards
 
     def __len__(self) -> int:
-        return len(self._documents)
+        return len(self._cards)
 
-    def get(self, targetHash: Any) -> tuple[dict[str, Any], int] | None:
-        """
-        The (document, JSON size) stored under C{targetHash}, if any.
-        """
-        found = self._documents.get(targetHash) if isinstance(targetHash, str) else None
+    def get(self, targetHash: Any) -> CanonicalCard | None:
+        found = self._cards.get(targetHash) if isinstance(targetHash, str) else None
         if found is not None:
-            self._documents.move_to_end(targetHash)
+            self._cards.move_to_end(targetHash)
         return found
 
-    def put(self, targetHash: str, document: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
-        found = self.get(targetHash)
+    def put(self, card: CanonicalCard) -> CanonicalCard:
+        """
+        Keep C{card}, or return the one already kept under its hash.
+        """
+        found = self.get(card.hash)
         if found is not None:
             return found
-        text = _jsonText(document)
-        entry = (json.loads(text), len(text.encode("utf-8", "surrogatepass")))
-        self._documents[targetHash] = entry
-        while len(self._documents) > self._size:
-            self._documents.popitem(last=False)
-        return entry
+        self._cards[card.hash] = card
+        while len(self._cards) > self._size:
+            self._cards.popitem(last=False)
+        return card
 
 
 @dataclass
@@ -164,7 +162,7 @@ class _Sent:
     targetHash: str
     mode: str
     baseHash: str | None
-    document: dict[str, Any] | None
+    card: CanonicalCard | None
     resent: bool = False
 
 
@@ -212,8 +210,8 @@ class CardCache(ChainPlugin):
     Chooses each card transfer; see the module docstring and
     C{docs/plugins/card-cache.md}.
 
-    @ivar threaded: how many diffs and patch applications ran in the thread
-        pool (for tests and the console).
+    @ivar deferred: how many diffs and patch applications ran in a reactor
+        turn of their own (for tests and the benchmarks).
     """
 
     name = NAME
@@ -224,18 +222,18 @@ class CardCache(ChainPlugin):
         cards: CardHasher,
         timeline: Timeline,
         storeSize: int = 64,
-        threadThreshold: int = 32 * 1024,
+        deferThreshold: int = 32 * 1024,
         pendingLimit: int = 256,
     ) -> None:
         self._cards = cards
         self._timeline = timeline
-        self._threshold = threadThreshold
+        self._threshold = deferThreshold
         self._pendingLimit = pendingLimit
         self.store = ContentStore(storeSize)
         self._session = _SessionCards()
         self._busy = False
         self._waiting: deque[tuple[Envelope, IChainContext, Deferred[Any]]] = deque()
-        self.threaded = 0
+        self.deferred = 0
 
     # Sessions.
 
@@ -292,26 +290,26 @@ class CardCache(ChainPlugin):
         if envelope.type not in CARD_BEARING or not isinstance(transfer, dict):
             return envelope
         try:
-            targetHash, document = await self._resolve(transfer, context)
+            targetHash, card = await self._resolve(transfer, context)
         except InvalidCard as e:
             self._refuse(envelope, context, str(e))
             return None
-        if targetHash is None or (document is None and targetHash not in self._session.acked):
+        if targetHash is None or (card is None and targetHash not in self._session.acked):
             self._note(envelope, transfer)
             return envelope
         key = (str(envelope.get("integrationId", "")), str(envelope.get("characterId", "")))
-        chosen = await self._cheapest(key, targetHash, document, context)
+        chosen = await self._cheapest(key, targetHash, card, context)
         envelope["card"] = chosen
-        self._remember(envelope, key, chosen, document)
-        self._note(envelope, chosen)
+        self._remember(envelope, key, chosen, card)
+        self._note(envelope, chosen, card)
         return envelope
 
     async def _resolve(
         self, transfer: Mapping[str, Any], context: IChainContext
-    ) -> tuple[str | None, dict[str, Any] | None]:
+    ) -> tuple[str | None, CanonicalCard | None]:
         """
-        The target hash and document a transfer stands for; the document is
-        C{None} when this plugin does not know it.
+        The target hash and canonical card a transfer stands for; the card
+        is C{None} when this plugin does not know it.
 
         @raise InvalidCard: for a snapshot that is no valid card.
         """
@@ -322,27 +320,27 @@ class CardCache(ChainPlugin):
             if document is None:
                 return None, None
             validateCard(document)
-            actual = await self._hash(document)
-            if given != actual:
+            card = await self._canonical(document)
+            if given != card.hash:
                 self.log.warn(
                     "snapshot targetHash {given} is not the card's canonical hash {actual}; "
                     "corrected",
                     given=given,
-                    actual=actual,
+                    actual=card.hash,
                 )
-            return actual, self.store.put(actual, document)[0]
+            return card.hash, self.store.put(card)
         if not isinstance(given, str):
             return None, None
         known = self.store.get(given)
         if known is not None:
-            return given, known[0]
+            return given, known
         if mode == "patch":
             return given, await self._patched(transfer, given, context)
         return given, None
 
     async def _patched(
         self, transfer: Mapping[str, Any], targetHash: str, context: IChainContext
-    ) -> dict[str, Any] | None:
+    ) -> CanonicalCard | None:
         """
         Learn the target of an incoming patch whose base this plugin knows, so
         that it can become a snapshot in a session that lacks the base.
@@ -352,17 +350,21 @@ class CardCache(ChainPlugin):
         if base is None or operations is None:
             return None
         try:
-            document = await self._maybeThreaded(base[1], context, _applyPatch, base[0], operations)
+            document = await self._inOwnTurn(
+                base.size, context, applyPatch, base.document, operations
+            )
             validateCard(document)
-            actual = await self._hash(document)
+            # A new document made only for us: nobody else holds it.
+            self._cards.adopt(document)
+            card = await self._canonical(document)
         except Exception:
             # RPEngine judges a patch that does not apply; we pass it on.
             return None
-        return self.store.put(targetHash, document)[0] if actual == targetHash else None
+        return self.store.put(card) if card.hash == targetHash else None
 
-    async def _hash(self, document: Mapping[str, Any]) -> str:
+    async def _canonical(self, document: dict[str, Any]) -> CanonicalCard:
         try:
-            return await self._cards.hash(document)
+            return await self._cards.canonical(document)
         except ValueError as e:
             raise InvalidCard("card", f"is not canonical JSON ({e})")
 
@@ -370,22 +372,19 @@ class CardCache(ChainPlugin):
         self,
         key: Key,
         targetHash: str,
-        document: dict[str, Any] | None,
+        card: CanonicalCard | None,
         context: IChainContext,
     ) -> dict[str, Any]:
         session = self._session
-        if targetHash in session.acked or document is None:
+        if targetHash in session.acked or card is None:
             return {"format": CARD_FORMAT, "mode": "reference", "targetHash": targetHash}
         baseHash = session.latest.get(key)
         base = self.store.get(baseHash) if baseHash != targetHash else None
         if baseHash is not None and base is not None:
-            size = self.store.put(targetHash, document)[1]
-            operations = await self._maybeThreaded(
-                size, context, smallerPatch, base[0], document, size
-            )
-            # The session may have changed while a thread worked.
+            operations = await self._inOwnTurn(card.size, context, smallerPatch, base, card)
+            # The session may have changed while the reactor served others.
             if self._session is not session or baseHash not in session.acked:
-                return await self._cheapest(key, targetHash, document, context)
+                return await self._cheapest(key, targetHash, card, context)
             if operations is not None:
                 return {
                     "format": CARD_FORMAT,
@@ -394,31 +393,37 @@ class CardCache(ChainPlugin):
                     "targetHash": targetHash,
                     "patch": operations,
                 }
-        return snapshotTransfer(document, targetHash)
+        return snapshotTransfer(card.document, targetHash)
 
-    async def _maybeThreaded(
+    async def _inOwnTurn(
         self, size: int, context: IChainContext, work: Callable[..., Any], *args: Any
     ) -> Any:
         """
-        C{work(*args)} in the reactor's thread pool when the card is large and
-        the reactor has one (a L{Clock} in tests does not), inline otherwise.
+        C{work(*args)} in a reactor turn of its own when the card is large,
+        so that the turn that received the card (which canonicalised it) and
+        this one each stay short; inline for small cards and under a L{Clock}
+        in tests.
+
+        Not a thread: this work is pure Python or the C JSON encoder, which
+        hold the GIL, and the reactor waits for a thread holding it longer
+        than for the work itself (measured: docs/benchmarks.md).
         """
         reactor = context.reactor
         if (
             size <= self._threshold
             or isinstance(reactor, Clock)
-            or not IReactorThreads.providedBy(reactor)
+            or not IReactorTime.providedBy(reactor)
         ):
             return work(*args)
-        self.threaded += 1
-        return await deferToThreadPool(reactor, reactor.getThreadPool(), work, *args)
+        self.deferred += 1
+        return await deferLater(reactor, 0, work, *args)
 
     def _remember(
         self,
         envelope: Envelope,
         key: Key,
         chosen: dict[str, Any],
-        document: dict[str, Any] | None,
+        card: CanonicalCard | None,
     ) -> None:
         session = self._session
         mode = chosen["mode"]
@@ -432,15 +437,19 @@ class CardCache(ChainPlugin):
         meta = {k: v for k, v in envelope.meta.items() if k not in _PASS_META}
         session.sent.pop(requestId, None)
         session.sent[requestId] = _Sent(
-            fields, meta, key, chosen["targetHash"], mode, chosen.get("baseHash"), document
+            fields, meta, key, chosen["targetHash"], mode, chosen.get("baseHash"), card
         )
         _trim(session.sent, self._pendingLimit)
 
-    def _note(self, envelope: Envelope, transfer: Any, **extra: Any) -> None:
+    def _note(
+        self, envelope: Envelope, transfer: Any, card: CanonicalCard | None = None, **extra: Any
+    ) -> None:
         requestId = envelope.requestId
         if requestId is not None:
             mode = transfer.get("mode") if isinstance(transfer, dict) else None
-            self._timeline.note(requestId, cardMode=mode, cardBytes=jsonSize(transfer), **extra)
+            self._timeline.note(
+                requestId, cardMode=mode, cardBytes=transferSize(transfer, card), **extra
+            )
 
     def _refuse(self, envelope: Envelope, context: IChainContext, message: str) -> None:
         self.log.warn(
@@ -506,10 +515,10 @@ class CardCache(ChainPlugin):
             session.forget(sent.targetHash)
             if sent.baseHash is not None:
                 session.forget(sent.baseHash)
-        if sent is None or sent.resent or sent.document is None:
+        if sent is None or sent.resent or sent.card is None:
             session.sent.pop(requestId, None)
             return error
-        transfer = snapshotTransfer(sent.document, sent.targetHash)
+        transfer = snapshotTransfer(sent.card.document, sent.targetHash)
         again = Envelope({**sent.fields, "card": transfer}, dict(sent.meta))
         again.meta["cardResync"] = True
         sent.resent, sent.mode, sent.baseHash = True, "snapshot", None
@@ -518,7 +527,7 @@ class CardCache(ChainPlugin):
             targetHash=sent.targetHash,
             requestId=requestId,
         )
-        self._note(again, transfer, cardResync=True)
+        self._note(again, transfer, sent.card, cardResync=True)
         context.sendToEngine(again)
         return None
 
@@ -541,12 +550,12 @@ def buildCardCache(settings: Mapping[str, Any], services: IPluginServices) -> Ca
     """
     The plugin from its C{[plugins.card-cache]} table.
     """
-    rejectUnknownSettings(NAME, settings, {"store_size", "thread_threshold", "pending_limit"})
+    rejectUnknownSettings(NAME, settings, {"store_size", "defer_threshold", "pending_limit"})
     return CardCache(
         services.cards,
         services.timeline,
         storeSize=_positiveInt(settings, "store_size", 64, 1),
-        threadThreshold=_positiveInt(settings, "thread_threshold", 32 * 1024, 0),
+        deferThreshold=_positiveInt(settings, "defer_threshold", 32 * 1024, 0),
         pendingLimit=_positiveInt(settings, "pending_limit", 256, 1),
     )
 

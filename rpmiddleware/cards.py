@@ -2,10 +2,9 @@
 Character Card V2 documents: validation and the canonical hash RPEngine checks.
 
 A card's identity on the wire is the lowercase SHA-256 of its RFC 8785
-canonical JSON.  Canonicalising a large card (a lorebook of hundreds of
-entries) costs milliseconds of pure Python, so a L{Card} computes its hash
-once, L{CardHasher} remembers hashes by content and moves large cards off the
-reactor thread.
+canonical JSON (L{rpmiddleware.canonical}).  L{CardHasher} gives each card
+document the middleware owns a L{CanonicalCard}, so that a card sent on
+every turn is read once, not on every turn.
 """
 
 from __future__ import annotations
@@ -14,12 +13,14 @@ import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-import rfc8785
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IReactorFromThreads, IReactorThreads
 from twisted.internet.threads import deferToThreadPool
+
+from rpmiddleware.canonical import canonicalJson, plainJson
 
 CARD_FORMAT = "chara_card_v2"
 CARD_SPEC_VERSION = "2.0"
@@ -108,28 +109,50 @@ def validateCard(document: Any) -> dict[str, Any]:
     return document
 
 
-def canonicalHash(document: Mapping[str, Any]) -> str:
+def canonicalHash(document: Any) -> str:
     """
     Lowercase hex SHA-256 over the RFC 8785 canonical JSON of C{document}.
     """
-    return hashlib.sha256(rfc8785.dumps(document)).hexdigest()
+    return hashlib.sha256(canonicalJson(document)).hexdigest()
 
 
-def _contentKey(document: Mapping[str, Any]) -> bytes:
-    # The C json encoder with sorted keys is an order of magnitude faster than
-    # RFC 8785 canonicalisation and gives equal keys for equal content, which
-    # is all a cache key needs (it is never sent anywhere).
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+@dataclass(frozen=True, eq=False)
+class CanonicalCard:
+    """
+    A card document the middleware owns, with its canonical hash and its
+    size in bytes of compact JSON.
+
+    Owned means nobody changes C{document} again: that is what lets every
+    later turn find the hash by identity in a microsecond instead of reading
+    the whole card.  Documents in card transfers are shared this way; a
+    plugin that wants another card builds a new one.
+    """
+
+    document: dict[str, Any]
+    hash: str
+    size: int
+
+
+def _contentKey(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
 class CardHasher:
     """
-    Canonical hashes by content, computed in a thread for large cards.
+    Canonical cards: hashes and private copies, found by identity for
+    documents the middleware owns.
 
-    @param reactor: used for its thread pool when a card is larger than
-        C{threadThreshold} bytes of JSON; pass C{None} to always hash inline
-        (tests with a fake reactor do).
+    A document handed to L{adopt}, or returned in a L{CanonicalCard}, is
+    owned: its hash is computed once and then found by identity.  Any other
+    document may be a game's dict that changes in place between turns, so
+    its canonical JSON is computed each time (about 3 ms for 200 KB, see
+    L{rpmiddleware.canonical}) and a private copy is made from it.  The rare
+    card that needs the pure-Python RFC 8785 encoder (floats, unusual keys)
+    is canonicalised in the reactor's thread pool when it is larger than
+    C{threadThreshold} bytes, and its hash is also remembered by content.
+
+    @param reactor: for its thread pool; C{None} (tests with a fake reactor)
+        keeps everything on the calling thread.
     """
 
     def __init__(
@@ -141,70 +164,136 @@ class CardHasher:
         self._reactor = reactor
         self._threshold = threadThreshold
         self._cacheSize = cacheSize
-        self._cache: OrderedDict[bytes, str] = OrderedDict()
+        self._owned: OrderedDict[int, tuple[dict[str, Any], CanonicalCard | None]] = OrderedDict()
+        self._slow: OrderedDict[bytes, str] = OrderedDict()
+        #: How many canonical encodings this hasher has computed.
         self.computed = 0
 
-    def cached(self, document: Mapping[str, Any]) -> str | None:
+    def adopt(self, document: dict[str, Any]) -> None:
         """
-        The hash of C{document} if this hasher has seen that content.
+        Take ownership of C{document}: the caller promises that nobody will
+        change it again, so it needs no private copy and its hash can be
+        found by identity.
         """
-        key = _contentKey(document)
-        found = self._cache.get(key)
-        if found is not None:
-            self._cache.move_to_end(key)
-        return found
+        if self._known(document) is None:
+            self._keep(document, None)
 
-    def hashNow(self, document: Mapping[str, Any]) -> str:
+    def known(self, document: Any) -> CanonicalCard | None:
         """
-        The hash of C{document}, computed on this thread if not cached.
+        The canonical card for an owned C{document} already hashed, else
+        C{None}; never reads the document.
         """
-        key = _contentKey(document)
-        found = self._cache.get(key)
-        if found is None:
-            found = canonicalHash(document)
-            self._remember(key, found)
-        return found
+        return self._known(document)
 
-    def hash(self, document: Mapping[str, Any]) -> Deferred[str]:
+    def canonical(self, document: dict[str, Any]) -> Deferred[CanonicalCard]:
         """
-        The hash of C{document}; large uncached cards are hashed in a thread so
-        the reactor keeps serving other connections.
+        The canonical card for C{document}: itself if owned, else a private
+        copy.
+
+        @raise ValueError: (in the Deferred) for a document RFC 8785 cannot
+            represent.
         """
-        text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
-        found = self._cache.get(key)
+        found = self._known(document)
         if found is not None:
-            self._cache.move_to_end(key)
             return succeed(found)
+        fast = self._fast(document)
+        if fast is not None:
+            return succeed(fast)
+        text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        key = _contentKey(text)
+        cachedHash = self._slow.get(key)
         reactor = self._reactor
         if (
-            reactor is None
+            cachedHash is not None
+            or reactor is None
             or len(text) < self._threshold
             or not IReactorThreads.providedBy(reactor)
             or not IReactorFromThreads.providedBy(reactor)
         ):
-            value = canonicalHash(document)
-            self._remember(key, value)
-            return succeed(value)
-        d: Deferred[str] = deferToThreadPool(
+            try:
+                return succeed(self._slowCard(document, text, key, cachedHash))
+            except Exception:
+                return fail()
+        d = deferToThreadPool(
             reactor,  # type: ignore[arg-type]
             reactor.getThreadPool(),
             canonicalHash,
             document,
         )
+        return d.addCallback(lambda value: self._slowCard(document, text, key, value))
 
-        def store(value: str) -> str:
-            self._remember(key, value)
-            return value
+    def canonicalNow(self, document: dict[str, Any]) -> CanonicalCard:
+        """
+        L{canonical} on this thread, whatever the card's size.
+        """
+        found = self._known(document) or self._fast(document)
+        if found is not None:
+            return found
+        text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        key = _contentKey(text)
+        return self._slowCard(document, text, key, self._slow.get(key))
 
-        return d.addCallback(store)
+    def hash(self, document: dict[str, Any]) -> Deferred[str]:
+        """
+        The canonical hash of C{document}.
+        """
+        return self.canonical(document).addCallback(lambda card: card.hash)
 
-    def _remember(self, key: bytes, value: str) -> None:
+    def hashNow(self, document: dict[str, Any]) -> str:
+        """
+        The canonical hash of C{document}, computed on this thread.
+        """
+        return self.canonicalNow(document).hash
+
+    def _known(self, document: Any) -> CanonicalCard | None:
+        entry = self._owned.get(id(document))
+        if entry is None or entry[0] is not document:
+            return None
+        self._owned.move_to_end(id(document))
+        return entry[1]
+
+    def _adopted(self, document: Any) -> bool:
+        entry = self._owned.get(id(document))
+        return entry is not None and entry[0] is document
+
+    def _fast(self, document: dict[str, Any]) -> CanonicalCard | None:
+        """
+        The canonical card from the C encoder, when it can write this one.
+        """
+        encoded = plainJson(document)
+        if encoded is None:
+            return None
+        owned = document if self._adopted(document) else json.loads(encoded)
+        return self._card(owned, hashlib.sha256(encoded).hexdigest(), len(encoded))
+
+    def _slowCard(
+        self, document: dict[str, Any], text: str, key: bytes, value: str | None
+    ) -> CanonicalCard:
+        if value is None:
+            value = canonicalHash(document)
+        self._slow[key] = value
+        self._slow.move_to_end(key)
+        _trim(self._slow, self._cacheSize)
+        owned = document if self._adopted(document) else json.loads(text)
+        return self._card(owned, value, len(text.encode("utf-8", "surrogatepass")))
+
+    def _card(self, document: dict[str, Any], value: str, size: int) -> CanonicalCard:
         self.computed += 1
-        self._cache[key] = value
-        self._cache.move_to_end(key)
-        while len(self._cache) > self._cacheSize:
-            self._cache.popitem(last=False)
+        card = CanonicalCard(document, value, size)
+        self._keep(document, card)
+        return card
+
+    def _keep(self, document: dict[str, Any], card: CanonicalCard | None) -> None:
+        # The entry holds the document, so its id cannot be reused while the
+        # entry exists; identity lookups also check it is the same object.
+        self._owned[id(document)] = (document, card)
+        self._owned.move_to_end(id(document))
+        _trim(self._owned, self._cacheSize)
+
+
+def _trim(mapping: OrderedDict[Any, Any], limit: int) -> None:
+    while len(mapping) > limit:
+        mapping.popitem(last=False)
 
 
 def snapshotTransfer(document: dict[str, Any], targetHash: str) -> dict[str, Any]:

@@ -16,7 +16,13 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from rpmiddleware.api import ReplyStream
-from rpmiddleware.cards import CardHasher, snapshotTransfer, validateCard
+from rpmiddleware.cards import (
+    CanonicalCard,
+    CardHasher,
+    InvalidCard,
+    snapshotTransfer,
+    validateCard,
+)
 from rpmiddleware.chain import PluginChain
 from rpmiddleware.config import Settings
 from rpmiddleware.engine.link import EngineLink
@@ -133,12 +139,18 @@ class Middleware:
         self, characterId: str, card: dict[str, Any], integrationId: str | None = None
     ) -> None:
         """
-        Remember the card to play as C{characterId}.
+        Remember the card to play as C{characterId}: a private copy, so that
+        its hash is computed once; register it again to change it.
 
         @raise rpmiddleware.cards.InvalidCard: naming the field that is wrong.
         """
         validateCard(card)
-        self.characters[(integrationId or self.settings.game.integration_id, characterId)] = card
+        try:
+            owned = self.cards.canonicalNow(card)
+        except ValueError as e:
+            raise InvalidCard("card", f"is not canonical JSON ({e})")
+        key = (integrationId or self.settings.game.integration_id, characterId)
+        self.characters[key] = owned.document
 
     def character(self, characterId: str, integrationId: str | None = None) -> dict[str, Any]:
         key = (integrationId or self.settings.game.integration_id, characterId)
@@ -273,11 +285,12 @@ class Middleware:
         return stream
 
     def _withCard(self, envelope: Envelope, card: dict[str, Any]) -> Deferred[None]:
-        def send(targetHash: str) -> Deferred[None]:
-            envelope["card"] = snapshotTransfer(card, targetHash)
+        def send(canonical: CanonicalCard) -> Deferred[None]:
+            # The owned copy travels, so the chain finds its hash by identity.
+            envelope["card"] = snapshotTransfer(canonical.document, canonical.hash)
             return self.chain.sendToEngine(envelope)
 
-        return self.cards.hash(card).addCallback(send)
+        return self.cards.canonical(card).addCallback(send)
 
     def _failedToSubmit(self, failure: Any, stream: ReplyStream) -> None:
         self.log.failure(

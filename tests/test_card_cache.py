@@ -19,7 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
 
 from plugins.card_cache import CardCache, buildCardCache, cardCache, jsonSize
-from rpmiddleware.cards import CardHasher
+from rpmiddleware.cards import CanonicalCard, CardHasher
 from rpmiddleware.config import Settings
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IEnvelopePlugin, IPluginFactory
@@ -71,14 +71,15 @@ class FakeEngineCards:
         return target
 
 
-def largeCard(entries: int = 300, marker: str = "") -> dict[str, Any]:
+def largeCard(entries: int = 300, marker: str = "", edited: int | None = None) -> dict[str, Any]:
     book = {
         "name": "Big lore",
         "extensions": {},
         "entries": [
             {
                 "keys": [f"place-{i}", f"person-{i}"],
-                "content": f"Entry {i}{marker}: " + "the road winds past the old mill. " * 4,
+                "content": f"Entry {i}{marker if edited in (None, i) else ''}: "
+                + "the road winds past the old mill. " * 4,
                 "extensions": {},
                 "enabled": True,
                 "insertion_order": i,
@@ -149,7 +150,7 @@ class FactoryTests(SynchronousTestCase):
     def test_wrongTypes(self) -> None:
         for key, value in [
             ("store_size", "big"),
-            ("thread_threshold", True),
+            ("defer_threshold", True),
             ("pending_limit", 0),
             ("store_size", 1.5),
         ]:
@@ -456,16 +457,16 @@ class ControlledHasher(CardHasher):
 
     def __init__(self) -> None:
         super().__init__(None)
-        self.pending: list[tuple[Deferred[str], dict[str, Any]]] = []
+        self.pending: list[tuple[Deferred[CanonicalCard], dict[str, Any]]] = []
 
-    def hash(self, document: Any) -> Deferred[str]:
-        d: Deferred[str] = Deferred()
+    def canonical(self, document: Any) -> Deferred[CanonicalCard]:
+        d: Deferred[CanonicalCard] = Deferred()
         self.pending.append((d, document))
         return d
 
     def release(self) -> None:
         d, document = self.pending.pop(0)
-        d.callback(independentHash(document))
+        d.callback(self.canonicalNow(document))
 
 
 class OrderTests(SynchronousTestCase):
@@ -493,45 +494,58 @@ class OrderTests(SynchronousTestCase):
         self.assertGreater(jsonSize(big), 32 * 1024)
         self.successResultOf(rig.request("r1", snapshot(big)))
         rig.accept("r1")
-        self.successResultOf(rig.request("r2", snapshot(largeCard(marker="*"))))
+        self.successResultOf(rig.request("r2", snapshot(largeCard(marker="*", edited=3))))
         self.assertEqual(rig.sent()["card"]["mode"], "patch")
-        self.assertEqual(rig.plugin.threaded, 0)
+        self.assertEqual(rig.plugin.deferred, 0)
 
 
-class LargeCardThreadTests(TestCase):
+class LargeCardTurnTests(TestCase):
     """
-    With a real reactor, a large card's hash and diff are computed in the
-    reactor's thread pool: the chain gets an unfired Deferred and the reactor
-    goes on while the work runs.
+    With a real reactor, a large card is canonicalised in the turn that
+    brings it and diffed in a later turn of its own, so no one turn does
+    both; a card that needs the pure-Python RFC 8785 encoder is hashed in
+    the thread pool.  Later envelopes wait behind the held one.
     """
 
     @inlineCallbacks
-    def test_threaded(self) -> Generator[Deferred[Any], Any, None]:
+    def test_diffInItsOwnTurn(self) -> Generator[Deferred[Any], Any, None]:
         from twisted.internet import reactor
 
         rig = Rig(hasher=CardHasher(reactor), clock=reactor)  # type: ignore[arg-type]
         rig.newSession()
         big = largeCard()
-        d = rig.request("r1", snapshot(big, "0" * 64))
-        self.assertFalse(d.called)
-        cancel = rig.harness.toEngine("request.cancel", requestId="r0")
-        self.assertFalse(cancel.called)
-        self.assertEqual(rig.harness.sentToEngine, [])
-        yield d
-        yield cancel
-        self.assertEqual(rig.harness.typesToEngine(), ["reply.request", "request.cancel"])
-        self.assertEqual(rig.harness.sentToEngine[0]["card"]["targetHash"], independentHash(big))
-        self.assertEqual(rig.hasher.computed, 1)
+        self.successResultOf(rig.request("r1", snapshot(big, "0" * 64)))
+        self.assertEqual(rig.sent()["card"]["targetHash"], independentHash(big))
         rig.accept("r1")
 
-        changed = largeCard(marker="!")
+        changed = largeCard(marker="!", edited=7)
         d = rig.request("r2", snapshot(changed))
+        cancel = rig.harness.toEngine("request.cancel", requestId="r2")
         self.assertFalse(d.called)
+        self.assertFalse(cancel.called)
         yield d
-        transfer = rig.sent()["card"]
+        yield cancel
+        self.assertEqual(rig.harness.typesToEngine()[-2:], ["reply.request", "request.cancel"])
+        transfer = rig.harness.sentToEngine[-2]["card"]
         self.assertEqual(transfer["mode"], "patch")
-        self.assertEqual(rig.plugin.threaded, 1)
+        self.assertEqual(rig.plugin.deferred, 1)
         self.assertEqual(rig.engine.accept(transfer), independentHash(changed))
+
+    @inlineCallbacks
+    def test_slowEncoderInAThread(self) -> Generator[Deferred[Any], Any, None]:
+        from twisted.internet import reactor
+
+        hasher = CardHasher(reactor)  # type: ignore[arg-type]
+        rig = Rig(hasher=hasher, clock=reactor)  # type: ignore[arg-type]
+        rig.newSession()
+        big = largeCard()
+        big["data"]["extensions"]["talkativeness"] = 0.5
+        d = rig.request("r1", snapshot(big))
+        self.assertFalse(d.called)
+        self.assertEqual(rig.harness.sentToEngine, [])
+        yield d
+        self.assertEqual(rig.sent()["card"]["targetHash"], independentHash(big))
+        self.assertEqual(hasher.computed, 1)
 
 
 def reordered(value: Any) -> Any:

@@ -1,9 +1,9 @@
 """
 Property tests for card identity and card transfers: the canonical hash
-ignores key order and whitespace, L{CardHasher} agrees with it cold and
-cached, RFC 6902 patches round-trip, and over a whole session of small edits
-every transfer card-cache chooses is one RPEngine's own cache accepts with
-the right hash.
+ignores key order and whitespace, L{CardHasher} agrees with it for owned
+and unowned documents, L{rpmiddleware.carddiff} patches round-trip, and
+over a whole session of small edits every transfer card-cache chooses is one
+RPEngine's own cache accepts with the right hash.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from plugins.card_cache import CardCache, jsonSize, smallerPatch
-from rpmiddleware.cards import CardHasher, canonicalHash, snapshotTransfer
+from rpmiddleware.carddiff import applyPatch, diff
+from rpmiddleware.cards import CanonicalCard, CardHasher, canonicalHash, snapshotTransfer
 from rpmiddleware.testing.cardstore import SessionCardStore, simulatorHash
 from rpmiddleware.testing.kit import PluginHarness, exampleCard
 from rpmiddleware.timeline import Timeline
@@ -82,43 +83,94 @@ class CanonicalHashProperties(SynchronousTestCase):
     @given(documents, st.randoms(use_true_random=False))
     def test_hasherAgrees(self, document: Any, rng: Any) -> None:
         """
-        CardHasher gives the canonical hash cold and cached, through every
-        entry point, and a reordered copy is a cache hit.
+        CardHasher gives the canonical hash through every entry point, with a
+        private copy equal to the document; the copy is then found by
+        identity without being read again.
         """
         hasher = CardHasher(None)
         expected = canonicalHash(document)
-        self.assertIsNone(hasher.cached(document))
-        results: list[str] = []
-        hasher.hash(document).addCallback(results.append)
-        self.assertEqual(results, [expected])
+        self.assertIsNone(hasher.known(document))
+        cards: list[CanonicalCard] = []
+        hasher.canonical(document).addCallback(cards.append)
+        [card] = cards
+        self.assertEqual((card.hash, card.document), (expected, document))
+        self.assertIsNot(card.document, document)
+        self.assertEqual(card.size, jsonSize(document))
         self.assertEqual(hasher.computed, 1)
-        self.assertEqual(hasher.cached(document), expected)
+        self.assertIs(hasher.known(card.document), card)
+        self.assertIs(hasher.canonicalNow(card.document), card)
+        self.assertEqual(hasher.computed, 1)
         self.assertEqual(hasher.hashNow(permuted(document, rng)), expected)
-        hasher.hash(json.loads(json.dumps(document, indent=3))).addCallback(results.append)
-        self.assertEqual(results, [expected, expected])
-        self.assertEqual(hasher.computed, 1)
+        self.assertEqual(hasher.computed, 2)
+
+    @settings(max_examples=40, deadline=None)
+    @given(documents, documents)
+    def test_unownedDocumentsReadEachTime(self, first: Any, second: Any) -> None:
+        """
+        A document the hasher does not own may change in place between
+        turns (a game's dict): its hash always follows its content.
+        """
+        hasher = CardHasher(None)
+        mutable = dict(first)
+        self.assertEqual(hasher.hashNow(mutable), canonicalHash(first))
+        mutable.clear()
+        mutable.update(second)
+        self.assertEqual(hasher.hashNow(mutable), canonicalHash(second))
+
+    @settings(max_examples=40, deadline=None)
+    @given(documents)
+    def test_adoptedNotCopied(self, document: Any) -> None:
+        hasher = CardHasher(None)
+        hasher.adopt(document)
+        self.assertIsNone(hasher.known(document))
+        card = hasher.canonicalNow(document)
+        self.assertIs(card.document, document)
+        self.assertIs(hasher.known(document), card)
 
     @settings(max_examples=40, deadline=None)
     @given(st.lists(documents, min_size=1, max_size=12))
     def test_hasherCacheBounded(self, many: list[Any]) -> None:
         hasher = CardHasher(None, cacheSize=4)
-        for document in many:
-            self.assertEqual(hasher.hashNow(document), canonicalHash(document))
-        self.assertLessEqual(len(hasher._cache), 4)
+        owned = [hasher.canonicalNow(document) for document in many]
+        for document, card in zip(many, owned, strict=True):
+            self.assertEqual(card.hash, canonicalHash(document))
+        self.assertLessEqual(len(hasher._owned), 4)
+        self.assertLessEqual(len(hasher._slow), 4)
+        self.assertIs(hasher.known(owned[-1].document), owned[-1])
+
+
+def frozen(*values: Any) -> list[str]:
+    return [json.dumps(value, sort_keys=True) for value in values]
 
 
 class PatchProperties(SynchronousTestCase):
-    @settings(max_examples=100, deadline=None)
+    @settings(max_examples=150, deadline=None)
     @given(documents, documents)
-    def test_roundTrip(self, base: Any, target: Any) -> None:
+    def test_diffRoundTrip(self, base: Any, target: Any) -> None:
         """
-        make_patch(base, target) applied to base gives target, and leaves
-        base as it was.
+        diff(base, target) applied to base with applyPatch gives target,
+        for jsonpatch too, and changes neither the inputs nor the patch.
         """
-        before = copy.deepcopy(base)
-        operations = jsonpatch.make_patch(base, target).patch
+        before = frozen(base, target)
+        operations = diff(base, target, limit=10_000)
+        assert operations is not None
+        opsBefore = frozen(operations)
+        self.assertEqual(applyPatch(base, operations), target)
         self.assertEqual(jsonpatch.apply_patch(base, operations), target)
-        self.assertEqual(base, before)
+        self.assertEqual(frozen(base, target), before)
+        self.assertEqual(frozen(operations), opsBefore)
+
+    @settings(max_examples=150, deadline=None)
+    @given(documents, documents)
+    def test_applyLikeJsonpatch(self, base: Any, target: Any) -> None:
+        """
+        Any patch (here make_patch's, with moves and copies) applies as
+        jsonpatch applies it, leaving base and the patch unchanged.
+        """
+        operations = jsonpatch.make_patch(base, target).patch
+        before = frozen(base, operations)
+        self.assertEqual(applyPatch(base, operations), jsonpatch.apply_patch(base, operations))
+        self.assertEqual(frozen(base, operations), before)
 
     @settings(max_examples=100, deadline=None)
     @given(documents, documents)
@@ -126,34 +178,29 @@ class PatchProperties(SynchronousTestCase):
         """
         card-cache's patch is either refused (None) or smaller than the
         target and reproduces it exactly: the same canonical hash, so true
-        never stands in for 1.  Neither input is changed (it runs in threads
-        on shared documents).
+        never stands in for 1.  Neither input is changed.
         """
-        frozen = (json.dumps(base, sort_keys=True), json.dumps(target, sort_keys=True))
-        size = jsonSize(target)
-        operations = smallerPatch(base, target, size)
-        self.assertEqual(
-            (json.dumps(base, sort_keys=True), json.dumps(target, sort_keys=True)), frozen
-        )
+        hasher = CardHasher(None)
+        old, new = hasher.canonicalNow(base), hasher.canonicalNow(target)
+        before = frozen(old.document, new.document)
+        operations = smallerPatch(old, new)
+        self.assertEqual(frozen(old.document, new.document), before)
         if operations is None:
             return
-        self.assertLess(jsonSize(operations), size)
+        self.assertLess(jsonSize(operations), new.size)
         patched = jsonpatch.apply_patch(base, operations)
         self.assertEqual(canonicalHash(patched), canonicalHash(target))
 
     def test_trueIsNotOne(self) -> None:
         """
-        The case that makes verification necessary: some jsonpatch releases
-        (1.33) see no change from 1 to true inside an array.  Whatever the
-        installed release does, the plugin's patch is either refused or
-        reproduces the target exactly, true and not 1.
+        The case that makes verification necessary: Python's == sees no
+        change from 1 to true inside an array.  The plugin's patch is either
+        refused or reproduces the target exactly, true and not 1.
         """
         base, target = {"a": [1, 2], "pad": "x" * 50}, {"a": [True, 2], "pad": "x" * 50}
-        operations = smallerPatch(base, target, jsonSize(target))
-        if operations is not None:
-            patched = jsonpatch.apply_patch(base, operations)
-            self.assertIs(patched["a"][0], True)
-            self.assertEqual(canonicalHash(patched), canonicalHash(target))
+        self.assertEqual(diff(base, target), [])
+        hasher = CardHasher(None)
+        self.assertIsNone(smallerPatch(hasher.canonicalNow(base), hasher.canonicalNow(target)))
         self.assertNotEqual(canonicalHash(base), canonicalHash(target))
 
 

@@ -295,6 +295,9 @@ class ClientConnection:
         except InvalidCard as e:
             raise InvalidMessage(f"character.card: {e}")
         assert characterId is not None
+        # Parsed for this connection alone and never changed: the hasher may
+        # find its hash by identity on every turn.
+        self.endpoint.middleware.cards.adopt(card)
         self.session.character = Character(characterId, integrationId, card)
         self.log.info(
             "client {peer} plays character {characterId}",

@@ -9,6 +9,7 @@ means is in L{rpmiddleware.client.connection}.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from twisted.internet.defer import Deferred, maybeDeferred
@@ -130,6 +131,11 @@ class ClientFactory(GuardedServerFactory):
             # The Python API may name it too.
             middleware.registerCharacter(
                 character.characterId, character.card, character.integrationId
+            )
+            # The registered copy is owned: its hash is found by identity.
+            character = replace(
+                character,
+                card=middleware.character(character.characterId, character.integrationId),
             )
             self.log.info(
                 "default character {characterId} loaded from {path}",
