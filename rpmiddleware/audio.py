@@ -12,6 +12,7 @@ same bytes back.
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,7 @@ QUALITIES = ("QQ", "LQ", "MQ", "HQ", "VHQ")
 _PCM16_SCALE = 32768.0
 _PCM16_STEP = np.float32(1 / _PCM16_SCALE)
 _EMPTY: Samples = np.zeros(0, dtype=np.float32)
+_FLOAT32 = np.dtype(np.float32)
 #: No frames of one channel, in the shape soxr's streams take.
 _EMPTY_FRAMES: Samples = np.zeros((0, 1), dtype=np.float32)
 
@@ -217,21 +219,21 @@ class StreamResampler:
     def __init__(self, inRate: int, outRate: int, quality: str = "HQ") -> None:
         self.inRate = inRate
         self.outRate = outRate
-        self.quality = quality
         self.samplesIn = 0
         self.samplesOut = 0
         self._surplus: Samples | None = None
-        self._last = np.float32(0.0)
+        #: The last piece given out that was not empty (its last sample pads
+        #: a short tail).
+        self._lastPiece: Samples = _EMPTY
         self._flushed = False
-        self._stream = (
-            soxr.ResampleStream(inRate, outRate, 1, dtype="float32", quality=quality)
-            if inRate != outRate
-            else None
-        )
-
-    @property
-    def flushed(self) -> bool:
-        return self._flushed
+        self._process: Callable[[Samples, bool], Samples] | None = None
+        if inRate != outRate:
+            stream = soxr.ResampleStream(inRate, outRate, 1, dtype="float32", quality=quality)
+            # python-soxr's resample_chunk checks its argument's type, dtype
+            # and shape in Python, then calls this bound C++ method; the
+            # pieces here are float32 (frames, 1) arrays already, and its
+            # per-call cost is half of what a piece costs beyond soxr's work.
+            self._process = getattr(stream, "_process", None) or stream.resample_chunk
 
     def feed(self, samples: Samples) -> Samples:
         """
@@ -239,23 +241,27 @@ class StreamResampler:
         """
         if self._flushed:
             raise RuntimeError("this stream was flushed; start a new one")
-        samples = np.asarray(samples, dtype=np.float32)
+        if type(samples) is not np.ndarray or samples.dtype is not _FLOAT32:
+            samples = np.asarray(samples, dtype=np.float32)
         count = len(samples)
-        self.samplesIn += count
-        stream = self._stream
-        if stream is None:
+        samplesIn = self.samplesIn = self.samplesIn + count
+        process = self._process
+        if process is None:
             return self._emit(samples)
-        # soxr takes (frames, channels); given that shape it returns its
-        # output as it is, where a 1-D piece costs a squeeze each way.
-        out = stream.resample_chunk(samples.reshape(count, 1)).reshape(-1) if count else _EMPTY
+        # soxr takes (frames, channels) and gives its output in that shape.
+        out = process(samples.reshape(count, 1), False).reshape(-1) if count else _EMPTY
         surplus = self._surplus
         if surplus is not None:
             out = np.concatenate([surplus, out])
             self._surplus = None
-        allowed = exactLength(self.samplesIn, self.inRate, self.outRate) - self.samplesOut
-        if len(out) > allowed:
-            self._surplus = out[allowed:]
-            out = out[:allowed]
+        # soxr's output lags its input by the filter's delay, so it is nearly
+        # always under the floor of the promised count; only near it is the
+        # count rounded exactly.
+        if self.samplesOut + len(out) > samplesIn * self.outRate // self.inRate:
+            allowed = exactLength(samplesIn, self.inRate, self.outRate) - self.samplesOut
+            if len(out) > allowed:
+                self._surplus = out[allowed:]
+                out = out[:allowed]
         return self._emit(out)
 
     def flush(self) -> Samples:
@@ -267,14 +273,15 @@ class StreamResampler:
         self._flushed = True
         tail = self._surplus if self._surplus is not None else _EMPTY
         self._surplus = None
-        if self._stream is not None:
-            end = self._stream.resample_chunk(_EMPTY_FRAMES, last=True).reshape(-1)
+        if self._process is not None:
+            end = self._process(_EMPTY_FRAMES, True).reshape(-1)
             tail = np.concatenate([tail, end]) if len(tail) else end
         need = exactLength(self.samplesIn, self.inRate, self.outRate) - self.samplesOut
-        return self._emit(fitLength(tail, need, float(self._last)))
+        last = float(self._lastPiece[-1]) if len(self._lastPiece) else 0.0
+        return self._emit(fitLength(tail, need, last))
 
     def _emit(self, samples: Samples) -> Samples:
         if len(samples):
             self.samplesOut += len(samples)
-            self._last = samples[-1]
+            self._lastPiece = samples
         return samples

@@ -710,3 +710,28 @@ class HelperTests(SynchronousTestCase):
         self.assertEqual(got, expected)
         if expected is None:
             self.assertRaises(AudioError, decodeBase64, spoiled)
+
+    def test_stream_without_soxr_internals(self) -> None:
+        """
+        Should python-soxr stop keeping the bound C++ method that
+        resample_chunk calls, its public resample_chunk is used, with the
+        same result.
+        """
+
+        real = soxr.ResampleStream
+
+        class PublicOnly:
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                self.stream = real(*args, **kwargs)
+
+            def resample_chunk(self, x: np.ndarray, last: bool = False) -> np.ndarray:
+                return self.stream.resample_chunk(x, last)
+
+        wave = tone(440, 0.2, 44100).astype(np.float32)
+        fast = StreamResampler(44100, 16000)
+        self.patch(soxr, "ResampleStream", PublicOnly)
+        public = StreamResampler(44100, 16000)
+        a = np.concatenate([fast.feed(wave[:4410]), fast.feed(wave[4410:]), fast.flush()])
+        b = np.concatenate([public.feed(wave[:4410]), public.feed(wave[4410:]), public.flush()])
+        np.testing.assert_array_equal(a, b)
+        self.assertEqual(len(b), exactLength(len(wave), 44100, 16000))
