@@ -355,7 +355,7 @@ class CardCache(ChainPlugin):
             )
             validateCard(document)
             # A new document made only for us: nobody else holds it.
-            self._cards.adopt(document)
+            document = self._cards.adopt(document)
             card = await self._canonical(document)
         except Exception:
             # RPEngine judges a patch that does not apply; we pass it on.

@@ -61,7 +61,10 @@ def plainJson(document: Any) -> bytes | None:
     The RFC 8785 canonical JSON of C{document} from the C encoder, or
     C{None} when the document needs the pure-Python one.
     """
-    if not _plain(document):
+    # A dict subclass at the top (an owned card) is written as a dict by both
+    # encoders; only the walk insists on exact types.
+    top = dict(document) if isinstance(document, dict) else document
+    if not _plain(top):
         return None
     try:
         return _encoder.encode(document).encode("utf-8")

@@ -75,7 +75,7 @@ class _Operations:
     def compare(self, path: str, a: Any, b: Any) -> None:
         if _same(a, b):
             return
-        if type(a) is dict and type(b) is dict:
+        if isinstance(a, dict) and isinstance(b, dict):
             for key in a:
                 if key not in b:
                     self.write({"op": "remove", "path": f"{path}/{_escape(key)}"})
@@ -85,7 +85,7 @@ class _Operations:
                     self.compare(where, a[key], value)
                 else:
                     self.write({"op": "add", "path": where, "value": value})
-        elif type(a) is list and type(b) is list:
+        elif isinstance(a, list) and isinstance(b, list):
             self.compareLists(path, a, b)
         else:
             self.write({"op": "replace", "path": path, "value": b})

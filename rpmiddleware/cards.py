@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -116,6 +117,16 @@ def canonicalHash(document: Any) -> str:
     return hashlib.sha256(canonicalJson(document)).hexdigest()
 
 
+class OwnedDocument(dict[str, Any]):
+    """
+    A card document the middleware owns: a dict that can be weakly
+    referenced, so that L{CardHasher} remembers its hash exactly as long as
+    something else keeps it.
+    """
+
+    __slots__ = ("__weakref__",)
+
+
 @dataclass(frozen=True, eq=False)
 class CanonicalCard:
     """
@@ -128,7 +139,7 @@ class CanonicalCard:
     plugin that wants another card builds a new one.
     """
 
-    document: dict[str, Any]
+    document: OwnedDocument
     hash: str
     size: int
 
@@ -142,10 +153,11 @@ class CardHasher:
     Canonical cards: hashes and private copies, found by identity for
     documents the middleware owns.
 
-    A document handed to L{adopt}, or returned in a L{CanonicalCard}, is
-    owned: its hash is computed once and then found by identity.  Any other
-    document may be a game's dict that changes in place between turns, so
-    its canonical JSON is computed each time (about 3 ms for 200 KB, see
+    An L{OwnedDocument} (from L{adopt}, or in a L{CanonicalCard}) is never
+    changed again, so its hash is computed once and then found by identity,
+    for as long as something keeps the document.  Any other document may be
+    a game's dict that changes in place between turns, so its canonical JSON
+    is computed each time (about 3 ms for 200 KB, see
     L{rpmiddleware.canonical}) and a private copy is made from it.  The rare
     card that needs the pure-Python RFC 8785 encoder (floats, unusual keys)
     is canonicalised in the reactor's thread pool when it is larger than
@@ -164,26 +176,31 @@ class CardHasher:
         self._reactor = reactor
         self._threshold = threadThreshold
         self._cacheSize = cacheSize
-        self._owned: OrderedDict[int, tuple[dict[str, Any], CanonicalCard | None]] = OrderedDict()
+        self._owned: dict[int, tuple[weakref.ref[OwnedDocument], tuple[str, int] | None]] = {}
         self._slow: OrderedDict[bytes, str] = OrderedDict()
         #: How many canonical encodings this hasher has computed.
         self.computed = 0
 
-    def adopt(self, document: dict[str, Any]) -> None:
+    def adopt(self, document: dict[str, Any]) -> OwnedDocument:
         """
-        Take ownership of C{document}: the caller promises that nobody will
-        change it again, so it needs no private copy and its hash can be
-        found by identity.
+        Take ownership of C{document}, which the caller promises nobody will
+        change again, and return the document to keep in its place (itself,
+        or a new top-level dict over the same contents): its hash will be
+        found by identity, and it needs no private copy.
         """
-        if self._known(document) is None:
+        if not isinstance(document, OwnedDocument):
+            document = OwnedDocument(document)
+        if id(document) not in self._owned:
             self._keep(document, None)
+        return document
 
     def known(self, document: Any) -> CanonicalCard | None:
         """
         The canonical card for an owned C{document} already hashed, else
         C{None}; never reads the document.
         """
-        return self._known(document)
+        facts = self._facts(document)
+        return None if facts is None else CanonicalCard(document, *facts)
 
     def canonical(self, document: dict[str, Any]) -> Deferred[CanonicalCard]:
         """
@@ -193,7 +210,7 @@ class CardHasher:
         @raise ValueError: (in the Deferred) for a document RFC 8785 cannot
             represent.
         """
-        found = self._known(document)
+        found = self.known(document)
         if found is not None:
             return succeed(found)
         fast = self._fast(document)
@@ -226,7 +243,7 @@ class CardHasher:
         """
         L{canonical} on this thread, whatever the card's size.
         """
-        found = self._known(document) or self._fast(document)
+        found = self.known(document) or self._fast(document)
         if found is not None:
             return found
         text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -245,16 +262,19 @@ class CardHasher:
         """
         return self.canonicalNow(document).hash
 
-    def _known(self, document: Any) -> CanonicalCard | None:
-        entry = self._owned.get(id(document))
-        if entry is None or entry[0] is not document:
-            return None
-        self._owned.move_to_end(id(document))
-        return entry[1]
-
     def _adopted(self, document: Any) -> bool:
         entry = self._owned.get(id(document))
-        return entry is not None and entry[0] is document
+        return entry is not None and entry[0]() is document
+
+    def _facts(self, document: Any) -> tuple[str, int] | None:
+        entry = self._owned.get(id(document))
+        return entry[1] if entry is not None and entry[0]() is document else None
+
+    def _owning(self, document: dict[str, Any], parse: Any) -> OwnedDocument:
+        if self._adopted(document):
+            assert isinstance(document, OwnedDocument)
+            return document
+        return OwnedDocument(json.loads(parse))
 
     def _fast(self, document: dict[str, Any]) -> CanonicalCard | None:
         """
@@ -263,7 +283,7 @@ class CardHasher:
         encoded = plainJson(document)
         if encoded is None:
             return None
-        owned = document if self._adopted(document) else json.loads(encoded)
+        owned = self._owning(document, encoded)
         return self._card(owned, hashlib.sha256(encoded).hexdigest(), len(encoded))
 
     def _slowCard(
@@ -273,27 +293,25 @@ class CardHasher:
             value = canonicalHash(document)
         self._slow[key] = value
         self._slow.move_to_end(key)
-        _trim(self._slow, self._cacheSize)
-        owned = document if self._adopted(document) else json.loads(text)
+        while len(self._slow) > self._cacheSize:
+            self._slow.popitem(last=False)
+        owned = self._owning(document, text)
         return self._card(owned, value, len(text.encode("utf-8", "surrogatepass")))
 
-    def _card(self, document: dict[str, Any], value: str, size: int) -> CanonicalCard:
+    def _card(self, document: OwnedDocument, value: str, size: int) -> CanonicalCard:
         self.computed += 1
-        card = CanonicalCard(document, value, size)
-        self._keep(document, card)
-        return card
+        self._keep(document, (value, size))
+        return CanonicalCard(document, value, size)
 
-    def _keep(self, document: dict[str, Any], card: CanonicalCard | None) -> None:
-        # The entry holds the document, so its id cannot be reused while the
-        # entry exists; identity lookups also check it is the same object.
-        self._owned[id(document)] = (document, card)
-        self._owned.move_to_end(id(document))
-        _trim(self._owned, self._cacheSize)
+    def _keep(self, document: OwnedDocument, facts: tuple[str, int] | None) -> None:
+        key = id(document)
 
+        def forget(ref: weakref.ref[OwnedDocument]) -> None:
+            # The id may already belong to a newer document.
+            if self._owned.get(key, (None,))[0] is ref:
+                del self._owned[key]
 
-def _trim(mapping: OrderedDict[Any, Any], limit: int) -> None:
-    while len(mapping) > limit:
-        mapping.popitem(last=False)
+        self._owned[key] = (weakref.ref(document, forget), facts)
 
 
 def snapshotTransfer(document: dict[str, Any], targetHash: str) -> dict[str, Any]:

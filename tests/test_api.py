@@ -11,7 +11,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 from rpmiddleware.api import ReplyCancelled, ReplyFailed, ReplyStream
-from rpmiddleware.cards import InvalidCard
+from rpmiddleware.cards import InvalidCard, canonicalHash
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IPluginServices, IReplyStream
 from rpmiddleware.middleware import Middleware
@@ -141,3 +141,39 @@ class MiddlewareApiTests(SynchronousTestCase):
         self.assertEqual(fields["card"]["targetHash"], self.middleware.cards.hashNow(exampleCard()))
         self.assertEqual(request.meta["client"], "c1")
         self.assertNotIn("client", request.toBytes().decode())
+
+
+class CardOwnershipTests(SynchronousTestCase):
+    """
+    A registered character's card is a private copy hashed once; a card
+    passed on each call is the game's dict, read again every time.
+    """
+
+    def setUp(self) -> None:
+        self.middleware = Middleware(Clock())
+
+    def sentCards(self) -> list[dict[str, Any]]:
+        return [request["card"] for request in self.middleware.link.waiting]
+
+    def test_registeredHashedOnce(self) -> None:
+        card = exampleCard()
+        self.middleware.registerCharacter("mira", card)
+        card["data"]["description"] = "changed after registering"
+        self.middleware.requestReply("mira", text="one")
+        self.middleware.requestReply("mira", text="two")
+        self.assertEqual(self.middleware.cards.computed, 1)
+        first, second = self.sentCards()
+        self.assertIs(first["card"], second["card"])
+        self.assertEqual(first["card"], exampleCard())
+        self.assertEqual(first["targetHash"], canonicalHash(exampleCard()))
+
+    def test_gameDictReadEachTime(self) -> None:
+        card = exampleCard()
+        self.middleware.requestReply("mira", text="one", card=card)
+        card["data"]["description"] = "changed in place"
+        self.middleware.requestReply("mira", text="two", card=card)
+        first, second = self.sentCards()
+        self.assertEqual(first["targetHash"], canonicalHash(exampleCard()))
+        self.assertEqual(second["targetHash"], canonicalHash(card))
+        self.assertIsNot(second["card"], card)
+        self.assertEqual(first["card"]["data"]["description"], exampleCard()["data"]["description"])

@@ -225,6 +225,26 @@ class CharacterAndConfigureTests(LiveClientCase):
         self.assertEqual(request["card"]["card"], card)
 
     @inlineCallbacks
+    def test_characterCardHashedOnce(self) -> Any:
+        """
+        The card a client sends is the connection's own: its hash is
+        computed for the first turn and found by identity afterwards.
+        """
+        engine = yield self.engine()
+        client = yield self.client(character=False)
+        card = exampleCard(name="Bram")
+        client.send({"type": "character", "characterId": "bram", "card": card})
+        hasher = self.middleware.cards
+        before = hasher.computed
+        for text in ("Hello", "Again"):
+            client.send({"type": "text", "text": text})
+            yield self.turn(client)
+        self.assertEqual(hasher.computed, before + 1)
+        first, second = (request["card"] for request in requestsOf(engine))
+        self.assertEqual(first["targetHash"], second["targetHash"])
+        self.assertEqual(second["mode"], "reference")
+
+    @inlineCallbacks
     def test_configureRefusedChangesNothing(self) -> Any:
         engine = yield self.engine()
         client = yield self.client()

@@ -297,7 +297,7 @@ class ClientConnection:
         assert characterId is not None
         # Parsed for this connection alone and never changed: the hasher may
         # find its hash by identity on every turn.
-        self.endpoint.middleware.cards.adopt(card)
+        card = self.endpoint.middleware.cards.adopt(card)
         self.session.character = Character(characterId, integrationId, card)
         self.log.info(
             "client {peer} plays character {characterId}",
