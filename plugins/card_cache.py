@@ -23,6 +23,7 @@ request it cancels.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
@@ -36,6 +37,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from rpmiddleware.canonical import knownPlainJson
 from rpmiddleware.carddiff import applyPatch, diff
 from rpmiddleware.cards import (
     CARD_FORMAT,
@@ -103,13 +105,18 @@ def smallerPatch(base: CanonicalCard, target: CanonicalCard) -> list[dict[str, A
 
     The check applies the patch and compares canonical hashes, because
     Python's C{==}, which the diff relies on, calls C{true} equal to C{1}.
+    When the C encoder wrote both cards, the patched one is made only of
+    their parts and needs no walk before it.
     """
     operations = diff(base.document, target.document)
     if operations is None or jsonSize(operations) >= target.size:
         return None
-    return (
-        operations if canonicalHash(applyPatch(base.document, operations)) == target.hash else None
-    )
+    patched = applyPatch(base.document, operations)
+    if base.plain and target.plain:
+        patchedHash = hashlib.sha256(knownPlainJson(patched)).hexdigest()
+    else:
+        patchedHash = canonicalHash(patched)
+    return operations if patchedHash == target.hash else None
 
 
 class ContentStore:

@@ -142,6 +142,12 @@ class CanonicalCard:
     document: OwnedDocument
     hash: str
     size: int
+    #: Whether the C encoder wrote it (L{rpmiddleware.canonical.plainJson}).
+    plain: bool = False
+
+
+#: What a hasher remembers of an owned document: hash, size, plain.
+_Facts = tuple[str, int, bool]
 
 
 def _contentKey(text: str) -> bytes:
@@ -176,7 +182,7 @@ class CardHasher:
         self._reactor = reactor
         self._threshold = threadThreshold
         self._cacheSize = cacheSize
-        self._owned: dict[int, tuple[weakref.ref[OwnedDocument], tuple[str, int] | None]] = {}
+        self._owned: dict[int, tuple[weakref.ref[OwnedDocument], _Facts | None]] = {}
         self._slow: OrderedDict[bytes, str] = OrderedDict()
         #: How many canonical encodings this hasher has computed.
         self.computed = 0
@@ -266,7 +272,7 @@ class CardHasher:
         entry = self._owned.get(id(document))
         return entry is not None and entry[0]() is document
 
-    def _facts(self, document: Any) -> tuple[str, int] | None:
+    def _facts(self, document: Any) -> _Facts | None:
         entry = self._owned.get(id(document))
         return entry[1] if entry is not None and entry[0]() is document else None
 
@@ -284,7 +290,7 @@ class CardHasher:
         if encoded is None:
             return None
         owned = self._owning(document, encoded)
-        return self._card(owned, hashlib.sha256(encoded).hexdigest(), len(encoded))
+        return self._card(owned, hashlib.sha256(encoded).hexdigest(), len(encoded), True)
 
     def _slowCard(
         self, document: dict[str, Any], text: str, key: bytes, value: str | None
@@ -296,14 +302,14 @@ class CardHasher:
         while len(self._slow) > self._cacheSize:
             self._slow.popitem(last=False)
         owned = self._owning(document, text)
-        return self._card(owned, value, len(text.encode("utf-8", "surrogatepass")))
+        return self._card(owned, value, len(text.encode("utf-8", "surrogatepass")), False)
 
-    def _card(self, document: OwnedDocument, value: str, size: int) -> CanonicalCard:
+    def _card(self, document: OwnedDocument, value: str, size: int, plain: bool) -> CanonicalCard:
         self.computed += 1
-        self._keep(document, (value, size))
-        return CanonicalCard(document, value, size)
+        self._keep(document, (value, size, plain))
+        return CanonicalCard(document, value, size, plain)
 
-    def _keep(self, document: OwnedDocument, facts: tuple[str, int] | None) -> None:
+    def _keep(self, document: OwnedDocument, facts: _Facts | None) -> None:
         key = id(document)
 
         def forget(ref: weakref.ref[OwnedDocument]) -> None:
