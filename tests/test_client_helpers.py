@@ -14,12 +14,17 @@ from typing import Any
 
 import numpy as np
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.internet.defer import Deferred, fail, inlineCallbacks
+from twisted.internet.task import Clock
 from twisted.logger import ILogObserver, globalLogPublisher
 from twisted.trial.unittest import SkipTest, TestCase
 from zope.interface import implementer
 
 from rpmiddleware.cards import CardHasher
+from rpmiddleware.client.capacity import CapacityMonitor
+from rpmiddleware.client.decode import AudioDecodeError
+from rpmiddleware.client.endpoint import ClientEndpoint
+from rpmiddleware.client.sessions import SessionStore
 from rpmiddleware.client.settings import ClientSettings
 from rpmiddleware.config import Settings
 from rpmiddleware.middleware import Middleware, PluginServices
@@ -112,6 +117,21 @@ def buildChain(services: PluginServices) -> list[Any]:
         audioResample.buildPlugin({}, services),
         cardCache.buildPlugin({}, services),
     ]
+
+
+def clockedEndpoint(middleware: Middleware, settings: Settings, clock: Clock) -> ClientEndpoint:
+    """
+    A client endpoint on a L{Clock} whose audio never decodes: for tests
+    that drive connections by hand, without sockets.
+    """
+    return ClientEndpoint(
+        middleware=middleware,
+        settings=settings.client,
+        sessions=SessionStore(clock, settings.client),
+        capacity=CapacityMonitor(middleware),
+        clock=clock,
+        decode=lambda data: fail(AudioDecodeError("INVALID_AUDIO_FORMAT", "no")),
+    )
 
 
 def whenLogged(case: TestCase, predicate: Callable[[dict[str, Any]], bool]) -> Deferred[Any]:

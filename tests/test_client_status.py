@@ -8,16 +8,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from twisted.internet.defer import fail
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.cards import CardHasher
-from rpmiddleware.client.capacity import CapacityMonitor
 from rpmiddleware.client.connection import DEPTH_INTERVAL, ClientConnection
-from rpmiddleware.client.decode import AudioDecodeError
-from rpmiddleware.client.endpoint import ClientEndpoint
-from rpmiddleware.client.sessions import SessionStore
 from rpmiddleware.client.status import (
     HISTORY_SECONDS,
     PUSH_DELAY,
@@ -33,6 +28,7 @@ from rpmiddleware.envelope import Envelope
 from rpmiddleware.middleware import Middleware, PluginServices
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.timeline import Timeline
+from tests.test_client_helpers import clockedEndpoint
 from tests.test_engine_session import FakeWriter as EngineWriter
 
 PORT = 38471
@@ -89,14 +85,7 @@ class Rig:
             cardCache.buildPlugin({}, services),
         ]
         self.middleware = Middleware(self.clock, self.settings, plugins, services)
-        self.endpoint = ClientEndpoint(
-            middleware=self.middleware,
-            settings=self.settings.client,
-            sessions=SessionStore(self.clock, self.settings.client),
-            capacity=CapacityMonitor(self.middleware),
-            clock=self.clock,
-            decode=lambda data: fail(AudioDecodeError("INVALID_AUDIO_FORMAT", "no")),
-        )
+        self.endpoint = clockedEndpoint(self.middleware, self.settings, self.clock)
         self.connections: list[ClientConnection] = []
         self.hub = attachHub(self.endpoint, lambda: self.connections)
         self.engine: EngineSession | None = None

@@ -9,25 +9,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from twisted.internet.defer import fail
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from plugins.playbook import PlaybookPlugin
 from plugins.playbook_model import parsePlaybook
 from rpmiddleware.cards import CardHasher
-from rpmiddleware.client.capacity import CapacityMonitor
 from rpmiddleware.client.connection import ClientConnection
-from rpmiddleware.client.decode import AudioDecodeError
-from rpmiddleware.client.endpoint import ClientEndpoint
 from rpmiddleware.client.playbook import PlaybookBridge
-from rpmiddleware.client.sessions import SessionStore
 from rpmiddleware.config import Settings
 from rpmiddleware.envelope import Direction, Envelope
 from rpmiddleware.middleware import Middleware, PluginServices
 from rpmiddleware.playbookwire import PREFIX
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.timeline import Timeline
+from tests.test_client_helpers import clockedEndpoint
 from tests.test_client_status import FakeClientWriter
 
 #: Mira's playbook: asking for work moves to "offer"; ten seconds of silence
@@ -73,14 +69,7 @@ class Rig:
         self.middleware = Middleware(self.clock, self.settings, plugins, services)
         self.left = LeftChain()
         self.middleware.chain.addObserver(self.left)
-        self.endpoint = ClientEndpoint(
-            middleware=self.middleware,
-            settings=self.settings.client,
-            sessions=SessionStore(self.clock, self.settings.client),
-            capacity=CapacityMonitor(self.middleware),
-            clock=self.clock,
-            decode=lambda data: fail(AudioDecodeError("INVALID_AUDIO_FORMAT", "no")),
-        )
+        self.endpoint = clockedEndpoint(self.middleware, self.settings, self.clock)
         self.connections: list[ClientConnection] = []
         self.middleware.router.observe(PlaybookBridge(lambda: self.connections))
 
