@@ -53,6 +53,10 @@ NAME = "audio-resample"
 MIN_RATE = 8000
 MAX_RATE = 192000
 _OPENING = ("reply.request", "voice.capture.start")
+#: Seconds after a segment's first chunk that the next segment's resampler
+#: is made: the chunk has been written by then, and speech chunks come
+#: tens of milliseconds apart.
+PREPARE_DELAY = 0.005
 
 
 @dataclass(frozen=True)
@@ -328,8 +332,9 @@ class AudioResample(ChainPlugin):
     def _resampler(self, reply: _Reply, requestId: str, context: IChainContext) -> StreamResampler:
         """
         The resampler of a segment that begins: the one made ahead when it
-        fits, and the next segment's is made once the reactor is free (not
-        on the path of this chunk).
+        fits.  The next segment's is made a moment later: not at once,
+        because the reactor writes this chunk only on its next turn, and
+        setting up soxr first would delay it.
         """
         spare, reply.spare = reply.spare, None
 
@@ -337,7 +342,7 @@ class AudioResample(ChainPlugin):
             if self._replies.get(requestId) is reply:
                 self._prepare(reply)
 
-        context.reactor.callLater(0, prepare)
+        context.reactor.callLater(PREPARE_DELAY, prepare)
         if spare is not None and (spare.inRate, spare.outRate) == (reply.inRate, reply.outRate):
             return spare
         return StreamResampler(reply.inRate, reply.outRate, self.settings.quality)

@@ -18,7 +18,7 @@ from scipy.signal.windows import blackmanharris
 from twisted.trial.unittest import SynchronousTestCase
 
 import plugins.audio_resample
-from plugins.audio_resample import AudioResample, ResampleSettings, audioResample
+from plugins.audio_resample import PREPARE_DELAY, AudioResample, ResampleSettings, audioResample
 from rpmiddleware.audio import (
     AudioError,
     StreamResampler,
@@ -550,19 +550,23 @@ class PreparedTests(SynchronousTestCase):
         self.assertEqual(self.made, [(44100, 24000)])
         harness.toGame("reply.audio.start", requestId="r1", sampleRate=44100)
         self.chunk(harness, 0, 0, 4410, final=False)
-        # The chunk used the one made at the request.
+        # The chunk used the one made at the request; the next is made once
+        # the chunk has been written (on a later reactor turn).
         self.assertEqual(len(self.made), 1)
         harness.clock.advance(0)
+        self.assertEqual(len(self.made), 1)
+        harness.clock.advance(PREPARE_DELAY)
         self.assertEqual(len(self.made), 2)
         self.chunk(harness, 1, 0, 4410, final=True)
         second = self.chunk(harness, 2, 1, 4410, final=True)
         self.assertEqual(len(self.made), 2)
         self.assertEqual(len(unb64(second["data"])), 2400)
-        harness.clock.advance(0)
+        harness.clock.advance(PREPARE_DELAY)
         self.assertEqual(len(self.made), 3)
+        self.chunk(harness, 3, 2, 4410, final=True)
         harness.toGame("reply.completed", requestId="r1")
         # Nothing is made for a reply that ended.
-        harness.clock.advance(0)
+        harness.clock.advance(PREPARE_DELAY)
         self.assertEqual(len(self.made), 3)
 
     def test_other_input_rate(self) -> None:
