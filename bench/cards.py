@@ -295,7 +295,7 @@ async def run(reactor: Any, quick: bool = False) -> Section:
     turnRows = [
         row("idle middleware (baseline)", idle),
         row("20 turns, 200 KB card edited each turn (default: diff in its own turn)", split),
-        row("the same with all card work in one turn", together),
+        row("the same with the diff in the turn that hashed the card", together),
     ]
     cached200 = hashes[1][5] / hashes[1][3]
     bytes20 = sessions["200 KB"]["sent"] / sessions["200 KB"]["snapshots"]
@@ -328,12 +328,14 @@ Baseline: a snapshot every turn.
 
 Longest reactor turn: a 1 ms `LoopingCall` heartbeat on the middleware's reactor records the
 largest gap between beats while the Python API plays 20 text turns, each with the 200 KB card
-edited (a game's dict: canonicalised and copied, then diffed against the last one and the patch
-checked), RPEngine simulated in another process so its own card checks do not land on this
-reactor; the benchmark's own copies of the cards are frozen out of the garbage collector's view
-(`gc.freeze`), as a game's would be in its own process. Median of {turnsRuns} runs; "deferred"
-counts the diffs card-cache ran in a reactor turn of their own. No thread is used: this work holds
-the GIL, and a thread holding it made the reactor wait longer than the work itself (23 ms before).
+edited (a game's dict: written as sorted JSON in the turn it is given, parsed, checked and hashed
+in the next, diffed against the last one and the patch checked in a third), RPEngine simulated in
+another process so its own card checks do not land on this reactor; the benchmark's own copies of
+the cards are frozen out of the garbage collector's view (`gc.freeze`), as a game's would be in
+its own process. Median of {turnsRuns} runs; "deferred"
+counts the diffs card-cache ran in a reactor turn of their own; the last row turns that off (the
+hash still takes its own turn). No thread is used: this work holds the GIL, and a thread holding it
+made the reactor wait longer than the work itself (23 ms turns when threads did this work).
 
 {table(["scenario", "longest gap", "p99 gap", "deferred diffs"], turnRows)}
 """

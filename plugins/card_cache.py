@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorTime
-from twisted.internet.task import Clock, deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -58,6 +56,7 @@ from rpmiddleware.interfaces import (
     IPluginServices,
 )
 from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
+from rpmiddleware.reactorturn import hasTurns, inLaterTurn
 from rpmiddleware.timeline import Timeline
 
 NAME = "card-cache"
@@ -407,23 +406,13 @@ class CardCache(ChainPlugin):
     ) -> Any:
         """
         C{work(*args)} in a reactor turn of its own when the card is large,
-        so that the turn that received the card (which canonicalised it) and
-        this one each stay short; inline for small cards and under a L{Clock}
-        in tests.
-
-        Not a thread: this work is pure Python or the C JSON encoder, which
-        hold the GIL, and the reactor waits for a thread holding it longer
-        than for the work itself (measured: docs/benchmarks.md).
+        so that the turn that received the card and this one each stay
+        short (L{rpmiddleware.reactorturn}); inline for small cards.
         """
-        reactor = context.reactor
-        if (
-            size <= self._threshold
-            or isinstance(reactor, Clock)
-            or not IReactorTime.providedBy(reactor)
-        ):
+        if size <= self._threshold or not hasTurns(context.reactor):
             return work(*args)
         self.deferred += 1
-        return await deferLater(reactor, 0, work, *args)
+        return await inLaterTurn(context.reactor, work, *args)
 
     def _remember(
         self,

@@ -17,6 +17,7 @@ same bytes with hypothesis.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -56,15 +57,39 @@ def _plain(value: Any) -> bool:
     return False
 
 
+def isPlain(document: Any) -> bool:
+    """
+    Whether the C encoder writes C{document} as RFC 8785 would.
+    """
+    # A dict subclass at the top (an owned card) is written as a dict by both
+    # encoders; only the walk insists on exact types.
+    return _plain(dict(document) if isinstance(document, dict) else document)
+
+
+def sortedJson(document: Any) -> str:
+    """
+    C{document} as compact JSON with sorted keys, from the C encoder: its
+    RFC 8785 canonical form when L{isPlain}, and the content of anything else.
+
+    @raise TypeError: for what JSON cannot hold; C{ValueError} for NaN,
+        infinities and circular references.
+    """
+    return _encoder.encode(document)
+
+
+def canonicalHash(document: Any) -> str:
+    """
+    Lowercase hex SHA-256 over the RFC 8785 canonical JSON of C{document}.
+    """
+    return hashlib.sha256(canonicalJson(document)).hexdigest()
+
+
 def plainJson(document: Any) -> bytes | None:
     """
     The RFC 8785 canonical JSON of C{document} from the C encoder, or
     C{None} when the document needs the pure-Python one.
     """
-    # A dict subclass at the top (an owned card) is written as a dict by both
-    # encoders; only the walk insists on exact types.
-    top = dict(document) if isinstance(document, dict) else document
-    if not _plain(top):
+    if not isPlain(document):
         return None
     try:
         return _encoder.encode(document).encode("utf-8")

@@ -1,27 +1,32 @@
 """
-Character Card V2 documents: validation and the canonical hash RPEngine checks.
+Character Card V2 documents: validation, and the transfers that carry them.
 
 A card's identity on the wire is the lowercase SHA-256 of its RFC 8785
-canonical JSON (L{rpmiddleware.canonical}).  L{CardHasher} gives each card
-document the middleware owns a L{CanonicalCard}, so that a card sent on
-every turn is read once, not on every turn.
+canonical JSON (L{rpmiddleware.canonical}); L{CardHasher} (from
+L{rpmiddleware.cardhasher}, importable from here) reads each card the
+middleware owns once.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import weakref
-from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from twisted.internet.defer import Deferred, fail, succeed
-from twisted.internet.interfaces import IReactorFromThreads, IReactorThreads
-from twisted.internet.threads import deferToThreadPool
+from rpmiddleware.canonical import canonicalHash
+from rpmiddleware.cardhasher import CanonicalCard, CardHasher, OwnedDocument
 
-from rpmiddleware.canonical import canonicalJson, plainJson
+__all__ = [
+    "CARD_FORMAT",
+    "CanonicalCard",
+    "CardHasher",
+    "InvalidCard",
+    "OwnedDocument",
+    "canonicalHash",
+    "snapshotTransfer",
+    "transferDocument",
+    "transferOperations",
+    "validateCard",
+]
 
 CARD_FORMAT = "chara_card_v2"
 CARD_SPEC_VERSION = "2.0"
@@ -108,216 +113,6 @@ def validateCard(document: Any) -> dict[str, Any]:
             if not isinstance(entry.get("content"), str):
                 raise InvalidCard(f"data.character_book.entries[{i}].content", "must be a string")
     return document
-
-
-def canonicalHash(document: Any) -> str:
-    """
-    Lowercase hex SHA-256 over the RFC 8785 canonical JSON of C{document}.
-    """
-    return hashlib.sha256(canonicalJson(document)).hexdigest()
-
-
-class OwnedDocument(dict[str, Any]):
-    """
-    A card document the middleware owns: a dict that can be weakly
-    referenced, so that L{CardHasher} remembers its hash exactly as long as
-    something else keeps it.
-    """
-
-    __slots__ = ("__weakref__",)
-
-
-@dataclass(frozen=True, eq=False)
-class CanonicalCard:
-    """
-    A card document the middleware owns, with its canonical hash and its
-    size in bytes of compact JSON.
-
-    Owned means nobody changes C{document} again: that is what lets every
-    later turn find the hash by identity in a microsecond instead of reading
-    the whole card.  Documents in card transfers are shared this way; a
-    plugin that wants another card builds a new one.
-    """
-
-    document: OwnedDocument
-    hash: str
-    size: int
-    #: Whether the C encoder wrote it (L{rpmiddleware.canonical.plainJson}).
-    plain: bool = False
-
-
-#: What a hasher remembers of an owned document: hash, size, plain.
-_Facts = tuple[str, int, bool]
-
-
-def _contentKey(text: str) -> bytes:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
-
-
-class CardHasher:
-    """
-    Canonical cards: hashes and private copies, found by identity for
-    documents the middleware owns.
-
-    An L{OwnedDocument} (from L{adopt}, or in a L{CanonicalCard}) is never
-    changed again, so its hash is computed once and then found by identity,
-    for as long as something keeps the document.  Any other document may be
-    a game's dict that changes in place between turns, so its canonical JSON
-    is computed each time (about 3 ms for 200 KB, see
-    L{rpmiddleware.canonical}) and a private copy is made from it.  The rare
-    card that needs the pure-Python RFC 8785 encoder (floats, unusual keys)
-    is canonicalised in the reactor's thread pool when it is larger than
-    C{threadThreshold} bytes, and its hash is also remembered by content.
-
-    @param reactor: for its thread pool; C{None} (tests with a fake reactor)
-        keeps everything on the calling thread.
-    """
-
-    def __init__(
-        self,
-        reactor: IReactorThreads | None = None,
-        threadThreshold: int = 32 * 1024,
-        cacheSize: int = 256,
-    ) -> None:
-        self._reactor = reactor
-        self._threshold = threadThreshold
-        self._cacheSize = cacheSize
-        self._owned: dict[int, tuple[weakref.ref[OwnedDocument], _Facts | None]] = {}
-        self._slow: OrderedDict[bytes, str] = OrderedDict()
-        #: How many canonical encodings this hasher has computed.
-        self.computed = 0
-
-    def adopt(self, document: dict[str, Any]) -> OwnedDocument:
-        """
-        Take ownership of C{document}, which the caller promises nobody will
-        change again, and return the document to keep in its place (itself,
-        or a new top-level dict over the same contents): its hash will be
-        found by identity, and it needs no private copy.
-        """
-        if not isinstance(document, OwnedDocument):
-            document = OwnedDocument(document)
-        if id(document) not in self._owned:
-            self._keep(document, None)
-        return document
-
-    def known(self, document: Any) -> CanonicalCard | None:
-        """
-        The canonical card for an owned C{document} already hashed, else
-        C{None}; never reads the document.
-        """
-        facts = self._facts(document)
-        return None if facts is None else CanonicalCard(document, *facts)
-
-    def canonical(self, document: dict[str, Any]) -> Deferred[CanonicalCard]:
-        """
-        The canonical card for C{document}: itself if owned, else a private
-        copy.
-
-        @raise ValueError: (in the Deferred) for a document RFC 8785 cannot
-            represent.
-        """
-        found = self.known(document)
-        if found is not None:
-            return succeed(found)
-        fast = self._fast(document)
-        if fast is not None:
-            return succeed(fast)
-        text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        key = _contentKey(text)
-        cachedHash = self._slow.get(key)
-        reactor = self._reactor
-        if (
-            cachedHash is not None
-            or reactor is None
-            or len(text) < self._threshold
-            or not IReactorThreads.providedBy(reactor)
-            or not IReactorFromThreads.providedBy(reactor)
-        ):
-            try:
-                return succeed(self._slowCard(document, text, key, cachedHash))
-            except Exception:
-                return fail()
-        d = deferToThreadPool(
-            reactor,  # type: ignore[arg-type]
-            reactor.getThreadPool(),
-            canonicalHash,
-            document,
-        )
-        return d.addCallback(lambda value: self._slowCard(document, text, key, value))
-
-    def canonicalNow(self, document: dict[str, Any]) -> CanonicalCard:
-        """
-        L{canonical} on this thread, whatever the card's size.
-        """
-        found = self.known(document) or self._fast(document)
-        if found is not None:
-            return found
-        text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        key = _contentKey(text)
-        return self._slowCard(document, text, key, self._slow.get(key))
-
-    def hash(self, document: dict[str, Any]) -> Deferred[str]:
-        """
-        The canonical hash of C{document}.
-        """
-        return self.canonical(document).addCallback(lambda card: card.hash)
-
-    def hashNow(self, document: dict[str, Any]) -> str:
-        """
-        The canonical hash of C{document}, computed on this thread.
-        """
-        return self.canonicalNow(document).hash
-
-    def _adopted(self, document: Any) -> bool:
-        entry = self._owned.get(id(document))
-        return entry is not None and entry[0]() is document
-
-    def _facts(self, document: Any) -> _Facts | None:
-        entry = self._owned.get(id(document))
-        return entry[1] if entry is not None and entry[0]() is document else None
-
-    def _owning(self, document: dict[str, Any], parse: Any) -> OwnedDocument:
-        if self._adopted(document):
-            assert isinstance(document, OwnedDocument)
-            return document
-        return OwnedDocument(json.loads(parse))
-
-    def _fast(self, document: dict[str, Any]) -> CanonicalCard | None:
-        """
-        The canonical card from the C encoder, when it can write this one.
-        """
-        encoded = plainJson(document)
-        if encoded is None:
-            return None
-        owned = self._owning(document, encoded)
-        return self._card(owned, hashlib.sha256(encoded).hexdigest(), len(encoded), True)
-
-    def _slowCard(
-        self, document: dict[str, Any], text: str, key: bytes, value: str | None
-    ) -> CanonicalCard:
-        if value is None:
-            value = canonicalHash(document)
-        self._slow[key] = value
-        self._slow.move_to_end(key)
-        while len(self._slow) > self._cacheSize:
-            self._slow.popitem(last=False)
-        owned = self._owning(document, text)
-        return self._card(owned, value, len(text.encode("utf-8", "surrogatepass")), False)
-
-    def _card(self, document: OwnedDocument, value: str, size: int, plain: bool) -> CanonicalCard:
-        self.computed += 1
-        self._keep(document, (value, size, plain))
-        return CanonicalCard(document, value, size, plain)
-
-    def _keep(self, document: OwnedDocument, facts: _Facts | None) -> None:
-        key = id(document)
-
-        def forget(ref: weakref.ref[OwnedDocument]) -> None:
-            # The id may already belong to a newer document.
-            if self._owned.get(key, (None,))[0] is ref:
-                del self._owned[key]
-
-        self._owned[key] = (weakref.ref(document, forget), facts)
 
 
 def snapshotTransfer(document: dict[str, Any], targetHash: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -28,6 +28,7 @@ from rpmiddleware.config import Settings
 from rpmiddleware.engine.link import EngineLink
 from rpmiddleware.engine.session import EngineSession, MessageWriter, SessionOptions
 from rpmiddleware.envelope import Envelope
+from rpmiddleware.inorder import InOrder
 from rpmiddleware.interfaces import IEnvelopePlugin, IPluginServices
 from rpmiddleware.messages import SPEECH_MODEL
 from rpmiddleware.router import GameRouter
@@ -79,6 +80,7 @@ class Middleware:
         self.router = GameRouter(self.services.timeline)
         self.chain = PluginChain(plugins, self.link.send, self.router.deliver, reactor)
         self.link.chain = self.chain
+        self._inOrder = InOrder(self.chain.sendToEngine)
         self.characters: dict[tuple[str, str], dict[str, Any]] = {}
 
     @classmethod
@@ -239,7 +241,7 @@ class Middleware:
         """
         End the player's speech now instead of waiting for RPEngine's VAD.
         """
-        self.chain.sendToEngine(Envelope.build("voice.capture.stop", requestId=stream.requestId))
+        self._sendInOrder(Envelope.build("voice.capture.stop", requestId=stream.requestId))
 
     def _open(
         self,
@@ -264,7 +266,7 @@ class Middleware:
         def cancel(stream: ReplyStream) -> None:
             withdraw = Envelope.build(cancelKind, requestId=stream.requestId)
             withdraw.meta.update(meta or {})
-            self.chain.sendToEngine(withdraw)
+            self._sendInOrder(withdraw)
 
         stream = ReplyStream(requestId, cancel, retainAudio=retainAudio)
         self.router.route(requestId, stream.received)
@@ -285,12 +287,26 @@ class Middleware:
         return stream
 
     def _withCard(self, envelope: Envelope, card: dict[str, Any]) -> Deferred[None]:
-        def send(canonical: CanonicalCard) -> Deferred[None]:
+        def attach(canonical: CanonicalCard) -> Envelope:
             # The owned copy travels, so the chain finds its hash by identity.
             envelope["card"] = snapshotTransfer(canonical.document, canonical.hash)
-            return self.chain.sendToEngine(envelope)
+            return envelope
 
-        return self.cards.canonical(card).addCallback(send)
+        return self._inOrder.submit(self.cards.canonical(card).addCallback(attach))
+
+    def _sendInOrder(self, envelope: Envelope) -> None:
+        """
+        Send C{envelope} after every request submitted before it (which may
+        still be waiting for its card's hash).
+        """
+        self._inOrder.submit(succeed(envelope)).addErrback(
+            lambda failure: self.log.failure(
+                "could not send {type} {requestId}",
+                failure,
+                type=envelope.type,
+                requestId=envelope.requestId,
+            )
+        )
 
     def _failedToSubmit(self, failure: Any, stream: ReplyStream) -> None:
         self.log.failure(

@@ -501,10 +501,11 @@ class OrderTests(SynchronousTestCase):
 
 class LargeCardTurnTests(TestCase):
     """
-    With a real reactor, a large card is canonicalised in the turn that
-    brings it and diffed in a later turn of its own, so no one turn does
-    both; a card that needs the pure-Python RFC 8785 encoder is hashed in
-    the thread pool.  Later envelopes wait behind the held one.
+    With a real reactor, a large card a game owns is written down in the
+    turn that brings it, then parsed, checked and hashed in a later turn,
+    and diffed in a turn after that, so no one turn does it all; a card that
+    needs the pure-Python RFC 8785 encoder is hashed in the thread pool.
+    Later envelopes wait behind the held one.
     """
 
     @inlineCallbacks
@@ -514,8 +515,12 @@ class LargeCardTurnTests(TestCase):
         rig = Rig(hasher=CardHasher(reactor), clock=reactor)  # type: ignore[arg-type]
         rig.newSession()
         big = largeCard()
-        self.successResultOf(rig.request("r1", snapshot(big, "0" * 64)))
-        self.assertEqual(rig.sent()["card"]["targetHash"], independentHash(big))
+        d = rig.request("r1", snapshot(big, "0" * 64))
+        self.assertNoResult(d)
+        big["data"]["description"] = "changed after it was sent"
+        yield d
+        self.assertEqual(rig.sent()["card"]["targetHash"], independentHash(largeCard()))
+        self.assertEqual(rig.plugin.deferred, 0)
         rig.accept("r1")
 
         changed = largeCard(marker="!", edited=7)
