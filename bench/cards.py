@@ -329,15 +329,15 @@ Baseline: a snapshot every turn.
 Longest reactor turn: a 1 ms `LoopingCall` heartbeat on the middleware's reactor records the
 largest gap between beats while the Python API plays 20 text turns, each with the 200 KB card
 edited (a game's dict: written as sorted JSON in the turn it is given, parsed, checked and hashed
-in the next, diffed against the last one and the patch checked in a third), RPEngine simulated in
-another process so its own card checks do not land on this reactor; the benchmark's own copies of
-the cards are frozen out of the garbage collector's view (`gc.freeze`), as a game's would be in
-its own process. Median of {turnsRuns} runs; "deferred"
-counts the diffs card-cache ran in a reactor turn of their own; the last row turns that off (the
-hash still takes its own turn). No thread is used: this work holds the GIL, and a thread holding it
-made the reactor wait longer than the work itself (23 ms turns when threads did this work).
+in the next, diffed against the last one in a third and the patch checked in a fourth), RPEngine
+simulated in another process so its own card checks do not land on this reactor; the benchmark's
+own copies of the cards are frozen out of the garbage collector's view (`gc.freeze`), as a game's
+would be in its own process. Median of {turnsRuns} runs; the last column counts the diffs and
+patch checks card-cache ran in a reactor turn of their own, and the last row turns that off (the
+hash still takes its own turn). No thread is used: this work holds the GIL, and a thread holding
+it made the reactor wait longer than the work itself (23 ms turns when threads did this work).
 
-{table(["scenario", "longest gap", "p99 gap", "deferred diffs"], turnRows)}
+{table(["scenario", "longest gap", "p99 gap", "turns of their own"], turnRows)}
 """
     section = Section("Cards (benchmark 5)", body)
     section.goals = [

@@ -96,26 +96,40 @@ def transferSize(transfer: Any, card: CanonicalCard | None) -> int:
     return jsonSize({**transfer, "card": 0}) - 1 + card.size
 
 
-def smallerPatch(base: CanonicalCard, target: CanonicalCard) -> list[dict[str, Any]] | None:
+def candidatePatch(base: CanonicalCard, target: CanonicalCard) -> list[dict[str, Any]] | None:
     """
     RFC 6902 operations turning C{base} into C{target}, or C{None} when
-    there are none short enough (see L{rpmiddleware.carddiff}), they are not
-    smaller than C{target} itself, or they do not reproduce it exactly.
-
-    The check applies the patch and compares canonical hashes, because
-    Python's C{==}, which the diff relies on, calls C{true} equal to C{1}.
-    When the C encoder wrote both cards, the patched one is made only of
-    their parts and needs no walk before it.
+    there are none short enough (see L{rpmiddleware.carddiff}) or they are
+    not smaller than C{target} itself.  Unchecked: see L{reproduces}.
     """
     operations = diff(base.document, target.document)
     if operations is None or jsonSize(operations) >= target.size:
         return None
+    return operations
+
+
+def reproduces(base: CanonicalCard, target: CanonicalCard, operations: list[Any]) -> bool:
+    """
+    Whether C{operations} applied to C{base} give exactly C{target}: the
+    same canonical hash, because Python's C{==}, which the diff relies on,
+    calls C{true} equal to C{1}.  When the C encoder wrote both cards, the
+    patched one is made only of their parts and needs no walk before it.
+    """
     patched = applyPatch(base.document, operations)
     if base.plain and target.plain:
-        patchedHash = hashlib.sha256(knownPlainJson(patched)).hexdigest()
-    else:
-        patchedHash = canonicalHash(patched)
-    return operations if patchedHash == target.hash else None
+        return hashlib.sha256(knownPlainJson(patched)).hexdigest() == target.hash
+    return canonicalHash(patched) == target.hash
+
+
+def smallerPatch(base: CanonicalCard, target: CanonicalCard) -> list[dict[str, Any]] | None:
+    """
+    A checked patch from C{base} to C{target} (L{candidatePatch} then
+    L{reproduces}), or C{None}.
+    """
+    operations = candidatePatch(base, target)
+    if operations is None or not reproduces(base, target, operations):
+        return None
+    return operations
 
 
 class ContentStore:
@@ -216,8 +230,8 @@ class CardCache(ChainPlugin):
     Chooses each card transfer; see the module docstring and
     C{docs/plugins/card-cache.md}.
 
-    @ivar deferred: how many diffs and patch applications ran in a reactor
-        turn of their own (for tests and the benchmarks).
+    @ivar deferred: how many diffs, patch checks and patch applications ran
+        in a reactor turn of their own (for tests and the benchmarks).
     """
 
     name = NAME
@@ -387,7 +401,12 @@ class CardCache(ChainPlugin):
         baseHash = session.latest.get(key)
         base = self.store.get(baseHash) if baseHash != targetHash else None
         if baseHash is not None and base is not None:
-            operations = await self._inOwnTurn(card.size, context, smallerPatch, base, card)
+            # Diff and check in turns of their own: each is a few ms for a large card.
+            operations = await self._inOwnTurn(card.size, context, candidatePatch, base, card)
+            if operations is not None and not await self._inOwnTurn(
+                card.size, context, reproduces, base, card, operations
+            ):
+                operations = None
             # The session may have changed while the reactor served others.
             if self._session is not session or baseHash not in session.acked:
                 return await self._cheapest(key, targetHash, card, context)

@@ -533,7 +533,7 @@ class LargeCardTurnTests(TestCase):
         self.assertEqual(rig.harness.typesToEngine()[-2:], ["reply.request", "request.cancel"])
         transfer = rig.harness.sentToEngine[-2]["card"]
         self.assertEqual(transfer["mode"], "patch")
-        self.assertEqual(rig.plugin.deferred, 1)
+        self.assertEqual(rig.plugin.deferred, 2)  # the diff, then its check
         self.assertEqual(rig.engine.accept(transfer), independentHash(changed))
 
     @inlineCallbacks
