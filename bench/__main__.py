@@ -104,12 +104,18 @@ BOUNDS = """
   validation of the envelope, the session's dedup window, four plugins in each direction, the
   router, the client endpoint's turn state and its own message. Measured in-process, our part is
   about 20 us per envelope; the rest is Autobahn and the reactor, which the relay pays too.
-- **Audio hops (base64 and resampling).** Each 100 ms chunk is base64-decoded (CPython's decoder
-  runs at about 220 MB/s: ~50 us for a chunk), resampled by soxr's streaming HQ filter (the
-  dominant cost at 24 kHz), encoded again and re-framed. At 44.1 kHz the samples are still decoded
-  and encoded once, so the client gets a fresh message rather than RPEngine's.
-- **First audio of a turn.** The first chunk also creates the turn's resampler (soxr stream set-up)
-  and sends `tts-start` before the chunk.
+- **Audio hops (base64 and resampling).** At 24 kHz each 100 ms chunk is base64-decoded
+  (pybase64: about 1 us; CPython's decoder took about 27 us), resampled by soxr's streaming HQ
+  filter (about 30 us, the dominant cost), encoded again and re-framed. At 44.1 kHz the chunk's
+  base64 is passed through as it came; the client still gets a message of its own.
+- **First audio of a turn.** The turn's resampler is made when the request goes to RPEngine
+  (soxr's set-up costs about as much as resampling a chunk), so the first chunk costs what any
+  chunk does; in this benchmark it still waits behind `reply.accepted` and `reply.audio.start`
+  (which sends `tts-start`), which the simulated RPEngine sends just before it.
+- **Resampling speed.** soxr's own stream fed 100 ms pieces costs about 1.2x its one-shot
+  call over the whole signal (about 2.4 us per call before any sample is processed, and small
+  pieces are processed less efficiently than large ones); StreamResampler adds about 1 us per
+  piece to that.
 - **Audio in.** A WAV upload is base64-decoded, parsed, downmixed, resampled one-shot to 16 kHz and
   base64-encoded again; the 0.77 MB message itself is unmasked and UTF-8-validated by Autobahn
   and parsed by `json` on both paths.
