@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 import numpy as np
+from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -170,6 +171,8 @@ class _Reply:
     #: A resampler made ahead for the next segment, so that setting up soxr
     #: does not delay a segment's first chunk.
     spare: StreamResampler | None = None
+    #: The call that will make the next one.
+    preparing: IDelayedCall | None = None
     #: Tail chunks originated so far: later chunks' sequence moves up by this.
     shift: int = 0
     lastSequence: int | None = None
@@ -257,7 +260,7 @@ class AudioResample(ChainPlugin):
     def _refuse(self, envelope: Envelope, context: IChainContext, message: str) -> None:
         requestId = envelope.requestId
         self._rates.pop(requestId or "", None)
-        self._replies.pop(requestId or "", None)
+        self._forget(self._replies.pop(requestId or "", None))
         fields: dict[str, Any] = {}
         if requestId is not None:
             fields["requestId"] = requestId
@@ -310,6 +313,7 @@ class AudioResample(ChainPlugin):
                 reply = self._replies.pop(requestId, None)
                 self._rates.pop(requestId, None)
                 if reply is not None:
+                    self._forget(reply)
                     self._endSegment(reply, envelope, context)
         return envelope
 
@@ -322,6 +326,17 @@ class AudioResample(ChainPlugin):
             reply = self._replies[requestId] = _Reply(rate)
         return reply
 
+    def _forget(self, reply: _Reply | None) -> None:
+        """
+        A reply is over: nothing more is made for it.
+        """
+        if reply is not None:
+            reply.spare = None
+            if reply.preparing is not None:
+                if reply.preparing.active():
+                    reply.preparing.cancel()
+                reply.preparing = None
+
     def _prepare(self, reply: _Reply) -> None:
         """
         Make the resampler of the reply's next segment, if it converts.
@@ -329,7 +344,7 @@ class AudioResample(ChainPlugin):
         if reply.spare is None and reply.converting:
             reply.spare = StreamResampler(reply.inRate, reply.outRate, self.settings.quality)
 
-    def _resampler(self, reply: _Reply, requestId: str, context: IChainContext) -> StreamResampler:
+    def _resampler(self, reply: _Reply, context: IChainContext) -> StreamResampler:
         """
         The resampler of a segment that begins: the one made ahead when it
         fits.  The next segment's is made a moment later: not at once,
@@ -339,10 +354,11 @@ class AudioResample(ChainPlugin):
         spare, reply.spare = reply.spare, None
 
         def prepare() -> None:
-            if self._replies.get(requestId) is reply:
-                self._prepare(reply)
+            reply.preparing = None
+            self._prepare(reply)
 
-        context.reactor.callLater(PREPARE_DELAY, prepare)
+        if reply.preparing is None:
+            reply.preparing = context.reactor.callLater(PREPARE_DELAY, prepare)
         if spare is not None and (spare.inRate, spare.outRate) == (reply.inRate, reply.outRate):
             return spare
         return StreamResampler(reply.inRate, reply.outRate, self.settings.quality)
@@ -358,7 +374,7 @@ class AudioResample(ChainPlugin):
             self._endSegment(reply, envelope, context)
             segment = None
         if segment is None:
-            resampler = self._resampler(reply, requestId, context)
+            resampler = self._resampler(reply, context)
             segment = reply.segment = _Segment(key, resampler)
         try:
             raw = decodeBase64(fields.get("data"))
@@ -422,7 +438,9 @@ class AudioResample(ChainPlugin):
 
     def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
         self._rates.clear()
-        self._replies.clear()
+        replies, self._replies = self._replies, {}
+        for reply in replies.values():
+            self._forget(reply)
 
 
 def _build(settings: Mapping[str, Any], services: IPluginServices) -> AudioResample:

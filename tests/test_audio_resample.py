@@ -565,9 +565,19 @@ class PreparedTests(SynchronousTestCase):
         self.assertEqual(len(self.made), 3)
         self.chunk(harness, 3, 2, 4410, final=True)
         harness.toGame("reply.completed", requestId="r1")
-        # Nothing is made for a reply that ended.
+        # Nothing is made for a reply that ended, nor left waiting to be.
+        self.assertEqual(harness.clock.getDelayedCalls(), [])
         harness.clock.advance(PREPARE_DELAY)
         self.assertEqual(len(self.made), 3)
+
+    def test_session_end_cancels(self) -> None:
+        harness, _ = makeHarness()
+        replyRequest(harness, outputRate=16000)
+        harness.toGame("reply.audio.start", requestId="r1", sampleRate=44100)
+        self.chunk(harness, 0, 0, 4410, final=False)
+        self.assertEqual(len(harness.clock.getDelayedCalls()), 1)
+        harness.endSession()
+        self.assertEqual(harness.clock.getDelayedCalls(), [])
 
     def test_other_input_rate(self) -> None:
         """
