@@ -78,6 +78,8 @@ class CardHasher:
 
     @param reactor: for later turns and its thread pool; C{None} or a
         L{Clock} (tests) keeps everything on the calling turn.
+    @param cacheSize: how many hashes of slow-encoder cards to remember by
+        content (owned documents are remembered while they live).
     """
 
     def __init__(
@@ -191,8 +193,8 @@ class CardHasher:
                 pass  # a lone surrogate: rfc8785 refuses it in its own words
             else:
                 return self._card(document, hashlib.sha256(encoded).hexdigest(), len(encoded), True)
-        size = len(text.encode("utf-8", "surrogatepass"))
-        key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+        raw = text.encode("utf-8", "surrogatepass")
+        size, key = len(raw), hashlib.sha256(raw).digest()
         cached = self._slow.get(key)
         if cached is not None:
             return self._card(document, cached, size, False)
