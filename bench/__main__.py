@@ -119,16 +119,19 @@ BOUNDS = """
 - **Audio in.** A WAV upload is base64-decoded, parsed, downmixed, resampled one-shot to 16 kHz and
   base64-encoded again; the 0.77 MB message itself is unmasked and UTF-8-validated by Autobahn
   and parsed by `json` on both paths.
-- **Cards.** `rfc8785` and `jsonpatch` are pure Python (about 18 ms and 0.3-20 ms for a 200 KB
-  card). Large cards go to the reactor's thread pool, but CPython threads share one interpreter
-  lock: while a worker thread canonicalises or diffs, the reactor waits up to the 5 ms switch
-  interval each time it wakes, and the JSON work it still does itself for a large card (the card
-  store's private copy, about 2 ms alone; the content key, 2 ms; the envelope, 1.5 ms) stretches to
-  several times that. Full (generation 2) garbage collections pass over every stored card tree;
-  with the benchmark's own 21 card copies left in the collector's view one took 54 ms on the
-  reactor, so the benchmark freezes its copies (`gc.freeze`) as belonging to the game. A cached
-  hash still serialises the card once to find it by content (the game may have changed its dict
-  in place), which is why it is about a tenth of a cold hash rather than a hundredth.
+- **Cards.** `rfc8785` is pure Python (about 12-18 ms for a 200 KB card); the C `json` encoder
+  writes the same bytes for a card without floats or unusual keys in about 1.5 ms, after a walk of
+  about 1 ms that checks it, and SHA-256 adds 0.1 ms: that bounds a cold hash. A cached hash is an
+  identity lookup on a card the middleware owns. A game's own dict is read every time (it may
+  have changed in place), in three short reactor turns: sorted JSON (the state it was given),
+  the parse into a private copy (about 1 ms), the walk and hash. A diff is bounded by C-speed
+  `==` over what did not change and by its 128-operation limit; checking a patch re-encodes the
+  patched card (about 1.5 ms). Threads would not help: all of this holds the GIL. What is left in
+  the longest turn is one of those pieces plus the I/O the reactor serves in the same iteration;
+  the simulated RPEngine checks every card with `rfc8785` and deep copies on the other CPU (which
+  may share a physical core on this VM). Full (generation 2) garbage collections pass over every
+  stored card tree, so the benchmark freezes its own 21 card copies (`gc.freeze`) as belonging to
+  the game.
 - **Load.** One core runs everything per chunk above for every stream; the driver process
   (RPEngine and the clients) runs on the other core, and its figures are shown so that a
   saturated driver is not mistaken for the middleware.
