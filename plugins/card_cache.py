@@ -74,15 +74,12 @@ _PASS_META = ("decisions", "enteredAt", "origin")
 Key = tuple[str, str]
 
 
-def _jsonText(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
 def jsonSize(value: Any) -> int:
     """
     Bytes of C{value} as compact UTF-8 JSON: what a transfer costs on the wire.
     """
-    return len(_jsonText(value).encode("utf-8", "surrogatepass"))
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def transferSize(transfer: Any, card: CanonicalCard | None) -> int:
