@@ -19,12 +19,12 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
 
 from plugins.card_cache import CardCache, buildCardCache, cardCache, jsonSize
-from rpmiddleware.cards import CanonicalCard, CardHasher
+from rpmiddleware.cards import CardHasher
 from rpmiddleware.config import Settings
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IEnvelopePlugin, IPluginFactory
 from rpmiddleware.middleware import PluginServices
-from rpmiddleware.testing.kit import PluginHarness, exampleCard
+from rpmiddleware.testing.kit import HeldHasher, PluginHarness, exampleCard
 from rpmiddleware.timeline import Timeline
 
 
@@ -450,28 +450,9 @@ class ResyncTests(SynchronousTestCase):
         self.assertEqual(self.rig.harness.typesToGame(), ["reply.completed", "request.error"])
 
 
-class ControlledHasher(CardHasher):
-    """
-    A hasher whose answers wait until the test releases them.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(None)
-        self.pending: list[tuple[Deferred[CanonicalCard], dict[str, Any]]] = []
-
-    def canonical(self, document: Any) -> Deferred[CanonicalCard]:
-        d: Deferred[CanonicalCard] = Deferred()
-        self.pending.append((d, document))
-        return d
-
-    def release(self) -> None:
-        d, document = self.pending.pop(0)
-        d.callback(self.canonicalNow(document))
-
-
 class OrderTests(SynchronousTestCase):
     def test_laterEnvelopesWaitBehindAHeldOne(self) -> None:
-        hasher = ControlledHasher()
+        hasher = HeldHasher()
         rig = Rig(hasher=hasher)
         rig.newSession()
         held = rig.request("r1", snapshot(exampleCard()))

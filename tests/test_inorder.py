@@ -13,14 +13,13 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
 from rpmiddleware.api import ReplyCancelled
-from rpmiddleware.cardhasher import CanonicalCard, CardHasher
 from rpmiddleware.config import Settings
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.inorder import InOrder
 from rpmiddleware.interfaces import IEnvelopePlugin
 from rpmiddleware.middleware import Middleware, PluginServices
 from rpmiddleware.plugin import ChainPlugin
-from rpmiddleware.testing.kit import exampleCard
+from rpmiddleware.testing.kit import HeldHasher, exampleCard
 from rpmiddleware.timeline import Timeline
 
 
@@ -64,26 +63,6 @@ class InOrderTests(SynchronousTestCase):
         self.assertEqual(self.sent, ["b"])
         self.failureResultOf(self.inOrder.submit(fail(ValueError("again"))), ValueError)
         self.assertEqual(len(self.inOrder), 0)
-
-
-class HeldHasher(CardHasher):
-    """
-    A hasher whose answers wait until the test releases them, as a large
-    card's do until a later reactor turn.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(None)
-        self.pending: list[tuple[Deferred[CanonicalCard], Any]] = []
-
-    def canonical(self, document: Any) -> Deferred[CanonicalCard]:
-        d: Deferred[CanonicalCard] = Deferred()
-        self.pending.append((d, document))
-        return d
-
-    def release(self) -> None:
-        d, document = self.pending.pop(0)
-        d.callback(self.canonicalNow(document))
 
 
 @implementer(IEnvelopePlugin)

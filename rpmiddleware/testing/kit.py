@@ -23,6 +23,7 @@ from twisted.internet.task import Clock
 from twisted.logger import ILogObserver, globalLogPublisher
 from zope.interface import implementer
 
+from rpmiddleware.cardhasher import CanonicalCard, CardHasher
 from rpmiddleware.chain import PluginChain
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IEngineSessionInfo, IEnvelopePlugin
@@ -150,6 +151,30 @@ def exampleCard(**data: Any) -> dict[str, Any]:
     card: dict[str, Any] = json.loads(text)
     card["data"].update(copy.deepcopy(data))
     return card
+
+
+class HeldHasher(CardHasher):
+    """
+    A L{CardHasher} whose answers wait until the test calls L{release}, as a
+    large card's do until a later reactor turn: for testing what a plugin
+    (or the middleware) does while a card is still being hashed.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.pending: list[tuple[Deferred[CanonicalCard], Any]] = []
+
+    def canonical(self, document: Any) -> Deferred[CanonicalCard]:
+        d: Deferred[CanonicalCard] = Deferred()
+        self.pending.append((d, document))
+        return d
+
+    def release(self) -> None:
+        """
+        Answer the oldest pending request.
+        """
+        d, document = self.pending.pop(0)
+        d.callback(self.canonicalNow(document))
 
 
 def captureLogEvents(testCase: Any) -> list[dict[str, Any]]:
