@@ -112,10 +112,14 @@ BOUNDS = """
   (soxr's set-up costs about as much as resampling a chunk), so the first chunk costs what any
   chunk does; in this benchmark it still waits behind `reply.accepted` and `reply.audio.start`
   (which sends `tts-start`), which the simulated RPEngine sends just before it.
-- **Resampling speed.** soxr's own stream fed 100 ms pieces costs about 1.2x its one-shot
+- **Resampling speed.** soxr's own stream fed 100 ms pieces costs about 1.1-1.2x its one-shot
   call over the whole signal (about 2.4 us per call before any sample is processed, and small
   pieces are processed less efficiently than large ones); StreamResampler adds about 1 us per
-  piece to that.
+  piece to that. The plugin path adds, per 100 ms chunk, PCM16 decoding (about 2 us) and
+  encoding (about 6 us: scale, round, clip, narrow), base64 both ways (about 1 us each) and the
+  plugin's and chain's calls. Runs of this benchmark before 2026-12-01 timed the benchmark's own
+  standard-library base64 of every chunk in and out with the plugin (0.19x), and its 7 short
+  unpinned runs put the stream anywhere from 0.72x to 1.0x.
 - **Audio in.** A WAV upload is base64-decoded, parsed, downmixed, resampled one-shot to 16 kHz and
   base64-encoded again; the 0.77 MB message itself is unmasked and UTF-8-validated by Autobahn
   and parsed by `json` on both paths.
