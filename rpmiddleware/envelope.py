@@ -137,6 +137,23 @@ class Envelope:
         return f"<Envelope {self.type} {self.messageId} request={self.requestId}>"
 
 
+def _refuseConstant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def loadJson(payload: bytes | str) -> Any:
+    """
+    Strict JSON from a peer: Python's reader also takes C{NaN}, C{Infinity}
+    and C{-Infinity}, which no JSON reader of a browser or game takes, so a
+    message holding one would be passed on to peers that cannot read it.
+
+    @raise ValueError: (C{json.JSONDecodeError} among them) for anything that
+        is not JSON; C{UnicodeDecodeError} for bytes that are not UTF-8;
+        C{RecursionError} for nesting past the interpreter's limit.
+    """
+    return json.loads(payload, parse_constant=_refuseConstant)
+
+
 def jsonBytes(value: Any) -> bytes:
     """
     Compact UTF-8 JSON.  A lone surrogate (legal in JSON text as an escape,

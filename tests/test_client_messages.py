@@ -40,6 +40,8 @@ class DecodeFrameTests(SynchronousTestCase):
             (frame({"type": 5}), False, "string type"),
             (frame({"type": "bogus"}), False, "unknown message type 'bogus'"),
             (frame({"type": "ping", "timestamp": 1}), True, "binary frames"),
+            (b'{"type": "ping", "timestamp": NaN}', False, "NaN is not a JSON value"),
+            (b'{"type": "ping", "timestamp": -Infinity}', False, "not a JSON value"),
         ]
         for payload, isBinary, words in cases:
             self.assertRefused(payload, isBinary, words)

@@ -16,9 +16,11 @@ from rpmiddleware.engine.session import (
     CLOSE_HELLO_TIMEOUT,
     EngineSession,
     SessionOptions,
+    decodeText,
 )
 from rpmiddleware.envelope import PROTOCOL, Envelope
 from rpmiddleware.interfaces import IEngineSessionInfo
+from rpmiddleware.messages import ProtocolViolation
 from rpmiddleware.testing.kit import captureLogEvents
 
 
@@ -173,6 +175,29 @@ class ValidationTests(SynchronousTestCase):
         self.assertLessEqual(len(h.session._seen), 3)
         h.session.received(dict(first))
         self.assertEqual(len(h.delivered), 6)
+
+
+class DecodeTextTests(SynchronousTestCase):
+    def test_notJsonRefused(self) -> None:
+        """
+        A frame is refused with a reason when it is not JSON, including the
+        constants Python's reader takes and no peer's would (passed on, they
+        would make a client's JSON reader fail), and nesting past the
+        interpreter's limit.
+        """
+        cases = [
+            (b"not json", "not valid JSON"),
+            (b"\xff\xfe", "not valid JSON"),
+            (b'{"timestamp": NaN}', "NaN is not a JSON value"),
+            (b"[Infinity]", "Infinity is not a JSON value"),
+            (b'{"x": -Infinity}', "-Infinity is not a JSON value"),
+            (b"[" * 100_000, "nested too deeply"),
+        ]
+        for payload, words in cases:
+            with self.assertRaises(ProtocolViolation) as caught:
+                decodeText(payload)
+            self.assertIn(words, caught.exception.reason)
+        self.assertEqual(decodeText(b'{"n": 1e308, "s": "NaN"}'), {"n": 1e308, "s": "NaN"})
 
 
 class AckTests(SynchronousTestCase):

@@ -14,13 +14,12 @@ silently change nothing.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from rpmiddleware.client.settings import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
-from rpmiddleware.envelope import jsonBytes
+from rpmiddleware.envelope import jsonBytes, loadJson
 from rpmiddleware.messages import AUDIO_INPUT_LANGUAGES, SPEECH_OUTPUT_LANGUAGES, VOICES
 
 #: The version of the voice-client protocol spoken here.
@@ -77,7 +76,7 @@ def decodeFrame(payload: bytes, isBinary: bool) -> dict[str, Any]:
     if isBinary:
         raise InvalidMessage("binary frames are not part of the protocol; send JSON text")
     try:
-        value = json.loads(payload.decode("utf-8"))
+        value = loadJson(payload.decode("utf-8"))
     except UnicodeDecodeError:
         raise InvalidMessage("the message is not valid UTF-8")
     except ValueError as e:

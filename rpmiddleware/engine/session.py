@@ -8,7 +8,6 @@ object, so tests drive it with a list and a L{Clock}.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -19,7 +18,14 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from rpmiddleware.envelope import Direction, Envelope, isoTimestamp, newMessageId, summarize
+from rpmiddleware.envelope import (
+    Direction,
+    Envelope,
+    isoTimestamp,
+    loadJson,
+    newMessageId,
+    summarize,
+)
 from rpmiddleware.interfaces import IEngineSessionInfo
 from rpmiddleware.messages import ProtocolViolation, ackReference, validate
 
@@ -283,7 +289,7 @@ def decodeText(payload: bytes) -> Any:
     Decode one text frame; L{ProtocolViolation} if it is not JSON.
     """
     try:
-        return json.loads(payload)
+        return loadJson(payload)
     except (ValueError, UnicodeDecodeError) as e:
         raise ProtocolViolation(f"not valid JSON: {e}")
     except RecursionError:

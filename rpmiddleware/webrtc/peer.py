@@ -27,7 +27,6 @@ the work runs as asyncio tasks on the reactor's loop (L{bridge}).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +37,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from rpmiddleware.envelope import jsonBytes
 from rpmiddleware.webrtc.bridge import deferredFromCoroutine, guarded, logFailure, spawn
 from rpmiddleware.webrtc.ice import loopbackGathering, peerConfiguration
 from rpmiddleware.webrtc.microphone import MicrophoneReader
@@ -267,7 +267,8 @@ class Peer:
             self.close("data channel backlog")
             return False
         try:
-            channel.send(json.dumps(message, separators=(",", ":"), ensure_ascii=False))
+            # Text, as on the WebSocket; a lone surrogate is escaped, not lost.
+            channel.send(jsonBytes(message).decode("utf-8"))
         except ValueError as e:
             # Over the client's a=max-message-size (64 KiB unless it says
             # more): a non-streaming tts WAV can be.  The WebSocket has it.
