@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
@@ -141,17 +142,26 @@ def _refuseConstant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def _finiteFloat(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):
+        raise ValueError(f"the number {text[:32]} is too large to pass on")
+    return value
+
+
 def loadJson(payload: bytes | str) -> Any:
     """
     Strict JSON from a peer: Python's reader also takes C{NaN}, C{Infinity}
     and C{-Infinity}, which no JSON reader of a browser or game takes, so a
-    message holding one would be passed on to peers that cannot read it.
+    message holding one would be passed on to peers that cannot read it; a
+    number too large for a double (C{1e400}) would be written on as
+    C{Infinity}, so it is refused too.
 
     @raise ValueError: (C{json.JSONDecodeError} among them) for anything that
         is not JSON; C{UnicodeDecodeError} for bytes that are not UTF-8;
         C{RecursionError} for nesting past the interpreter's limit.
     """
-    return json.loads(payload, parse_constant=_refuseConstant)
+    return json.loads(payload, parse_constant=_refuseConstant, parse_float=_finiteFloat)
 
 
 def jsonBytes(value: Any) -> bytes:

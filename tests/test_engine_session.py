@@ -191,13 +191,18 @@ class DecodeTextTests(SynchronousTestCase):
             (b'{"timestamp": NaN}', "NaN is not a JSON value"),
             (b"[Infinity]", "Infinity is not a JSON value"),
             (b'{"x": -Infinity}', "-Infinity is not a JSON value"),
+            (b'{"x": 1e400}', "1e400 is too large"),
+            (b"[-2.5E+999]", "-2.5E+999 is too large"),
             (b"[" * 100_000, "nested too deeply"),
         ]
         for payload, words in cases:
             with self.assertRaises(ProtocolViolation) as caught:
                 decodeText(payload)
             self.assertIn(words, caught.exception.reason)
-        self.assertEqual(decodeText(b'{"n": 1e308, "s": "NaN"}'), {"n": 1e308, "s": "NaN"})
+        self.assertEqual(
+            decodeText(b'{"n": 1e308, "tiny": 1e-400, "s": "NaN"}'),
+            {"n": 1e308, "tiny": 0.0, "s": "NaN"},
+        )
 
 
 class AckTests(SynchronousTestCase):
