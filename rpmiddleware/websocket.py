@@ -76,7 +76,18 @@ class GuardedServerFactory(WebSocketServerFactory):
             failByDrop=False,
             # Origins are checked by us with a clear refusal, not by Autobahn.
             allowedOrigins=["*"],
+            # Text is checked whole by GuardedServerProtocol.textOf, which
+            # the JSON reader needs anyway: Autobahn's incremental validator
+            # costs ~4 us per KB (45 us for a 100 ms speech chunk, 2.5 ms
+            # for a 3 s recording), CPython's decoder a small part of that.
+            utf8validateIncoming=False,
         )
+
+
+#: RFC 6455's close code for a text message that is not UTF-8.
+CLOSE_INVALID_PAYLOAD = 1007
+#: The longest close reason a WebSocket close frame carries (RFC 6455).
+MAX_CLOSE_REASON = 123
 
 
 class GuardedServerProtocol(WebSocketServerProtocol):
@@ -86,6 +97,40 @@ class GuardedServerProtocol(WebSocketServerProtocol):
     # per frame, which every observer then formats or filters.
     log = txaio.make_logger()  # type: ignore[attr-defined]
     factory: GuardedServerFactory
+    #: Set once a text message was not UTF-8: the connection is failing,
+    #: and nothing more it sends is read.
+    failedPayload = False
+
+    def textOf(self, payload: bytes) -> str | None:
+        """
+        A text message as text; C{None} when it is not UTF-8, after failing
+        the connection with 1007 as RFC 6455 says an endpoint must (and for
+        every message after it, which is not read).
+        """
+        if self.failedPayload:
+            return None
+        try:
+            return payload.decode("utf-8")
+        except UnicodeDecodeError as e:
+            self.failedPayload = True
+            reason = f"text message is not UTF-8 (byte {e.start}: {e.reason})"
+            self.log.warn(
+                "closing a connection to {endpoint} from {peer}: {reason}",
+                endpoint=self.factory.endpointName,
+                peer=self.peer,
+                reason=reason,
+            )
+            self.closeWith(CLOSE_INVALID_PAYLOAD, reason)
+            return None
+
+    def closeWith(self, code: int, reason: str) -> None:
+        """
+        Start the closing handshake with any close code: Autobahn's
+        C{sendClose} takes only 1000 and 3000-4999, not the protocol's own
+        (1007, 1008), which its frame-level call sends as it does itself.
+        """
+        if self.state == self.STATE_OPEN:
+            self.sendCloseFrame(code, reason.encode("utf-8")[:MAX_CLOSE_REASON])
 
     def connectionMade(self) -> None:
         super().connectionMade()

@@ -309,16 +309,34 @@ class HostileTests(TestCase):
         """
         A text frame that is not UTF-8 is what RFC 6455 answers with 1007
         (binary frames carrying the same bytes are merely dropped: the
-        fuzzer sends those).
+        fuzzer sends those), on either endpoint: stray bytes, and a UTF-16
+        surrogate encoded as if it were a character, which Python's JSON
+        reader would take from bytes.  Nothing after it is read.
         """
 
         async def run() -> None:
-            client, session = await self.handshake()
-            assert client.factory.peer is not None
-            client.factory.peer.sendMessage(b'{"a":"\xff\xfe"}', isBinary=False)
-            code, _ = await client.closed
-            self.assertEqual(code, 1007)
-            await self.stillServes()
+            for path, bad in [
+                ("/rp-engine/socket", b'{"a":"\xff\xfe"}'),
+                ("/rp-engine/socket", b'{"a":"\xed\xa0\x80"}'),
+                ("/client/socket", b'{"type":"ping","timestamp":1,"x":"\xed\xa0\x80"}'),
+            ]:
+                if path == "/rp-engine/socket":
+                    client, session = await self.handshake()
+                else:
+                    client = connectClient(reactor, self.live.url(path))
+                    self.addCleanup(client.drop)
+                    await client.opened
+                    self.assertEqual((await client.next())["type"], "ready")
+                assert client.factory.peer is not None
+                client.factory.peer.sendMessage(bad, isBinary=False)
+                client.factory.peer.sendMessage(b'{"type":"ping","timestamp":2}', isBinary=False)
+                code, reason = await client.closed
+                self.assertEqual(code, 1007, path)
+                self.assertIn("not UTF-8", reason)
+                if path == "/client/socket":
+                    pending = client.factory.messages.pending
+                    self.assertNotIn("pong", [m.get("type") for m in pending])
+                await self.stillServes()
 
         return Deferred.fromCoroutine(run())
 

@@ -80,7 +80,7 @@ class ClientConnection:
         self.waiting: deque[Callable[[], None]] = deque()
         self.closed = False
         self.closing = False
-        self._inbox: deque[tuple[bytes, bool]] = deque()
+        self._inbox: deque[tuple[bytes | str, bool]] = deque()
         self._busy = False
         self.guard = SendGuard(
             endpoint.clock,
@@ -225,7 +225,7 @@ class ClientConnection:
 
     # Reading.
 
-    def received(self, payload: bytes, isBinary: bool) -> None:
+    def received(self, payload: bytes | str, isBinary: bool) -> None:
         if self.closed or self.closing:
             return
         self._inbox.append((payload, isBinary))
@@ -249,7 +249,7 @@ class ClientConnection:
             self.writer.resumeReading()
             self._drain()
 
-    def _handle(self, payload: bytes, isBinary: bool) -> Deferred[None] | None:
+    def _handle(self, payload: bytes | str, isBinary: bool) -> Deferred[None] | None:
         kind = "?"
         try:
             message = wire.decodeFrame(payload, isBinary)

@@ -69,14 +69,15 @@ class InvalidMessage(ValueError):
 # Reading.
 
 
-def decodeFrame(payload: bytes, isBinary: bool) -> dict[str, Any]:
+def decodeFrame(payload: bytes | str, isBinary: bool) -> dict[str, Any]:
     """
-    One WebSocket message as a JSON object with a string C{type}.
+    One WebSocket message (its text, or the bytes of it) as a JSON object
+    with a string C{type}.
     """
     if isBinary:
         raise InvalidMessage("binary frames are not part of the protocol; send JSON text")
     try:
-        value = loadJson(payload.decode("utf-8"))
+        value = loadJson(payload.decode("utf-8") if isinstance(payload, bytes) else payload)
     except UnicodeDecodeError:
         raise InvalidMessage("the message is not valid UTF-8")
     except ValueError as e:

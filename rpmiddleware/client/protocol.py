@@ -33,8 +33,6 @@ from rpmiddleware.websocket import GuardedServerFactory, GuardedServerProtocol
 
 #: RPEngine's microphone reports, which may come without a requestId.
 CAPTURE_REPORTS = frozenset({"voice.capture.state", "voice.capture.level"})
-#: The longest close reason a WebSocket close frame carries (RFC 6455).
-MAX_CLOSE_REASON = 123
 
 
 class ClientProtocol(GuardedServerProtocol):
@@ -51,8 +49,14 @@ class ClientProtocol(GuardedServerProtocol):
         self.connection.opened()
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
-        if self.connection is not None:
-            self.connection.received(payload, isBinary)
+        if self.connection is None:
+            return
+        if isBinary:
+            self.connection.received(payload, True)
+            return
+        text = self.textOf(payload)
+        if text is not None:
+            self.connection.received(text, False)
 
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
         super().onClose(wasClean, code, reason)
@@ -80,11 +84,7 @@ class ClientProtocol(GuardedServerProtocol):
         return transportBacklog(self.transport)
 
     def closeConnection(self, code: int, reason: str) -> None:
-        if self.state != self.STATE_OPEN:
-            return
-        # sendClose accepts only 1000 and 3000-4999; 1008 (policy) is a
-        # protocol code, sent with the frame-level call Autobahn itself uses.
-        self.sendCloseFrame(code, reason.encode("utf-8")[:MAX_CLOSE_REASON])
+        self.closeWith(code, reason)
 
     def pauseReading(self) -> None:
         if self.transport is not None:

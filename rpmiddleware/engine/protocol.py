@@ -28,8 +28,11 @@ class EngineProtocol(GuardedServerProtocol):
         if isBinary:
             session.invalid("binary frames are not part of the protocol; send JSON text")
             return
+        text = self.textOf(payload)
+        if text is None:
+            return
         try:
-            fields = decodeText(payload)
+            fields = decodeText(text)
         except ProtocolViolation as e:
             session.invalid(e.reason)
             return

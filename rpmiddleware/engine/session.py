@@ -284,7 +284,7 @@ class EngineSession:
         }
 
 
-def decodeText(payload: bytes) -> Any:
+def decodeText(payload: bytes | str) -> Any:
     """
     Decode one text frame; L{ProtocolViolation} if it is not JSON.
     """

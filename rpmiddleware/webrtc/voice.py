@@ -61,7 +61,7 @@ class ClientHost(Protocol):
 
     def send(self, message: dict[str, Any], audio: bool = False) -> bool: ...
 
-    def received(self, payload: bytes, isBinary: bool) -> None: ...
+    def received(self, payload: bytes | str, isBinary: bool) -> None: ...
 
     def submitAudio(self, audio: dict[str, Any]) -> None:
         """An audio turn from RPEngine's event.audio object; raises InvalidMessage."""
@@ -188,7 +188,7 @@ class VoiceLink:
 
     def _dataMessage(self, text: str) -> None:
         if not self.connection.closed:
-            self.connection.received(text.encode("utf-8"), False)
+            self.connection.received(text, False)
 
     def _channelOpen(self) -> None:
         self.log.info("WebRTC {label}: data channel open", label=self.label)
