@@ -100,10 +100,12 @@ BOUNDS = """
 ## What bounds each number
 
 - **Hop (JSON and framing).** A text delta costs the middleware what the relay costs (Autobahn's
-  frame parsing, unmasking and UTF-8 validation, `json.loads`, `json.dumps`, the write), plus
-  validation of the envelope, the session's dedup window, four plugins in each direction, the
-  router, the client endpoint's turn state and its own message. Measured in-process, our part is
-  about 20 us per envelope; the rest is Autobahn and the reactor, which the relay pays too.
+  frame parsing and unmasking, `json.loads`, `json.dumps`, the write), plus validation of the
+  envelope, the session's dedup window, four plugins in each direction, the router, the client
+  endpoint's turn state and its own message. Measured in-process, our part is about 20 us per
+  envelope; the rest is Autobahn and the reactor, which the relay pays too. The relay also
+  pays Autobahn's UTF-8 validator (38 us for a 12 KB speech chunk); the middleware checks text
+  with CPython's strict decoder instead (1.3 us), which its JSON reader needs anyway.
 - **Audio hops (base64 and resampling).** At 24 kHz each 100 ms chunk is base64-decoded
   (pybase64: about 1 us; CPython's decoder took about 27 us), resampled by soxr's streaming HQ
   filter (about 30 us, the dominant cost), encoded again and re-framed. At 44.1 kHz the chunk's
@@ -136,13 +138,23 @@ BOUNDS = """
   may share a physical core on this VM). Full (generation 2) garbage collections pass over every
   stored card tree, so the benchmark freezes its own 21 card copies (`gc.freeze`) as belonging to
   the game.
-- **Load.** One core runs everything per chunk above for every stream; the driver process
-  (RPEngine and the clients) runs on the other core, and its figures are shown so that a
-  saturated driver is not mistaken for the middleware.
-- **Spread.** On a shared two-core machine the tails, and ratios near a goal's line, move between
-  runs (three full runs on 2026-11-29 gave the 24 kHz audio hop 1.33x, 1.66x and 1.71x at p50, and
-  the largest load under 20 ms p99 0, 25 and 100 streams, the first before turn starts were
-  spread and the second with other work on CPU 0); rerun before drawing a conclusion from one.
+- **Load.** One core runs everything per chunk above for every stream; sampled with py-spy at 50
+  streams (2026-12-01), soxr's stream took about 12% of the middleware's CPU, PCM16 conversion
+  7%, JSON 10%, Autobahn's framing and a new masker object per received frame about 15%, and the
+  chain, the router and the client endpoint the rest. The driver process (RPEngine and the
+  clients) runs on the other core, and its figures are shown so that a saturated driver is not
+  mistaken for the middleware.
+- **The machine's own tail.** This is a virtual machine (Firecracker) on a shared host: a thread
+  spinning on CPU 0 saw gaps of up to 14 ms while a bursty process ran on CPU 1, and a process
+  waiting in `epoll` is now and then woken tens of milliseconds late. Those stalls, not the
+  middleware's CPU (about 40% of a core at 50 streams), make most of the load p99: the bare relay
+  alone had a p99 of 17 to 60 ms at 25 clients in runs on 2026-12-01. A stall queues the chunks
+  that arrive during it and the middleware, which spends more per chunk than the relay, takes a
+  little longer to catch up, so its added p99 grows with load before its core is full.
+- **Spread.** The tails, and ratios near a goal's line, move between runs: full runs on 2026-11-29
+  gave the 24 kHz audio hop 1.33x, 1.66x and 1.71x at p50, and on 2026-12-01 (another machine of
+  the same kind, the host busier) 1.56x and 1.55x, with 1.44x in a separate A/B of four runs;
+  rerun before drawing a conclusion from one.
 """
 
 
