@@ -198,19 +198,25 @@ def runBenchmarks(names: list[str], quick: bool, output: str) -> None:
     task.react(lambda reactor: Deferred.fromCoroutine(go(reactor)))
 
 
+def concluded(failed: list[str]) -> None:
+    """
+    Print the stress run's verdict; a failed run ends with status 1.  Called
+    inside C{task.react}, which exits with the code of a C{SystemExit} its
+    function raises and with 0 otherwise (nothing after it runs).
+    """
+    if failed:
+        print("STRESS FAILED:\n  " + "\n  ".join(failed), flush=True)
+        raise SystemExit(1)
+    print("stress ok", flush=True)
+
+
 def runStress(scale: float) -> None:
     from bench import stress
 
-    failed: list[str] = []
-
     async def go(reactor: Any) -> None:
-        failed.extend(await stress.run(reactor, scale))
+        concluded(await stress.run(reactor, scale))
 
     task.react(lambda reactor: Deferred.fromCoroutine(go(reactor)))
-    if failed:
-        print("STRESS FAILED:\n  " + "\n  ".join(failed))
-        sys.exit(1)
-    print("stress ok")
 
 
 def main() -> None:
