@@ -137,7 +137,6 @@ class Player:
     def __init__(self, reactor: Any, port: int, engine: RealtimeEngine) -> None:
         self.reactor = reactor
         self.engine = engine
-        self.relay = engine.relay
         self.socket = Socket(reactor, f"ws://127.0.0.1:{port}/client/socket", None)
         self.delays: list[tuple[float, float]] = []
         self.chunkIndex: dict[str, int] = {}
@@ -147,7 +146,7 @@ class Player:
     async def start(self) -> None:
         ready = self.socket.next(ofType("ready"))
         await self.socket.opened()
-        if not self.relay:
+        if not self.engine.relay:
             await ready
         self.socket.send({"type": "character", "characterId": "mira", "card": exampleCard()})
         self.socket.send({"type": "configure", "output": {"sampleRate": 24000}})

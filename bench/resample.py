@@ -81,7 +81,9 @@ def streamed(samples: np.ndarray, inRate: int, outRate: int) -> np.ndarray:
     return np.concatenate([*pieces, stream.flush()])
 
 
-def plugin(samples: np.ndarray, inRate: int, outRate: int) -> Any:
+def plugin(
+    samples: np.ndarray, inRate: int, outRate: int
+) -> tuple[Callable[[], None], Callable[[], np.ndarray]]:
     """
     The whole plugin path: base64 PCM16 chunk envelopes through a chain, as
     RPEngine sends them (built beforehand) and as the game gets them (read

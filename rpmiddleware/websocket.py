@@ -78,8 +78,8 @@ class GuardedServerFactory(WebSocketServerFactory):
             allowedOrigins=["*"],
             # Text is checked whole by GuardedServerProtocol.textOf, which
             # the JSON reader needs anyway: Autobahn's incremental validator
-            # costs ~4 us per KB (45 us for a 100 ms speech chunk, 2.5 ms
-            # for a 3 s recording), CPython's decoder a small part of that.
+            # took 38 us for a 12 KB speech chunk and 2.5 ms for a 0.77 MB
+            # recording, CPython's decoder 1.3 us and 0.04 ms.
             utf8validateIncoming=False,
         )
 
