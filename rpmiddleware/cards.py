@@ -188,7 +188,12 @@ def snapshotTransfer(document: dict[str, Any], targetHash: str) -> dict[str, Any
     """
     The C{card} field of a request that sends the whole card.
     """
-    return {"format": CARD_FORMAT, "mode": "snapshot", "snapshot": document, "targetHash": targetHash}
+    return {
+        "format": CARD_FORMAT,
+        "mode": "snapshot",
+        "snapshot": document,
+        "targetHash": targetHash,
+    }
 
 
 #: Names under which a snapshot transfer may carry the document: RPEngine

@@ -220,7 +220,9 @@ def checkResponseProcessing(processing: Any) -> None:
         if type(group) is not int or group < 0:
             raise EngineRefusal(f"{at}.captureGroup", "must be a non-negative integer")
         if groups is not None and group > groups:
-            raise EngineRefusal(f"{at}.captureGroup", f"names group {group}; the pattern has {groups}")
+            raise EngineRefusal(
+                f"{at}.captureGroup", f"names group {group}; the pattern has {groups}"
+            )
         if rule.get("occurrence") not in RESPONSE_OCCURRENCES:
             raise EngineRefusal(f"{at}.occurrence", "must be first, last or all")
         removal = rule.get("remove")
