@@ -17,6 +17,7 @@ L{rpmiddleware.testing} applies them too, as RPEngine does.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -292,7 +293,7 @@ def checkPromptContext(fields: Mapping[str, Any]) -> None:
         raise EngineRefusal("promptScene", "must be an object")
     _requireText(scene, PROMPT_SCENE_TEXT_FIELDS, "promptScene.")
     priority = scene.get("priority")
-    if not _number(priority) or priority != priority or abs(priority) == float("inf"):
+    if not (_number(priority) and math.isfinite(priority)):
         raise EngineRefusal("promptScene.priority", "must be a finite number")
     directive = fields["promptDirective"]
     if not isinstance(directive, Mapping):
