@@ -293,7 +293,7 @@ def checkPromptContext(fields: Mapping[str, Any]) -> None:
         raise EngineRefusal("promptScene", "must be an object")
     _requireText(scene, PROMPT_SCENE_TEXT_FIELDS, "promptScene.")
     priority = scene.get("priority")
-    if not (_number(priority) and math.isfinite(priority)):
+    if not (_number(priority) and math.isfinite(float(priority or 0))):
         raise EngineRefusal("promptScene.priority", "must be a finite number")
     directive = fields["promptDirective"]
     if not isinstance(directive, Mapping):
