@@ -17,6 +17,9 @@ from typing import Any
 from rpmiddleware.messages import SPEECH_OUTPUT_LANGUAGES, VOICES
 
 PRODUCTION_ORIGIN = "https://rpengine.gemtavern.com"
+#: RPEngine's other production host name; its own mock game admits it
+#: (tools/mock-game/server.mjs allowedOrigins).
+ALTERNATE_PRODUCTION_ORIGIN = "https://rp-engine.gemtavern.com"
 #: Output sample rates a client may ask for (the audio-resample plugin's range).
 MIN_SAMPLE_RATE = 8000
 MAX_SAMPLE_RATE = 192000
@@ -47,7 +50,7 @@ class ServerSettings:
     max_connections: int = 64
 
     def engineOrigins(self) -> frozenset[str]:
-        allowed = {PRODUCTION_ORIGIN, *self.origins}
+        allowed = {PRODUCTION_ORIGIN, ALTERNATE_PRODUCTION_ORIGIN, *self.origins}
         if self.dev:
             allowed.add(DEVELOPMENT_ORIGIN)
         return frozenset(o.rstrip("/").lower() for o in allowed)

@@ -2,10 +2,10 @@
 Every message type of RPEngine protocol v3, typed, and the rules that check them.
 
 Two views of one table: the C{TypedDict}s give code static types, and
-L{MESSAGES} drives validation at run time.  Where the seed names a message but
-not its fields (the payload of C{ack}, the statistics of a completed reply),
-the choice is written down in C{docs/protocol-choices.md}; readers accept the
-reasonable variants listed there and writers emit the first name.
+L{MESSAGES} drives validation at run time.  This is the one place that names
+RPEngine's fields: every name is the one RPEngine's own code writes or reads
+(C{crates/rp-engine-core/src/app.rs}, C{json_core.rs}; docs/protocol-choices.md
+cites each), so the next protocol change is an edit here.
 """
 
 from __future__ import annotations
@@ -69,15 +69,28 @@ _TURN_OPTIONAL = {
 MESSAGES: dict[str, MessageSpec] = {
     s.type: s
     for s in [
-        _spec("hello", TO_GAME),
+        # The message set and every field name below are RPEngine's own
+        # (crates/rp-engine-core/src/app.rs, the payloads of its `send`
+        # calls; src/socket-adapter.ts for audio chunks).  Optional fields
+        # may arrive as JSON null: RPEngine writes absent values that way.
+        _spec("hello", TO_GAME, optional={"clientVersion": _STR}),
         _spec("welcome", TO_ENGINE, required={"sessionId": _STR, "serverVersion": _STR}),
-        _spec("ack", BOTH, optional={"duplicate": _BOOL}),
+        _spec("ack", BOTH, optional={"acknowledgedMessageId": _STR, "duplicate": _BOOL}),
         _spec(
             "character.sync",
             TO_ENGINE,
             required={"integrationId": _STR, "characterId": _STR, "card": _DICT},
         ),
-        _spec("character.synced", TO_GAME, optional={"targetHash": _STR, "characterId": _STR}),
+        _spec(
+            "character.synced",
+            TO_GAME,
+            optional={
+                "sourceMessageId": _STR,
+                "integrationId": _STR,
+                "characterId": _STR,
+                "targetHash": _STR,
+            },
+        ),
         _spec(
             "reply.request",
             TO_ENGINE,
@@ -85,18 +98,27 @@ MESSAGES: dict[str, MessageSpec] = {
             optional=_TURN_OPTIONAL,
             opensRequest=True,
         ),
-        _spec("reply.accepted", TO_GAME, required={"requestId": _STR}),
+        _spec(
+            "reply.accepted",
+            TO_GAME,
+            required={"requestId": _STR},
+            optional={"eventId": _STR, "resolvedCardHash": _STR, "queueDepth": _INT},
+        ),
         _spec(
             "reply.text.delta",
             TO_GAME,
-            required={"requestId": _STR, "sequence": _INT},
-            optional={"text": _STR, "delta": _STR},
+            required={"requestId": _STR, "sequence": _INT, "delta": _STR},
         ),
         _spec(
             "reply.text.completed",
             TO_GAME,
             required={"requestId": _STR},
-            optional={"text": _STR, "stats": _DICT},
+            optional={
+                "text": _STR,
+                "tokenCount": _INT,
+                "elapsedMs": _NUM,
+                "extractedContent": _DICT,
+            },
         ),
         _spec(
             "reply.audio.start",
@@ -108,11 +130,35 @@ MESSAGES: dict[str, MessageSpec] = {
             "reply.audio.chunk",
             TO_GAME,
             required={"requestId": _STR, "sequence": _INT, "segmentSequence": _INT, "data": _STR},
+            optional={"segmentChunkSequence": _INT, "segmentChunkCount": _INT},
         ),
-        _spec("reply.audio.completed", TO_GAME, required={"requestId": _STR}),
-        _spec("reply.completed", TO_GAME, required={"requestId": _STR}, terminal=True),
+        _spec(
+            "reply.audio.completed",
+            TO_GAME,
+            required={"requestId": _STR},
+            optional={
+                "chunkCount": _INT,
+                "totalBytes": _INT,
+                "durationSeconds": _NUM,
+                "elapsedMs": _NUM,
+                "segmentCount": _INT,
+            },
+        ),
+        _spec(
+            "reply.completed",
+            TO_GAME,
+            required={"requestId": _STR},
+            optional={"modalities": _LIST},
+            terminal=True,
+        ),
         _spec("request.cancel", TO_ENGINE, required={"requestId": _STR}),
-        _spec("reply.cancelled", TO_GAME, required={"requestId": _STR}, terminal=True),
+        _spec(
+            "reply.cancelled",
+            TO_GAME,
+            required={"requestId": _STR},
+            optional={"reason": _STR},
+            terminal=True,
+        ),
         _spec(
             "capacity.update",
             TO_GAME,
@@ -134,29 +180,55 @@ MESSAGES: dict[str, MessageSpec] = {
             "voice.capture.start",
             TO_ENGINE,
             required=_TURN_FIELDS,
-            optional=_TURN_OPTIONAL,
+            optional={**_TURN_OPTIONAL, "returnTranscript": _BOOL, "silenceBehavior": _STR},
             opensRequest=True,
         ),
         _spec("voice.capture.stop", TO_ENGINE, required={"requestId": _STR}),
         _spec("voice.capture.cancel", TO_ENGINE, required={"requestId": _STR}),
-        _spec("voice.capture.level", TO_GAME, optional={"requestId": _STR, "level": _NUM}),
         _spec(
-            "voice.capture.state", TO_GAME, required={"state": _STR}, optional={"requestId": _STR}
+            "voice.capture.level",
+            TO_GAME,
+            optional={"requestId": _STR, "seconds": _NUM, "peak": _NUM, "rms": _NUM},
         ),
+        _spec(
+            "voice.capture.state",
+            TO_GAME,
+            required={"state": _STR},
+            optional={
+                "requestId": _STR,
+                "seconds": _NUM,
+                "autoEndEnabled": _BOOL,
+                "message": _STR,
+            },
+        ),
+        _spec(
+            "voice.capture.transcript",
+            TO_GAME,
+            required={"requestId": _STR, "text": _STR},
+            optional={"language": _STR, "elapsedMs": _NUM},
+        ),
+        # RPEngine echoes the recording only to its own mock game (app.rs
+        # capture_completed); accepted so that such a frame is not an error.
+        _spec("voice.capture.audio.start", TO_GAME, required={"requestId": _STR}),
+        _spec("voice.capture.audio.chunk", TO_GAME, required={"requestId": _STR}),
+        _spec("voice.capture.audio.completed", TO_GAME, required={"requestId": _STR}),
     ]
 }
 
-#: Names under which an ack may point at the message it acknowledges.  The
-#: seed does not name the field; the first is what our side writes.
-ACK_REFERENCE_FIELDS = (
-    "sourceMessageId",
-    "ackedMessageId",
-    "ackMessageId",
-    "acknowledgedMessageId",
-    "replyTo",
-    "inReplyTo",
-    "refMessageId",
-)
+#: Where an ack names the message it acknowledges: RPEngine writes and reads
+#: C{acknowledgedMessageId} (app.rs transport_message).  The others are read
+#: only, for peers written to older drafts.
+ACK_REFERENCE_FIELDS = ("acknowledgedMessageId", "sourceMessageId")
+
+#: voice.capture.state values (src/browser-voice-capture.ts CaptureState).
+CAPTURE_STATES = ("listening", "speech_started", "speech_ended")
+#: reply.cancelled reasons RPEngine gives (app.rs cancel_request, cancel_all).
+CANCEL_REASONS = ("requested_by_game", "not_active", "connection_lost")
+#: RPEngine's queue limit (app.rs QUEUE_LIMIT).
+ENGINE_QUEUE_LIMIT = 20
+#: RPEngine remembers this many messageIds for duplicates, across reconnects
+#: of the same tab (app.rs transport_message).
+ENGINE_DEDUP_WINDOW = 2000
 
 MAX_ID_LENGTH = 256
 
@@ -185,10 +257,10 @@ def ackReference(fields: Mapping[str, Any]) -> str | None:
 
 def textOfDelta(fields: Mapping[str, Any]) -> str:
     """
-    The text piece of a C{reply.text.delta}, whichever accepted name it came
-    under (C{text}, C{delta} or C{content}).
+    The text piece of a C{reply.text.delta}: RPEngine writes C{delta}
+    (app.rs gemma_delta); C{text} and C{content} are read for older peers.
     """
-    for name in ("text", "delta", "content"):
+    for name in ("delta", "text", "content"):
         value = fields.get(name)
         if isinstance(value, str):
             return value
@@ -260,12 +332,15 @@ def validate(
             datetime.fromisoformat(timestamp)
         except ValueError:
             raise ProtocolViolation(f"timestamp {timestamp[:40]!r} is not ISO 8601")
-        if sessionId is not None and kind != "hello":
+        # RPEngine acknowledges welcome before it adopts the session, so that
+        # one ack carries sessionId null (app.rs transport_message).
+        unsessioned = kind == "hello" or (kind == "ack" and fields.get("sessionId") is None)
+        if sessionId is not None and not unsessioned:
             if fields.get("sessionId") != sessionId:
                 raise ProtocolViolation(
                     f"sessionId {str(fields.get('sessionId'))[:64]!r} is not this session's"
                 )
-        elif "sessionId" in fields and kind != "hello":
+        elif "sessionId" in fields and not unsessioned:
             _checkId(fields, "sessionId", required=False)
         for name, types in spec.required.items():
             if name not in fields:
@@ -304,7 +379,7 @@ class CardTransfer(TypedDict, total=False):
     mode: Literal["snapshot", "patch", "reference"]
     targetHash: str
     baseHash: str
-    card: dict[str, Any]
+    snapshot: dict[str, Any]
     patch: list[dict[str, Any]]
 
 
@@ -325,12 +400,14 @@ class OutputAudio(TypedDict, total=False):
     model: str
     voice: str
     format: str
+    processing: dict[str, Any]
 
 
 class Output(TypedDict, total=False):
     modalities: list[str]
     language: str
     audio: OutputAudio
+    responseProcessing: dict[str, Any]
 
 
 class Hello(EnvelopeHead, total=False):
@@ -342,7 +419,7 @@ class Welcome(EnvelopeHead):
 
 
 class Ack(EnvelopeHead, total=False):
-    sourceMessageId: str
+    acknowledgedMessageId: str
     duplicate: bool
 
 
@@ -353,6 +430,7 @@ class CharacterSync(EnvelopeHead):
 
 
 class CharacterSynced(EnvelopeHead, total=False):
+    sourceMessageId: str
     characterId: str
     integrationId: str
     targetHash: str
@@ -380,6 +458,8 @@ class VoiceCaptureStart(EnvelopeHead):
     output: NotRequired[Output]
     player: NotRequired[dict[str, Any]]
     card: CardTransfer
+    returnTranscript: NotRequired[bool]
+    silenceBehavior: NotRequired[Literal["error", "restart"]]
 
 
 class RequestRef(EnvelopeHead):
@@ -392,13 +472,15 @@ class RequestRef(EnvelopeHead):
 class ReplyTextDelta(EnvelopeHead):
     requestId: str
     sequence: int
-    text: str
+    delta: str
 
 
 class ReplyTextCompleted(EnvelopeHead, total=False):
     requestId: str
     text: str
-    stats: dict[str, Any]
+    tokenCount: int
+    elapsedMs: float
+    extractedContent: dict[str, list[str]]
 
 
 class ReplyAudioStart(EnvelopeHead, total=False):
@@ -412,16 +494,18 @@ class ReplyAudioChunk(EnvelopeHead):
     requestId: str
     sequence: int
     segmentSequence: int
+    segmentChunkSequence: int
+    segmentChunkCount: int
     data: str
 
 
 class ReplyAudioCompleted(EnvelopeHead, total=False):
     requestId: str
-    segments: int
-    chunks: int
-    bytes: int
-    durationMs: float
-    synthesisMs: float
+    chunkCount: int
+    totalBytes: int
+    durationSeconds: float
+    elapsedMs: float
+    segmentCount: int
 
 
 class CapacityUpdate(EnvelopeHead):
@@ -440,33 +524,58 @@ class RequestError(EnvelopeHead, total=False):
 
 class VoiceCaptureLevel(EnvelopeHead, total=False):
     requestId: str
-    level: float
+    seconds: float
+    peak: float
+    rms: float
 
 
 class VoiceCaptureState(EnvelopeHead, total=False):
     requestId: str
-    state: str
+    state: Literal["listening", "speech_started", "speech_ended"]
+    seconds: float
+    autoEndEnabled: bool
+    message: str | None
 
 
-#: Error codes the seed names, plus the ones this middleware adds (documented).
-ERROR_CODES = frozenset(
+class VoiceCaptureTranscript(EnvelopeHead, total=False):
+    requestId: str
+    text: str
+    language: str
+    elapsedMs: float
+
+
+#: Every C{request.error} code RPEngine emits (app.rs preflight,
+#: start_next_reply, stt_completed, request_error; json_core.rs and session.rs
+#: through invalid_payload, card_resync_required, invalid_character_card;
+#: src/app-host.ts audio_transport_failed), and the middleware's own.
+ENGINE_ERROR_CODES = frozenset(
     {
+        "invalid_payload",
         "card_resync_required",
         "invalid_character_card",
+        "prompt_too_large",
         "service_not_started",
         "capacity_exceeded",
         "duplicate_request",
         "microphone_not_enabled",
+        "voice_capture_active",
         "unsupported_language",
         "unsupported_voice",
+        "invalid_request",
+        "stt_model_not_installed",
+        "empty_speech",
+        "unsupported_sample_rate",
         "request_failed",
-        # Added by rpmiddleware for conditions only the middleware sees.
-        "engine_disconnected",
-        "engine_unavailable",
-        "invalid_audio",
-        "content_blocked",
+        "audio_transport_failed",
     }
 )
+#: The codes RPEngine marks retryable (app.rs request_error_code).
+ENGINE_RETRYABLE_CODES = frozenset({"card_resync_required", "capacity_exceeded"})
+#: Added by rpmiddleware for conditions only the middleware sees.
+MIDDLEWARE_ERROR_CODES = frozenset(
+    {"engine_disconnected", "engine_unavailable", "invalid_audio", "content_blocked"}
+)
+ERROR_CODES = ENGINE_ERROR_CODES | MIDDLEWARE_ERROR_CODES
 
 AUDIO_INPUT_LANGUAGES = frozenset({"en", "ar", "es", "ja", "ko", "vi", "uk", "zh"})
 SPEECH_OUTPUT_LANGUAGES = frozenset(

@@ -11,7 +11,7 @@ from autobahn.twisted.resource import WebSocketResource
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.web.http import HTTPChannel
-from twisted.web.resource import Resource
+from twisted.web.resource import NoResource, Resource
 from twisted.web.server import Site
 
 from rpmiddleware.websocket import OPEN_HANDSHAKE_TIMEOUT
@@ -75,6 +75,19 @@ class GuardedChannel(HTTPChannel):
         super().connectionLost(reason)
 
 
+class ExactPathWebSocketResource(WebSocketResource):
+    """
+    A WebSocket endpoint at its exact path only.  Autobahn's resource is a
+    leaf, so on its own it would also upgrade C{/rp-engine/socket/} and
+    C{/rp-engine/socket/..}: anything below it answers 404 here.
+    """
+
+    def render(self, request: Any) -> Any:
+        if request.postpath:
+            return NoResource().render(request)
+        return super().render(request)
+
+
 def _mount(root: Resource, path: bytes, leaf: Resource) -> None:
     parts = path.strip(b"/").split(b"/")
     node = root
@@ -94,7 +107,7 @@ def buildSite(endpoints: dict[bytes, Any], pages: dict[bytes, Resource] | None =
     """
     root = Resource()
     for path, factory in endpoints.items():
-        _mount(root, path, WebSocketResource(factory))  # type: ignore[arg-type]
+        _mount(root, path, ExactPathWebSocketResource(factory))  # type: ignore[arg-type]
     for path, page in (pages or {}).items():
         _mount(root, path, page)
     site = Site(root, timeout=HTTP_TIMEOUT)

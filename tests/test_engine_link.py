@@ -55,7 +55,7 @@ class Harness:
 
     def ack(self, session: EngineSession, writer: FakeWriter, type: str) -> dict[str, Any]:
         sent = [m for m in writer.sent if m["type"] == type][-1]
-        self.engineSays(session, "ack", sourceMessageId=sent["messageId"])
+        self.engineSays(session, "ack", acknowledgedMessageId=sent["messageId"])
         return sent
 
 

@@ -209,7 +209,7 @@ class AckTests(SynchronousTestCase):
     def test_ackMatched(self) -> None:
         h = SessionHarness(ackTimeout=1.0)
         welcome = h.hello()
-        h.fromEngine("ack", sourceMessageId=welcome["messageId"])
+        h.fromEngine("ack", acknowledgedMessageId=welcome["messageId"])
         self.assertEqual([e.type for e in h.acked], ["welcome"])
         h.clock.advance(10)
         self.assertEqual(h.writer.types(), ["welcome"], "an acked envelope is not sent again")
@@ -241,7 +241,7 @@ class AckTests(SynchronousTestCase):
         h.hello()
         request = h.session.send(Envelope.build("request.cancel", requestId="r"))
         h.clock.advance(2.0)
-        h.fromEngine("ack", sourceMessageId=request.messageId)
+        h.fromEngine("ack", acknowledgedMessageId=request.messageId)
         h.clock.advance(20)
         self.assertEqual(len([m for m in h.writer.sent if m["messageId"] == request.messageId]), 2)
 
@@ -253,9 +253,9 @@ class AckTests(SynchronousTestCase):
         h = SessionHarness(ackEngineMessages=True, ackTimeout=1.0)
         h.hello()
         delta = h.fromEngine("reply.completed", requestId="r")
-        h.fromEngine("ack", sourceMessageId="whatever")
+        h.fromEngine("ack", acknowledgedMessageId="whatever")
         acks = [m for m in h.writer.sent if m["type"] == "ack"]
-        self.assertEqual([a["sourceMessageId"] for a in acks], [delta["messageId"]])
+        self.assertEqual([a["acknowledgedMessageId"] for a in acks], [delta["messageId"]])
         h.clock.advance(10)
         self.assertEqual(len([m for m in h.writer.sent if m["type"] == "ack"]), 1)
 
@@ -275,3 +275,101 @@ class AckTests(SynchronousTestCase):
         self.assertEqual(
             [e.type for e in h.session.unacknowledged()], ["welcome", "request.cancel"]
         )
+
+
+class RPEngineAnswerTests(SynchronousTestCase):
+    """
+    How RPEngine's core really answers (crates/rp-engine-core/src/app.rs,
+    transport_message): every message in order, with an ack naming it in
+    C{acknowledgedMessageId}, or, when it cannot read it, with a
+    C{request.error} C{invalid_payload} that names nothing and no ack.
+    """
+
+    def test_welcomeAckWithoutSession(self) -> None:
+        """
+        RPEngine acks welcome before it adopts the session, so that ack
+        carries C{sessionId: null}; it still stops welcome's retransmission.
+        """
+        h = SessionHarness(ackTimeout=1.0)
+        welcome = h.hello()
+        ack = Envelope.build("ack", None, acknowledgedMessageId=welcome["messageId"]).fields
+        ack["sessionId"] = None
+        h.session.received(ack)
+        self.assertEqual([e.type for e in h.acked], ["welcome"])
+        h.clock.advance(10)
+        self.assertEqual(h.writer.types(), ["welcome"])
+
+    def test_otherMessagesStillNeedTheSession(self) -> None:
+        h = SessionHarness()
+        h.hello()
+        stray = Envelope.build("reply.completed", None, requestId="r").fields
+        stray["sessionId"] = None
+        events = captureLogEvents(self)
+        h.session.received(stray)
+        self.assertEqual(h.delivered, [])
+        self.assertIn("not this session's", " ".join(str(e.get("reason")) for e in events))
+
+    def refuse(self, h: SessionHarness, reason: str = "promptScene must be an object.") -> Envelope:
+        h.fromEngine("request.error", code="invalid_payload", message=reason)
+        return h.delivered[-1]
+
+    def test_refusalTiedToItsRequest(self) -> None:
+        """
+        An untied invalid_payload is the answer to the oldest message RPEngine
+        has not answered: it gets that message's requestId and messageId, and
+        the message is never sent again.
+        """
+        h = SessionHarness(ackTimeout=1.0)
+        welcome = h.hello()
+        h.fromEngine("ack", acknowledgedMessageId=welcome["messageId"])
+        first = h.session.send(Envelope.build("request.cancel", requestId="a"))
+        second = h.session.send(Envelope.build("voice.capture.stop", requestId="b"))
+        request = h.session.send(Envelope.build("reply.completed", requestId="c"))
+        h.fromEngine("ack", acknowledgedMessageId=first.messageId)
+        h.fromEngine("ack", acknowledgedMessageId=second.messageId)
+        error = self.refuse(h)
+        self.assertEqual(error["sourceMessageId"], request.messageId)
+        self.assertEqual(error["requestId"], "c")
+        self.assertIn("RPEngine refused the reply.completed", error["message"])
+        self.assertIn("promptScene must be an object.", error["message"])
+        h.clock.advance(30)
+        self.assertEqual(len([m for m in h.writer.sent if m["messageId"] == request.messageId]), 1)
+
+    def test_refusedWithdrawalNamesNoTurn(self) -> None:
+        """
+        A refused cancel must not end the turn it names: the error keeps no
+        requestId, only the messageId it answers.
+        """
+        h = SessionHarness()
+        welcome = h.hello()
+        h.fromEngine("ack", acknowledgedMessageId=welcome["messageId"])
+        cancel = h.session.send(Envelope.build("request.cancel", requestId="a"))
+        error = self.refuse(h)
+        self.assertEqual(error["sourceMessageId"], cancel.messageId)
+        self.assertNotIn("requestId", error.fields)
+
+    def test_refusalAfterRetransmission(self) -> None:
+        """
+        A retransmitted message is answered again: the answers still line up.
+        """
+        h = SessionHarness(ackTimeout=1.0)
+        welcome = h.hello()
+        h.clock.advance(1.0)  # welcome sent twice, both unanswered
+        h.fromEngine("ack", acknowledgedMessageId=welcome["messageId"])
+        h.fromEngine("ack", acknowledgedMessageId=welcome["messageId"], duplicate=True)
+        request = h.session.send(Envelope.build("request.cancel", requestId="x"))
+        self.refuse(h)
+        self.assertEqual(h.delivered[-1]["sourceMessageId"], request.messageId)
+
+    def test_refusedBeforeSending(self) -> None:
+        """
+        What RPEngine would refuse is not written at all.
+        """
+        from rpmiddleware.enginerules import EngineRefusal
+
+        h = SessionHarness()
+        h.hello()
+        with self.assertRaises(EngineRefusal) as caught:
+            h.session.send(Envelope.build("request.cancel"))
+        self.assertEqual(caught.exception.field, "requestId")
+        self.assertEqual(h.writer.types(), ["welcome"])

@@ -53,9 +53,9 @@ class BuildTests(SynchronousTestCase):
         import json
 
         envelope = Envelope.build(
-            "reply.text.delta", "s", requestId="r", sequence=0, text="a\ud800b"
+            "reply.text.delta", "s", requestId="r", sequence=0, delta="a\ud800b"
         )
-        self.assertEqual(json.loads(envelope.toBytes())["text"], "a\ud800b")
+        self.assertEqual(json.loads(envelope.toBytes())["delta"], "a\ud800b")
 
     def test_replaceKeepsMeta(self) -> None:
         envelope = Envelope.build("reply.completed", "s", requestId="r")
@@ -74,7 +74,7 @@ class ValidateTests(SynchronousTestCase):
 
     def test_everyTypeHasASpec(self) -> None:
         """
-        Every message type the seed names has a typed representation.
+        Every message type RPEngine's core sends or reads (app.rs) has a spec.
         """
         seedTypes = {
             "hello", "welcome", "ack", "character.sync", "character.synced", "reply.request",
@@ -82,13 +82,14 @@ class ValidateTests(SynchronousTestCase):
             "reply.audio.chunk", "reply.audio.completed", "reply.completed", "request.cancel",
             "reply.cancelled", "capacity.update", "request.error", "voice.capture.start",
             "voice.capture.stop", "voice.capture.cancel", "voice.capture.level",
-            "voice.capture.state",
+            "voice.capture.state", "voice.capture.transcript", "voice.capture.audio.start",
+            "voice.capture.audio.chunk", "voice.capture.audio.completed",
         }  # fmt: skip
         self.assertEqual(set(MESSAGES), seedTypes)
 
     def test_valid(self) -> None:
         spec = validate(
-            engineEnvelope("reply.text.delta", requestId="r", sequence=0, text="Hi"),
+            engineEnvelope("reply.text.delta", requestId="r", sequence=0, delta="Hi"),
             Direction.TO_GAME,
             "s1",
         )
@@ -159,7 +160,7 @@ class ValidateTests(SynchronousTestCase):
         self.assertViolation(engineEnvelope("ack"), "acknowledges")
 
     def test_ackVariants(self) -> None:
-        for name in ("sourceMessageId", "ackedMessageId", "replyTo"):
+        for name in ("acknowledgedMessageId", "sourceMessageId"):
             fields = engineEnvelope("ack", **{name: "m1"})
             validate(fields, Direction.TO_GAME, "s1")
             self.assertEqual(ackReference(fields), "m1")

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
+from rpmiddleware.cards import InvalidCard, validateCard
 from rpmiddleware.engine.session import CLOSE_SUPERSEDED, EngineSession
+from rpmiddleware.enginerules import EngineRefusal, checkEnvelope
 from rpmiddleware.envelope import Direction, Envelope, summarize
 from rpmiddleware.messages import MESSAGES
 
@@ -92,12 +94,52 @@ class EngineLink:
             )
             return
         session = self.session
-        if session is None or session.closed:
-            self._holdWithoutEngine(envelope)
+        try:
+            self._check(envelope)
+            if session is None or session.closed:
+                self._holdWithoutEngine(envelope)
+                return
+            session.send(envelope)
+        except EngineRefusal as refusal:
+            self._refused(envelope, refusal)
             return
-        session.send(envelope)
         if spec.opensRequest and envelope.requestId:
             self._open[envelope.requestId] = (session, envelope)
+
+    @staticmethod
+    def _check(envelope: Envelope) -> None:
+        """
+        Refuse here what RPEngine would refuse, so that the turn ends at once
+        with the field named, instead of with RPEngine's untied
+        C{invalid_payload} or C{invalid_character_card}.  The head fields
+        the session stamps later are not judged yet.
+        """
+        fields = envelope.fields
+        checkEnvelope({**fields, "messageId": fields.get("messageId") or "-", "timestamp": "-"})
+        transfer = fields.get("card")
+        if isinstance(transfer, dict) and transfer.get("mode") == "snapshot":
+            try:
+                validateCard(transfer.get("snapshot"))
+            except InvalidCard as e:
+                raise EngineRefusal(f"card.snapshot.{e.field}", e.problem, "invalid_character_card")
+
+    def _refused(self, envelope: Envelope, refusal: EngineRefusal) -> None:
+        self.log.warn(
+            "not sending {envelope}: RPEngine would refuse it ({field} {problem})",
+            envelope=summarize(envelope.fields),
+            field=refusal.field,
+            problem=refusal.problem,
+        )
+        if envelope.type in WITHDRAWING or not envelope.requestId:
+            return
+        self._answer(
+            envelope,
+            "request.error",
+            code=refusal.code,
+            message=f"RPEngine would refuse this {envelope.type}: {refusal}",
+            retryable=False,
+            field=refusal.field,
+        )
 
     def _holdWithoutEngine(self, envelope: Envelope) -> None:
         kind = envelope.type

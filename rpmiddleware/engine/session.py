@@ -9,7 +9,7 @@ object, so tests drive it with a list and a L{Clock}.
 from __future__ import annotations
 
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,6 +18,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from rpmiddleware.enginerules import MAX_MESSAGE_BYTES, EngineRefusal, checkEnvelope
 from rpmiddleware.envelope import (
     Direction,
     Envelope,
@@ -28,6 +29,13 @@ from rpmiddleware.envelope import (
 )
 from rpmiddleware.interfaces import IEngineSessionInfo
 from rpmiddleware.messages import ProtocolViolation, ackReference, validate
+
+#: RPEngine's answer to a message it cannot read: no requestId, no
+#: sourceMessageId, no ack (app.rs transport_message).
+INVALID_PAYLOAD = "invalid_payload"
+#: Messages whose refusal must not end the turn they name: a refused cancel
+#: leaves the turn running in RPEngine.
+_WITHDRAWING = frozenset({"request.cancel", "voice.capture.cancel", "voice.capture.stop"})
 
 #: Close codes this side uses (4000-4999 are for applications).
 CLOSE_HELLO_TIMEOUT = 4008
@@ -98,6 +106,10 @@ class EngineSession:
         self.settled = False
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._unacked: OrderedDict[str, _Unacked] = OrderedDict()
+        #: The messageIds of what we wrote (acks aside), oldest first, until
+        #: RPEngine answers each: it answers every message in order, with an
+        #: ack or with an untied invalid_payload.
+        self._awaitingAnswer: deque[str] = deque()
         self.duplicatesDropped = 0
         self.invalidDropped = 0
         self._helloTimer: IDelayedCall | None = clock.callLater(
@@ -139,8 +151,10 @@ class EngineSession:
             )
             return
         self._remember(messageId)
+        if spec.type == "request.error" and self._untiedRefusal(envelope):
+            self._tieRefusal(envelope)
         if self._options.ackEngineMessages:
-            self.send(Envelope.build("ack", sourceMessageId=messageId))
+            self.send(Envelope.build("ack", acknowledgedMessageId=messageId))
         self._onEnvelope(self, envelope)
 
     def _remember(self, messageId: str) -> None:
@@ -193,8 +207,53 @@ class EngineSession:
         )
         self._writer.close(CLOSE_HELLO_TIMEOUT, "no hello within the handshake timeout")
 
+    @staticmethod
+    def _untiedRefusal(error: Envelope) -> bool:
+        return (
+            error.get("code") == INVALID_PAYLOAD
+            and not error.get("sourceMessageId")
+            and not error.get("requestId")
+        )
+
+    def _tieRefusal(self, error: Envelope) -> None:
+        """
+        Name, in C{error}, the message RPEngine refused: the oldest one it
+        has not answered.  It is not sent again (it would be refused again),
+        and the request it carried ends with this error.
+        """
+        if not self._awaitingAnswer:
+            return
+        messageId = self._awaitingAnswer.popleft()
+        entry = self._forget(messageId)
+        if entry is None:
+            return
+        refused = entry.envelope
+        self.log.warn(
+            "RPEngine refused {envelope}: {reason}",
+            envelope=summarize(refused.fields),
+            reason=error.get("message"),
+            sessionId=self.sessionId,
+        )
+        error["sourceMessageId"] = messageId
+        if refused.requestId and refused.type not in _WITHDRAWING:
+            error["requestId"] = refused.requestId
+        error["message"] = f"RPEngine refused the {refused.type}: {error.get('message') or ''}"
+
+    def _forget(self, messageId: str) -> _Unacked | None:
+        entry = self._unacked.pop(messageId, None)
+        if entry is not None and entry.timer is not None and entry.timer.active():
+            entry.timer.cancel()
+        return entry
+
+    def _answered(self, messageId: str) -> None:
+        if messageId in self._awaitingAnswer:
+            while self._awaitingAnswer.popleft() != messageId:
+                pass
+
     def _acked(self, ack: Envelope) -> None:
         reference = ackReference(ack.fields)
+        if reference:
+            self._answered(reference)
         entry = self._unacked.pop(reference, None) if reference else None
         if entry is None:
             # A late ack for a retransmitted message, or for one we never sent.
@@ -211,6 +270,9 @@ class EngineSession:
         Stamp C{envelope} for this session and write it.  Everything but an
         ack is kept until RPEngine acknowledges it, and sent again with the
         same messageId if that takes longer than the ack timeout.
+
+        @raise EngineRefusal: if RPEngine would refuse it (its rules, or
+            larger than it reads); nothing is written then.
         """
         fields = envelope.fields
         if self.sessionId is not None:
@@ -218,7 +280,14 @@ class EngineSession:
         if not fields.get("messageId"):
             fields["messageId"] = newMessageId()
         fields["timestamp"] = isoTimestamp()
+        checkEnvelope(fields)
         payload = envelope.toBytes()
+        if len(payload) > MAX_MESSAGE_BYTES:
+            raise EngineRefusal(
+                "message", f"is {len(payload)} bytes; RPEngine reads at most {MAX_MESSAGE_BYTES}"
+            )
+        if envelope.type != "ack":
+            self._awaitingAnswer.append(fields["messageId"])
         if envelope.type != "ack" and self._options.maxRetransmits >= 0:
             entry = _Unacked(envelope, payload)
             self._unacked[fields["messageId"]] = entry
@@ -241,6 +310,7 @@ class EngineSession:
             )
             return
         entry.attempts += 1
+        self._awaitingAnswer.append(messageId)
         self.log.info(
             "retransmitting unacknowledged {envelope} (attempt {attempt})",
             envelope=summarize(entry.envelope.fields),
