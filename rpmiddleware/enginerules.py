@@ -23,19 +23,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION
+from rpmiddleware.messages import AUDIO_INPUT_LANGUAGES, SPEECH_MODEL
 
 #: RPEngine refuses a message larger than this (json_core.rs MAX_MESSAGE_BYTES).
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-#: The only speech model RPEngine runs (json_core.rs validate_output).
-SPEECH_MODEL = "gemtavern-supertonic-3"
 AUDIO_PROCESSING_PROFILES = ("narrowband_voice", "cinematic_radio")
 INTERACTION_MODES = ("auto_event", "direct_user")
 #: The three prompt-context fields travel together or not at all.
 PROMPT_CONTEXT_FIELDS = ("interactionMode", "promptScene", "promptDirective")
 PROMPT_SCENE_TEXT_FIELDS = ("kind", "family", "label", "sceneLine")
 PROMPT_DIRECTIVE_TEXT_FIELDS = ("sceneContext", "autoEventGuide", "directUserGuide")
-#: Languages Moonshine transcribes (json_core.rs, event.audio.language).
-AUDIO_INPUT_LANGUAGES = frozenset({"en", "ar", "es", "ja", "ko", "vi", "uk", "zh"})
 SILENCE_BEHAVIORS = ("error", "restart")
 
 # text.rs: the limits of buffered response processing.
