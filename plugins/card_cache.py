@@ -1,10 +1,11 @@
 """
 card-cache: send every character card the cheapest way RPEngine accepts.
 
-The seed lets a request carry its Character Card V2 as a whole C{snapshot},
-an RFC 6902 C{patch} against a card the session already holds, or a bare
-C{reference} to one; caches belong to one connection session and a request
-that names a card RPEngine does not hold fails with C{card_resync_required}.
+A request carries its Character Card V2 as a whole C{snapshot}, an RFC 6902
+C{patch} against the card RPEngine holds, or a bare C{reference} to it.
+RPEngine holds one card per C{integrationId} + C{characterId} for one
+connection session (C{crates/rp-engine-core/src/session.rs}), and a request
+that names a card it does not hold there fails with C{card_resync_required}.
 Games (and the Python API) should not have to know any of that: they send
 snapshots, and this plugin turns each into a reference or a patch when the
 current session has acknowledged what that needs, turns references and
@@ -65,9 +66,6 @@ NAME = "card-cache"
 CARD_BEARING = frozenset({"reply.request", "voice.capture.start", "character.sync"})
 #: Messages after which RPEngine will not ask for the request's card again.
 ENDING = frozenset({"reply.completed", "reply.cancelled", "request.error"})
-#: How many acknowledged hashes one session remembers; a long session that
-#: outgrows it only sends a few more snapshots.
-ACKED_LIMIT = 4096
 #: Meta keys that describe one pass through the chain, not the request.
 _PASS_META = ("decisions", "enteredAt", "origin")
 
@@ -88,9 +86,13 @@ def transferSize(transfer: Any, card: CanonicalCard | None) -> int:
     when its canonical size is known (compact JSON in any key order has the
     same length).
     """
-    if card is None or not isinstance(transfer, dict) or transfer.get("card") is not card.document:
+    if (
+        card is None
+        or not isinstance(transfer, dict)
+        or transfer.get("snapshot") is not card.document
+    ):
         return jsonSize(transfer)
-    return jsonSize({**transfer, "card": 0}) - 1 + card.size
+    return jsonSize({**transfer, "snapshot": 0}) - 1 + card.size
 
 
 def candidatePatch(base: CanonicalCard, target: CanonicalCard) -> list[dict[str, Any]] | None:
@@ -186,26 +188,43 @@ class _Sent:
 @dataclass
 class _SessionCards:
     """
-    What the current RPEngine session has acknowledged, and what is on its way.
+    The card RPEngine holds in the current session for each C{integrationId}
+    + C{characterId}, and what is on its way.
+
+    C{held} names each card by our hash; it is set when a snapshot or patch
+    leaves (RPEngine takes messages in order, so a reference sent after it
+    finds it) and confirmed when RPEngine accepts.  RPEngine's hash is the one
+    that counts: C{engineHash} maps ours to RPEngine's where
+    C{reply.accepted.resolvedCardHash} or C{character.synced.targetHash}
+    showed that they differ, and a card with such a difference is sent as a
+    snapshot without C{targetHash} rather than as a patch whose target hash
+    we cannot know.
     """
 
-    acked: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    latest: dict[Key, str] = field(default_factory=dict)
+    held: dict[Key, str] = field(default_factory=dict)
+    engineHash: OrderedDict[str, str] = field(default_factory=OrderedDict)
     sent: OrderedDict[str, _Sent] = field(default_factory=OrderedDict)
-    syncs: OrderedDict[str, Key] = field(default_factory=OrderedDict)
+    syncs: dict[Key, str] = field(default_factory=dict)
 
-    def acknowledge(self, targetHash: str, key: Key | None) -> None:
-        self.acked[targetHash] = None
-        self.acked.move_to_end(targetHash)
-        while len(self.acked) > ACKED_LIMIT:
-            self.acked.popitem(last=False)
-        if key is not None:
-            self.latest[key] = targetHash
+    def engineHashOf(self, ourHash: str) -> str:
+        return self.engineHash.get(ourHash, ourHash)
 
-    def forget(self, targetHash: str) -> None:
-        self.acked.pop(targetHash, None)
-        for key in [k for k, h in self.latest.items() if h == targetHash]:
-            del self.latest[key]
+    def learn(self, ourHash: str, resolved: Any, key: Key) -> None:
+        """
+        RPEngine now holds the card we call C{ourHash} for C{key}, under its
+        hash C{resolved}.
+        """
+        self.held[key] = ourHash
+        if isinstance(resolved, str) and resolved and resolved != ourHash:
+            self.engineHash[ourHash] = resolved
+            _trim(self.engineHash, ALIAS_LIMIT)
+
+    def forget(self, key: Key) -> None:
+        self.held.pop(key, None)
+
+
+#: How many hashes that RPEngine computes differently one session remembers.
+ALIAS_LIMIT = 4096
 
 
 def _settled(d: Deferred[Any]) -> Any:
@@ -260,11 +279,12 @@ class CardCache(ChainPlugin):
     def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
         self._session = _SessionCards()
 
-    def acknowledged(self) -> list[str]:
+    def held(self) -> dict[Key, str]:
         """
-        The hashes the current session has acknowledged, oldest first.
+        The card (by our hash) RPEngine holds, or is about to hold, for each
+        C{(integrationId, characterId)} in the current session.
         """
-        return list(self._session.acked)
+        return dict(self._session.held)
 
     # Game to engine, in order.
 
@@ -311,13 +331,13 @@ class CardCache(ChainPlugin):
         except InvalidCard as e:
             self._refuse(envelope, context, str(e))
             return None
-        if targetHash is None or (card is None and targetHash not in self._session.acked):
+        key = (str(envelope.get("integrationId", "")), str(envelope.get("characterId", "")))
+        if targetHash is None or (card is None and self._session.held.get(key) != targetHash):
             self._note(envelope, transfer)
             return envelope
-        key = (str(envelope.get("integrationId", "")), str(envelope.get("characterId", "")))
         chosen = await self._cheapest(key, targetHash, card, context)
         envelope["card"] = chosen
-        self._remember(envelope, key, chosen, card)
+        self._remember(envelope, key, chosen, card, targetHash)
         self._note(envelope, chosen, card)
         return envelope
 
@@ -393,11 +413,18 @@ class CardCache(ChainPlugin):
         context: IChainContext,
     ) -> dict[str, Any]:
         session = self._session
-        if targetHash in session.acked or card is None:
-            return {"format": CARD_FORMAT, "mode": "reference", "targetHash": targetHash}
-        baseHash = session.latest.get(key)
-        base = self.store.get(baseHash) if baseHash != targetHash else None
-        if baseHash is not None and base is not None:
+        heldHash = session.held.get(key)
+        if heldHash == targetHash or card is None:
+            return {
+                "format": CARD_FORMAT,
+                "mode": "reference",
+                "targetHash": session.engineHashOf(targetHash),
+            }
+        base = self.store.get(heldHash) if heldHash is not None else None
+        # A patch needs RPEngine's hash of the result; where it hashed the
+        # base differently from us, we cannot know it.
+        trusted = heldHash not in session.engineHash and targetHash not in session.engineHash
+        if heldHash is not None and base is not None and trusted:
             # Diff and check in turns of their own: each is a few ms for a large card.
             operations = await self._inOwnTurn(card.size, context, candidatePatch, base, card)
             if operations is not None and not await self._inOwnTurn(
@@ -405,17 +432,27 @@ class CardCache(ChainPlugin):
             ):
                 operations = None
             # The session may have changed while the reactor served others.
-            if self._session is not session or baseHash not in session.acked:
+            if self._session is not session or session.held.get(key) != heldHash:
                 return await self._cheapest(key, targetHash, card, context)
             if operations is not None:
                 return {
                     "format": CARD_FORMAT,
                     "mode": "patch",
-                    "baseHash": baseHash,
+                    "baseHash": heldHash,
                     "targetHash": targetHash,
                     "patch": operations,
                 }
-        return snapshotTransfer(card.document, targetHash)
+        return self._snapshot(card, targetHash)
+
+    def _snapshot(self, card: CanonicalCard, targetHash: str) -> dict[str, Any]:
+        """
+        A snapshot, with C{targetHash} unless RPEngine hashes this card
+        differently (it is optional: RPEngine computes it).
+        """
+        transfer = snapshotTransfer(card.document, targetHash)
+        if targetHash in self._session.engineHash:
+            del transfer["targetHash"]
+        return transfer
 
     async def _inOwnTurn(
         self, size: int, context: IChainContext, work: Callable[..., Any], *args: Any
@@ -436,20 +473,23 @@ class CardCache(ChainPlugin):
         key: Key,
         chosen: dict[str, Any],
         card: CanonicalCard | None,
+        ourHash: str,
     ) -> None:
         session = self._session
         mode = chosen["mode"]
+        if mode != "reference":
+            # RPEngine resolves in order: what follows finds this card there.
+            session.held[key] = ourHash
         requestId = envelope.requestId
         if requestId is None:
-            if envelope.type == "character.sync" and mode != "reference":
-                session.syncs[chosen["targetHash"]] = key
-                _trim(session.syncs, self._pendingLimit)
+            if envelope.type == "character.sync":
+                session.syncs[key] = ourHash
             return
         fields = {k: v for k, v in envelope.fields.items() if k not in ("messageId", "sessionId")}
         meta = {k: v for k, v in envelope.meta.items() if k not in _PASS_META}
         session.sent.pop(requestId, None)
         session.sent[requestId] = _Sent(
-            fields, meta, key, chosen["targetHash"], mode, chosen.get("baseHash"), card
+            fields, meta, key, ourHash, mode, chosen.get("baseHash"), card
         )
         _trim(session.sent, self._pendingLimit)
 
@@ -492,8 +532,8 @@ class CardCache(ChainPlugin):
         requestId = envelope.requestId
         if kind == "reply.accepted" and requestId is not None:
             sent = session.sent.pop(requestId, None)
-            if sent is not None and sent.mode != "reference":
-                session.acknowledge(sent.targetHash, sent.key)
+            if sent is not None:
+                self._learn(sent.targetHash, envelope.get("resolvedCardHash"), sent.key)
         elif kind == "character.synced":
             self._synced(envelope)
         elif kind == "request.error" and requestId is not None:
@@ -504,17 +544,24 @@ class CardCache(ChainPlugin):
             session.sent.pop(requestId, None)
         return envelope
 
-    def _synced(self, envelope: Envelope) -> None:
+    def _learn(self, ourHash: str, resolved: Any, key: Key) -> None:
         session = self._session
-        targetHash = envelope.get("targetHash")
-        if not isinstance(targetHash, str):
+        if isinstance(resolved, str) and resolved and resolved != session.engineHashOf(ourHash):
+            self.log.warn(
+                "RPEngine hashes card {ourHash} as {resolved}; its hash is used from now on",
+                ourHash=ourHash,
+                resolved=resolved,
+            )
+        session.learn(ourHash, resolved, key)
+
+    def _synced(self, envelope: Envelope) -> None:
+        integrationId, characterId = envelope.get("integrationId"), envelope.get("characterId")
+        if not (isinstance(integrationId, str) and isinstance(characterId, str)):
             return
-        key = session.syncs.pop(targetHash, None)
-        if key is None and isinstance(envelope.get("characterId"), str):
-            integrationId = envelope.get("integrationId")
-            if isinstance(integrationId, str):
-                key = (integrationId, envelope["characterId"])
-        session.acknowledge(targetHash, key)
+        key = (integrationId, characterId)
+        ourHash = self._session.syncs.pop(key, None)
+        if ourHash is not None:
+            self._learn(ourHash, envelope.get("targetHash"), key)
 
     def _resync(self, error: Envelope, requestId: str, context: IChainContext) -> Envelope | None:
         """
@@ -524,16 +571,18 @@ class CardCache(ChainPlugin):
         session = self._session
         sent = session.sent.get(requestId)
         if sent is not None:
-            session.forget(sent.targetHash)
-            if sent.baseHash is not None:
-                session.forget(sent.baseHash)
+            session.forget(sent.key)
         if sent is None or sent.resent or sent.card is None:
             session.sent.pop(requestId, None)
             return error
-        transfer = snapshotTransfer(sent.card.document, sent.targetHash)
+        # Without targetHash: should RPEngine hash this card differently from
+        # us, the snapshot is still taken, and reply.accepted says its hash.
+        transfer = snapshotTransfer(sent.card.document, "")
+        del transfer["targetHash"]
         again = Envelope({**sent.fields, "card": transfer}, dict(sent.meta))
         again.meta["cardResync"] = True
         sent.resent, sent.mode, sent.baseHash = True, "snapshot", None
+        session.held[sent.key] = sent.targetHash
         self.log.info(
             "RPEngine asked for card {targetHash} again; resending {requestId} with a snapshot",
             targetHash=sent.targetHash,

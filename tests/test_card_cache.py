@@ -37,7 +37,7 @@ def independentHash(document: Any) -> str:
 
 
 def snapshot(card: dict[str, Any], targetHash: str | None = None) -> dict[str, Any]:
-    transfer: dict[str, Any] = {"format": "chara_card_v2", "mode": "snapshot", "card": card}
+    transfer: dict[str, Any] = {"format": "chara_card_v2", "mode": "snapshot", "snapshot": card}
     transfer["targetHash"] = targetHash if targetHash is not None else independentHash(card)
     return transfer
 
@@ -48,27 +48,31 @@ def reference(card: dict[str, Any]) -> dict[str, Any]:
 
 class FakeEngineCards:
     """
-    One RPEngine session's card cache, as the seed describes it.
+    One RPEngine session's card cache as RPEngine keeps it: one card per
+    integrationId + characterId (crates/rp-engine-core/src/session.rs).
     """
 
     def __init__(self) -> None:
-        self.cards: dict[str, Any] = {}
+        self.cards: dict[tuple[str, str], tuple[str, Any]] = {}
 
-    def accept(self, transfer: dict[str, Any]) -> str:
-        mode, target = transfer["mode"], transfer["targetHash"]
+    def accept(self, transfer: dict[str, Any], key: tuple[str, str] = ("game", "mira")) -> str:
+        mode, target = transfer["mode"], transfer.get("targetHash")
+        held = self.cards.get(key)
         if mode == "reference":
-            if target not in self.cards:
-                raise AssertionError(f"reference to {target}, which this session lacks")
+            if held is None or held[0] != target:
+                raise AssertionError(f"reference to {target}, which {key} does not hold")
             return target
         if mode == "snapshot":
-            document = transfer["card"]
+            document = transfer["snapshot"]
         else:
-            document = jsonpatch.apply_patch(self.cards[transfer["baseHash"]], transfer["patch"])
+            if held is None or held[0] != transfer["baseHash"]:
+                raise AssertionError(f"patch against {transfer['baseHash']}, not held for {key}")
+            document = jsonpatch.apply_patch(held[1], transfer["patch"])
         actual = independentHash(document)
-        if actual != target:
+        if target is not None and actual != target:
             raise AssertionError(f"targetHash {target} but the card hashes to {actual}")
-        self.cards[target] = copy.deepcopy(document)
-        return target
+        self.cards[key] = (actual, copy.deepcopy(document))
+        return actual
 
 
 def largeCard(entries: int = 300, marker: str = "", edited: int | None = None) -> dict[str, Any]:
@@ -129,8 +133,8 @@ class Rig:
         answer reply.accepted.
         """
         sent = [e for e in self.harness.sentToEngine if e.requestId == requestId][-1]
-        self.engine.accept(sent["card"])
-        self.harness.toGame("reply.accepted", requestId=requestId)
+        resolved = self.engine.accept(sent["card"], (sent["integrationId"], sent["characterId"]))
+        self.harness.toGame("reply.accepted", requestId=requestId, resolvedCardHash=resolved)
 
 
 class FactoryTests(SynchronousTestCase):
@@ -191,7 +195,8 @@ class HashTests(SynchronousTestCase):
     def test_unhashableCardRefused(self) -> None:
         rig = Rig()
         rig.newSession()
-        card = exampleCard(extensions={"huge": 2**60})
+        # A lone surrogate: RPEngine's JSON reader (serde_json) refuses it.
+        card = exampleCard(extensions={"broken": "a\ud800b"})
         rig.request("r1", snapshot(card, "0" * 64))
         self.assertEqual(rig.harness.sentToEngine, [])
         self.assertEqual(rig.harness.sentToGame[0]["code"], "invalid_character_card")
@@ -204,10 +209,13 @@ class TransferTests(SynchronousTestCase):
         card = exampleCard()
         rig.request("r1", snapshot(card))
         self.assertEqual(rig.sent()["card"]["mode"], "snapshot")
-        # Sent but not acknowledged: the next request still carries the card.
+        # RPEngine resolves cards in the order they arrive (app.rs
+        # transport_message), so a request sent right behind the snapshot
+        # may already name it.
         rig.request("r2", snapshot(card))
-        self.assertEqual(rig.sent()["card"]["mode"], "snapshot")
+        self.assertEqual(rig.sent()["card"], reference(card))
         rig.accept("r1")
+        rig.accept("r2")
         rig.request("r3", snapshot(card))
         self.assertEqual(rig.sent()["card"], reference(card))
         rig.engine.accept(rig.sent()["card"])
@@ -272,16 +280,18 @@ class TransferTests(SynchronousTestCase):
         changed = exampleCard(personality="Grumpy.")
         rig.request("r1", snapshot(card))
         rig.accept("r1")
-        rig.request("r2", snapshot(changed))
-        patch = rig.sent()["card"]
-        rig.request("r3", snapshot(card))
+        rig.request("r2", snapshot(card))
         ref = rig.sent()["card"]
-        self.assertEqual((patch["mode"], ref["mode"]), ("patch", "reference"))
+        rig.request("r3", snapshot(changed))
+        patch = rig.sent()["card"]
+        self.assertEqual((ref["mode"], patch["mode"]), ("reference", "patch"))
 
         rig.newSession()
-        rig.request("r2", copy.deepcopy(patch))
+        rig.request("r3", copy.deepcopy(patch))
         self.assertEqual(rig.sent()["card"], snapshot(changed))
-        rig.request("r3", copy.deepcopy(ref))
+        # RPEngine's cache is per integrationId + characterId (session.rs):
+        # another character holds nothing yet.
+        rig.request("r2", copy.deepcopy(ref), characterId="tomas")
         self.assertEqual(rig.sent()["card"], snapshot(card))
 
     def test_patchFromGameLearnt(self) -> None:
@@ -418,16 +428,19 @@ class ResyncTests(SynchronousTestCase):
         self.assertIsNot(again, first)
         self.assertEqual(again.requestId, "r2")
         self.assertEqual(again.type, "reply.request")
-        self.assertEqual(again["card"], snapshot(self.card))
+        # Without targetHash: RPEngine computes it, and says it in reply.accepted.
+        self.assertEqual(
+            again["card"], {"format": "chara_card_v2", "mode": "snapshot", "snapshot": self.card}
+        )
         self.assertEqual(again["event"], first["event"])
         self.assertNotEqual(again.messageId, first.messageId)
         self.assertEqual(again.meta.get("client"), "c7")
         entry = self.rig.timeline.get("r2")
         assert entry is not None
         self.assertEqual(entry.details["cardMode"], "snapshot")
-        # The forgotten hash is not referenced until acknowledged again.
+        # The resent snapshot reaches RPEngine before what follows it.
         self.rig.request("r3", snapshot(self.card))
-        self.assertEqual(self.rig.sent()["card"]["mode"], "snapshot")
+        self.assertEqual(self.rig.sent()["card"]["mode"], "reference")
         self.rig.harness.toGame("reply.accepted", requestId="r2")
         self.rig.request("r4", snapshot(self.card))
         self.assertEqual(self.rig.sent()["card"]["mode"], "reference")
@@ -600,3 +613,65 @@ class PropertyTests(SynchronousTestCase):
         else:
             self.assertIn(transfer["mode"], ("snapshot", "reference"))
             self.assertEqual(rig.engine.accept(transfer), independentHash(target))
+
+
+class EngineHashTests(SynchronousTestCase):
+    """
+    RPEngine's hash is the one that counts (crates/rp-engine-core/src/
+    session.rs hashes with its own canonical form): what it reports in
+    reply.accepted.resolvedCardHash names the card from then on.
+    """
+
+    def setUp(self) -> None:
+        self.rig = Rig()
+        self.rig.newSession()
+        self.card = exampleCard()
+        self.ours = independentHash(self.card)
+        self.theirs = "f" * 64
+        self.rig.request("r1", snapshot(self.card))
+        self.rig.harness.toGame("reply.accepted", requestId="r1", resolvedCardHash=self.theirs)
+
+    def test_referenceUsesEngineHash(self) -> None:
+        self.rig.request("r2", snapshot(self.card))
+        self.assertEqual(
+            self.rig.sent()["card"],
+            {"format": "chara_card_v2", "mode": "reference", "targetHash": self.theirs},
+        )
+
+    def test_noPatchWhoseTargetCannotBeKnown(self) -> None:
+        """
+        Where RPEngine hashed the base differently, the target's hash cannot
+        be known: the change goes as a snapshot without targetHash, which
+        RPEngine computes itself.
+        """
+        changed = exampleCard(scenario="The inn is on fire.")
+        self.rig.request("r2", snapshot(changed))
+        transfer = self.rig.sent()["card"]
+        self.assertEqual(transfer["mode"], "snapshot")
+        self.assertEqual(transfer["targetHash"], independentHash(changed))
+        self.rig.request("r3", snapshot(self.card))
+        self.assertEqual(self.rig.sent()["card"]["mode"], "snapshot")
+        self.assertNotIn("targetHash", self.rig.sent()["card"])
+
+    def test_characterSyncTeachesTheHash(self) -> None:
+        envelope = self.rig.harness.envelope(
+            "character.sync",
+            integrationId="game",
+            characterId="tomas",
+            card=snapshot(exampleCard(name="Tomas")),
+        )
+        self.rig.harness.toEngine(envelope)
+        self.rig.harness.toGame(
+            "character.synced", integrationId="game", characterId="tomas", targetHash="e" * 64
+        )
+        self.rig.request("r2", snapshot(exampleCard(name="Tomas")), characterId="tomas")
+        self.assertEqual(self.rig.sent()["card"]["targetHash"], "e" * 64)
+        self.assertEqual(self.rig.sent()["card"]["mode"], "reference")
+
+    def test_referenceOnlyForTheSameCharacter(self) -> None:
+        """
+        RPEngine holds one card per integrationId + characterId: the same
+        card for another character is sent whole.
+        """
+        self.rig.request("r2", snapshot(self.card), characterId="tomas")
+        self.assertEqual(self.rig.sent()["card"]["mode"], "snapshot")
