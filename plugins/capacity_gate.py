@@ -1,12 +1,22 @@
 """
 capacity-gate: submit new work only while RPEngine has room for it.
 
-The seed says to submit new work only while C{acceptingRequests} is true;
-RPEngine answers work beyond its queue with C{capacity_exceeded}.  Several
-clients share one RPEngine, so rather than let each of them learn that the
-hard way, this plugin keeps RPEngine's last C{capacity.update}, counts what it
-submitted since, and holds the rest in a small local queue served round-robin
-between clients (FIFO within each), releasing work as capacity returns.
+RPEngine queues at most 20 requests (its captures, queued and active replies)
+and answers work beyond that with C{capacity_exceeded}.  Several clients
+share one RPEngine, so rather than let each of them learn that the hard way,
+this plugin counts RPEngine's queue as RPEngine does and holds the rest in a
+small local queue served round-robin between clients (FIFO within each),
+releasing work as capacity returns.
+
+The count: RPEngine answers each request with C{reply.accepted} (or a
+refusal) and only then publishes C{capacity.update}, whose C{queueDepth}
+includes it; it publishes one on every change, several per request
+(crates/rp-engine-core/src/app.rs accept_reply, start_next_reply,
+complete_if_ready, publish_capacity).  So the room left is the limit, less
+the last depth RPEngine published, less the requests submitted that it has
+not yet answered, which no update can include yet.  Counting the updates
+themselves instead (room returns with each one) would let a burst of 22
+clients overrun the queue.
 
 Held requests are dropped from the chain and originated again later, never
 held with a Deferred: a C{request.cancel} for a held request must reach this
@@ -60,9 +70,9 @@ class _Held:
 @dataclass
 class _Submitted:
     held: _Held
-    #: The capacity.update generation it was submitted under: counted in
-    #: C{_since} while that generation lasts, in RPEngine's queueDepth after.
-    generation: int
+    #: Whether RPEngine answered it (reply.accepted): from then on it is in
+    #: the queueDepth RPEngine publishes.
+    accepted: bool = False
 
 
 def clientOf(envelope: Envelope) -> str:
@@ -102,8 +112,6 @@ class CapacityGate(ChainPlugin):
         self._accepting: bool | None = None
         self._depth = 0
         self._limit = assumedLimit
-        self._since = 0
-        self._generation = 0
         self._assumed = False
         self._timer: IDelayedCall | None = None
         self._context: IChainContext | None = None
@@ -135,7 +143,7 @@ class CapacityGate(ChainPlugin):
             "queueLimit": self._limit,
             "held": self.held(),
             "inFlight": len(self._inFlight),
-            "submittedSinceUpdate": self._since,
+            "awaitingAcceptance": self._unanswered(),
             "assumed": self._assumed,
             "engineConnected": self._live,
         }
@@ -146,8 +154,7 @@ class CapacityGate(ChainPlugin):
         self._context = context
         self._cancelTimer()
         self._live, self._accepting, self._assumed = True, None, False
-        self._depth = self._since = 0
-        self._generation += 1
+        self._depth = 0
         self._inFlight.clear()
         self._timer = context.reactor.callLater(self.assumeAfter, self._assume)
 
@@ -156,7 +163,7 @@ class CapacityGate(ChainPlugin):
         # engine link's to resend or fail.
         self._cancelTimer()
         self._live, self._accepting, self._assumed = False, None, False
-        self._depth = self._since = 0
+        self._depth = 0
         self._inFlight.clear()
 
     def _cancelTimer(self) -> None:
@@ -175,8 +182,7 @@ class CapacityGate(ChainPlugin):
             limit=self._limit,
         )
         self._accepting, self._assumed = True, True
-        self._depth = self._since = 0
-        self._generation += 1
+        self._depth = 0
         self._release()
 
     # Game to engine.
@@ -209,8 +215,13 @@ class CapacityGate(ChainPlugin):
         self._release()
         return None
 
+    def _unanswered(self) -> int:
+        return sum(1 for submitted in self._inFlight.values() if not submitted.accepted)
+
     def _canSubmit(self) -> bool:
-        return bool(self._live and self._accepting and self._depth + self._since < self._limit)
+        return bool(
+            self._live and self._accepting and self._depth + self._unanswered() < self._limit
+        )
 
     def _heldCount(self) -> int:
         return sum(len(q) for q in self._queues.values())
@@ -240,7 +251,6 @@ class CapacityGate(ChainPlugin):
     def _submitted(self, held: _Held) -> None:
         envelope = held.envelope
         assert envelope.requestId is not None
-        self._since += 1
         self._turn += 1
         self._lastServed.pop(held.client, None)
         self._lastServed[held.client] = self._turn
@@ -249,7 +259,7 @@ class CapacityGate(ChainPlugin):
                 if client not in self._queues:
                     del self._lastServed[client]
         kept = _Held(_fresh(envelope), held.client, held.seq)
-        self._inFlight[envelope.requestId] = _Submitted(kept, self._generation)
+        self._inFlight[envelope.requestId] = _Submitted(kept)
 
     def _release(self) -> None:
         """
@@ -313,15 +323,21 @@ class CapacityGate(ChainPlugin):
             self._update(envelope)
             self._release()
             return envelope
+        requestId = envelope.requestId
+        if kind == "reply.accepted" and requestId in self._inFlight:
+            self._inFlight[requestId].accepted = True
+            return envelope
         if kind not in TERMINAL:
             return envelope
-        requestId = envelope.requestId
         submitted = self._inFlight.pop(requestId, None) if requestId is not None else None
         if submitted is not None:
-            self._uncount(submitted)
             if kind == "request.error" and envelope.get("code") == "capacity_exceeded":
                 self._requeue(submitted)
                 return None
+            if submitted.accepted:
+                # RPEngine publishes the smaller depth right after; counting
+                # it now frees the place without waiting for that update.
+                self._depth = max(0, self._depth - 1)
         self._release()
         return envelope
 
@@ -337,16 +353,8 @@ class CapacityGate(ChainPlugin):
             self._depth = max(0, depth)
         if isinstance(limit, int) and not isinstance(limit, bool):
             self._limit = max(0, limit)
-        self._since = 0
-        self._generation += 1
         self._assumed = False
         self._cancelTimer()
-
-    def _uncount(self, submitted: _Submitted) -> None:
-        if submitted.generation == self._generation:
-            self._since = max(0, self._since - 1)
-        else:
-            self._depth = max(0, self._depth - 1)
 
     def _requeue(self, submitted: _Submitted) -> None:
         """
@@ -354,7 +362,7 @@ class CapacityGate(ChainPlugin):
         terminal message or capacity.update says otherwise) and put the
         request back first in its client's queue; the client never knows.
         """
-        self._depth = max(self._depth, self._limit - self._since)
+        self._depth = max(self._depth, self._limit - self._unanswered())
         self.log.info(
             "RPEngine refused {requestId} with capacity_exceeded; holding it again",
             requestId=submitted.held.envelope.requestId,

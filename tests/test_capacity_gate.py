@@ -123,10 +123,20 @@ class GateTests(SynchronousTestCase):
         self.assertEqual(self.rig.sent(), ["r1"])
 
     def test_queueLimitCountsInFlight(self) -> None:
+        """
+        Room is the limit less RPEngine's published depth less what it has
+        not yet answered: it answers reply.accepted before the update that
+        counts the request (app.rs accept_reply).
+        """
         self.rig.capacity(depth=0, limit=2)
         for rid in ("r1", "r2", "r3"):
             self.rig.request(rid)
         self.assertEqual(self.rig.sent(), ["r1", "r2"])
+        self.rig.end("r1", "reply.accepted")
+        self.rig.capacity(depth=1, limit=2)
+        self.assertEqual(self.rig.sent(), ["r1", "r2"], "r2 is not counted by RPEngine yet")
+        self.assertEqual(self.rig.plugin.state()["awaitingAcceptance"], 1)
+        self.rig.end("r2", "reply.accepted")
         self.rig.capacity(depth=2, limit=2)
         self.assertEqual(self.rig.sent(), ["r1", "r2"])
         self.rig.end("r1")
@@ -134,8 +144,30 @@ class GateTests(SynchronousTestCase):
         self.rig.request("r4")
         self.assertEqual(self.rig.plugin.held(), ["r4"])
         self.rig.capacity(depth=1, limit=2)
+        self.assertEqual(self.rig.plugin.held(), ["r4"], "r3 is still unanswered")
+        self.rig.end("r3", "reply.accepted")
+        self.rig.capacity(depth=1, limit=2)
         self.assertEqual(self.rig.sent(), ["r1", "r2", "r3", "r4"])
-        self.assertEqual(self.rig.plugin.state()["submittedSinceUpdate"], 1)
+
+    def test_burstOfTwentyTwoNeverOverruns(self) -> None:
+        """
+        22 clients at once against RPEngine's queue of 20, answered the way
+        RPEngine answers (reply.accepted then capacity.update for each, in
+        order): 20 are submitted, two wait here, none is refused.
+        """
+        self.rig.capacity(depth=0, limit=20)
+        for i in range(22):
+            self.rig.request(f"r{i}", client=f"c{i}")
+        self.assertEqual(len(self.rig.sent()), 20)
+        for depth, requestId in enumerate(list(self.rig.sent()), start=1):
+            self.rig.end(str(requestId), "reply.accepted")
+            self.rig.capacity(depth=depth, limit=20, accepting=depth < 20)
+            self.assertEqual(len(self.rig.sent()), 20)
+        self.assertEqual(len(self.rig.plugin.held()), 2)
+        self.rig.end("r0")
+        self.rig.capacity(depth=19, limit=20)
+        self.assertEqual(len(self.rig.sent()), 21)
+        self.assertEqual(self.rig.toGame("request.error"), [])
 
     def test_terminalFreesAPlace(self) -> None:
         self.rig.capacity(limit=1)
