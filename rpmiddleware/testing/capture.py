@@ -1,84 +1,154 @@
 """
 A simulated browser microphone for C{voice.capture.start}.
 
-In RPEngine the player speaks into the browser and a VAD (FireRedVAD) ends
-the utterance by itself; the game may end it early with C{voice.capture.stop}
-or throw it away with C{voice.capture.cancel}.  Here the "speech" is a fixed
-length of simulated time with a few level readings, which is all a game or a
-middleware plugin can observe of it.
+In RPEngine the player speaks into the browser (src/browser-voice-capture.ts)
+and a voice activity detector (FireRedVAD, its policy in
+crates/rp-engine-core/src/worker.rs VadWorkerPolicyCore and vad.rs
+VadStateCore) reports C{listening}, C{speech_started} and C{speech_ended};
+the microphone worklet (public/microphone-worklet.js) reports levels every
+0.1 s.  RPEngine's core (app.rs C{capture_state}) stops the capture itself on
+C{speech_ended}; the game may stop it earlier with C{voice.capture.stop} or
+throw it away with C{voice.capture.cancel}.  With no speech within 8 s the
+browser either fails the capture or, with C{silenceBehavior: "restart"},
+starts listening again; a capture held for 30 s stops recording and waits.
+
+Here the player follows a script of L{PlayerTake}s (silence, then speech of
+some length, then what recognition will make of it), on simulated time.
+This class is the browser's side: it reports what happened to the engine
+through L{CaptureEvents}, which sends what RPEngine's core would.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Protocol
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from rpmiddleware.testing.replystream import Emit
+from rpmiddleware.testing.simoptions import PlayerTake
 
-#: How many C{voice.capture.level} messages one utterance produces.
-LEVEL_READINGS = 4
+#: FireRedVAD's timing (vad.rs VadStateCore defaults, worker.rs).
+SPEECH_START_SECONDS = 0.2
+MINIMUM_SPEECH_SECONDS = 0.25
+SILENCE_END_SECONDS = 0.1
+NO_SPEECH_SECONDS = 8.0
+#: The browser stops recording after this long (browser-voice-capture.ts).
+MAX_CAPTURE_SECONDS = 30.0
+
+NO_SPEECH_MESSAGE = "No speech was heard within 8 seconds."
+STILL_LISTENING_MESSAGE = "Nothing heard yet; listening on."
+LIMIT_MESSAGE = "The 30-second recording limit was reached; stop or cancel the capture."
+SILENT_RECORDING_MESSAGE = "The recording holds no audible input."
 
 
-def levelReading(index: int) -> float:
+class CaptureEvents(Protocol):
     """
-    A deterministic, speech-like microphone level in 0..1.
+    What the browser tells RPEngine's core about a capture (the host events
+    C{captureState}, C{captureLevel}, C{captureFailed} and
+    C{captureCompleted} of src/app-host.ts).
     """
-    return round(0.25 + 0.5 * abs(math.sin(1.3 * (index + 1))), 3)
+
+    def captureState(
+        self,
+        capture: MicrophoneCapture,
+        state: str,
+        seconds: float,
+        autoEndEnabled: bool,
+        message: str | None,
+    ) -> None: ...
+
+    def captureLevel(
+        self, capture: MicrophoneCapture, seconds: float, peak: float, rms: float
+    ) -> None: ...
+
+    def captureFailed(self, capture: MicrophoneCapture, message: str) -> None: ...
+
+    def captureCompleted(
+        self, capture: MicrophoneCapture, speechSeconds: float, take: PlayerTake
+    ) -> None: ...
+
+
+def level(index: int, speaking: bool) -> tuple[float, float]:
+    """
+    A deterministic microphone level (peak, rms): speech-like while the
+    player speaks, room noise otherwise.
+    """
+    if not speaking:
+        return 0.004, 0.001
+    peak = round(0.25 + 0.5 * abs(math.sin(1.3 * (index + 1))), 4)
+    return peak, round(peak * 0.3, 4)
+
+
+def _seconds(value: float) -> float:
+    return round(value, 3)
 
 
 class MicrophoneCapture:
     """
-    One capture: C{listening}, then C{speaking} with level readings, then
-    C{processing} when the simulated VAD (or L{stop}) ends the speech.
+    One capture, in one or more listening windows.
 
-    @param onSpeech: called with the seconds of speech heard, once the state
-        is C{processing}; not called after L{cancel}.
+    @param nextTake: gives the player's take for each new window.
+    @param restartOnSilence: C{silenceBehavior} is C{"restart"}.
     """
 
     def __init__(
         self,
         requestId: str,
-        emit: Emit,
         clock: IReactorTime,
-        speechSeconds: float,
-        onSpeech: Callable[[float], None],
+        events: CaptureEvents,
+        nextTake: Callable[[], PlayerTake],
+        restartOnSilence: bool,
+        levelInterval: float = 0.1,
     ) -> None:
         self.requestId = requestId
-        self._emit = emit
         self._clock = clock
-        self._speechSeconds = max(0.0, speechSeconds)
-        self._onSpeech = onSpeech
+        self._events = events
+        self._nextTake = nextTake
+        self.restartOnSilence = restartOnSilence
+        self._levelInterval = levelInterval if levelInterval > 0 else 0.1
         self._timers: list[IDelayedCall] = []
-        self._speakingSince: float | None = None
+        self.take = PlayerTake()
+        self._windowStart = 0.0
+        self._levelIndex = 0
+        #: C{idle}, C{recording}, C{held} (at the 30 s limit), C{stopping}.
         self.state = "idle"
+        self.windows = 0
 
     @property
-    def capturing(self) -> bool:
-        return self.state in ("listening", "speaking")
+    def recording(self) -> bool:
+        return self.state in ("recording", "held")
 
-    def _later(self, delay: float, f: Callable[..., object], *args: object) -> None:
+    # Timeline of one window, relative to its start
+
+    def _speechStart(self) -> float | None:
+        """
+        When the detector reports speech, or C{None} if it never does.
+        """
+        speech = self.take.speechSeconds
+        if speech is None or speech < SPEECH_START_SECONDS:
+            return None
+        started = max(0.0, self.take.silenceSeconds) + SPEECH_START_SECONDS
+        return started if started < NO_SPEECH_SECONDS else None
+
+    def _speaking(self, at: float) -> bool:
+        speech = self.take.speechSeconds or 0.0
+        begin = max(0.0, self.take.silenceSeconds)
+        return begin <= at < begin + speech
+
+    def _heard(self, until: float) -> float:
+        """
+        Seconds of speech recorded by C{until} (window time).
+        """
+        speech = self.take.speechSeconds or 0.0
+        begin = max(0.0, self.take.silenceSeconds)
+        return max(0.0, min(until, begin + speech, MAX_CAPTURE_SECONDS) - begin)
+
+    def _at(self, offset: float, f: Callable[..., None], *args: object) -> None:
+        when = self._windowStart + offset
         self._timers = [t for t in self._timers if t.active()]
+        delay = max(0.0, when - self._clock.seconds())
         self._timers.append(self._clock.callLater(delay, f, *args))
-
-    def _setState(self, state: str) -> None:
-        self.state = state
-        self._emit("voice.capture.state", requestId=self.requestId, state=state)
-
-    def start(self) -> None:
-        self._setState("listening")
-        self._later(0, self._speak)
-
-    def _speak(self) -> None:
-        self._speakingSince = self._clock.seconds()
-        self._setState("speaking")
-        for i in range(LEVEL_READINGS):
-            self._later(self._speechSeconds * i / LEVEL_READINGS, self._level, i)
-        self._later(self._speechSeconds, self._end)
-
-    def _level(self, index: int) -> None:
-        self._emit("voice.capture.level", requestId=self.requestId, level=levelReading(index))
 
     def _cancelTimers(self) -> None:
         for timer in self._timers:
@@ -86,28 +156,94 @@ class MicrophoneCapture:
                 timer.cancel()
         self._timers = []
 
-    def _end(self) -> None:
-        self._cancelTimers()
-        since = self._speakingSince
-        heard = 0.0 if since is None else self._clock.seconds() - since
-        self._setState("processing")
-        self._onSpeech(heard)
+    # Life
 
-    def stop(self) -> bool:
+    def start(self) -> None:
         """
-        End the speech now (C{voice.capture.stop}); C{False} if it already
-        ended.
-        """
-        if not self.capturing:
-            return False
-        self._end()
-        return True
-
-    def cancel(self, announce: bool = True) -> None:
-        """
-        Discard the capture; the microphone goes back to C{idle}.
+        Start a listening window (app.rs C{CaptureStart}); the detector
+        reports C{listening} in the next reactor step (worker.rs start).
         """
         self._cancelTimers()
-        if announce and self.state != "idle":
-            self._setState("idle")
+        self.take = self._nextTake()
+        self.windows += 1
+        self.state = "recording"
+        self._windowStart = self._clock.seconds()
+        self._levelIndex = 0
+        self._at(0.0, self._report, "listening", 0.0, True, None)
+        self._at(self._levelInterval, self._level)
+        started = self._speechStart()
+        if started is None:
+            self._at(NO_SPEECH_SECONDS, self._noSpeech)
+            return
+        self._at(started, self._report, "speech_started", started, True, None)
+        assert self.take.speechSeconds is not None
+        quiet = max(0.0, self.take.silenceSeconds) + self.take.speechSeconds + SILENCE_END_SECONDS
+        if quiet > MAX_CAPTURE_SECONDS:
+            self._at(MAX_CAPTURE_SECONDS, self._limit)
+        elif self.take.speechSeconds + 1e-9 >= MINIMUM_SPEECH_SECONDS:
+            self._at(quiet, self._report, "speech_ended", quiet, True, None)
+        else:
+            # Too short to count: the detector listens again (vad.rs), and
+            # with no speech detected any more the 8 s rule applies.
+            self._at(quiet, self._report, "listening", quiet, True, None)
+            self._at(max(quiet, NO_SPEECH_SECONDS), self._noSpeech)
+
+    def _report(self, state: str, seconds: float, autoEnd: bool, message: str | None) -> None:
+        self._events.captureState(self, state, _seconds(seconds), autoEnd, message)
+
+    def _level(self) -> None:
+        if self.state != "recording":
+            return
+        self._levelIndex += 1
+        at = self._levelIndex * self._levelInterval
+        peak, rms = level(self._levelIndex, self._speaking(at - self._levelInterval / 2))
+        self._events.captureLevel(self, _seconds(at), peak, rms)
+        self._at(at + self._levelInterval, self._level)
+
+    def _noSpeech(self) -> None:
+        if self.state != "recording":
+            return
+        if not self.restartOnSilence:
+            self.state = "failed"
+            self._cancelTimers()
+            self._events.captureFailed(self, NO_SPEECH_MESSAGE)
+            return
+        # The browser discards the silent window and listens again
+        # (browser-voice-capture.ts restartSilentCapture).
+        self._events.captureState(self, "listening", 0.0, True, STILL_LISTENING_MESSAGE)
+        self.start()
+
+    def _limit(self) -> None:
+        if self.state != "recording":
+            return
+        self._cancelTimers()
+        self.state = "held"
+        self._events.captureState(self, "listening", MAX_CAPTURE_SECONDS, False, LIMIT_MESSAGE)
+
+    def stop(self) -> None:
+        """
+        Stop recording (app.rs C{CaptureStop}) and hand the recording over
+        in the next reactor step: C{captureCompleted} with the speech heard
+        so far, or C{captureFailed} for a recording with no speech in it.
+        """
+        if not self.recording:
+            return
+        heard = self._heard(self._clock.seconds() - self._windowStart)
+        self._cancelTimers()
+        self.state = "stopping"
+        self._timers.append(self._clock.callLater(0, self._finalized, heard))
+
+    def _finalized(self, heard: float) -> None:
+        self.state = "idle"
+        if heard <= 0:
+            self._events.captureFailed(self, SILENT_RECORDING_MESSAGE)
+        else:
+            self._events.captureCompleted(self, heard, self.take)
+
+    def cancel(self) -> None:
+        """
+        Throw the capture away (app.rs C{CaptureCancel}); nothing more is
+        reported.
+        """
+        self._cancelTimers()
         self.state = "idle"

@@ -1,116 +1,109 @@
 """
-The simulated RPEngine's checks of an envelope's head, before anything else.
+How the simulated RPEngine reads a frame from the game, before anything else.
 
-These decide whether a message from the game is valid at all (and so is
-acknowledged) or is answered with C{request_failed} and logged as a protocol
-error.  They are written here from the seed rather than taken from
-L{rpmiddleware.messages.validate}, so the simulator does not share the
-middleware's mistakes; it is stricter where the seed is explicit (for
-example C{protocolVersion} must be the number 3).
+RPEngine (crates/rp-engine-core/src/app.rs C{transport_message}) parses each
+message as JSON and checks it with json_core.rs C{validate_envelope_value};
+anything that fails is answered with C{request.error}
+C{{code: "invalid_payload", message}} -- no requestId, no sourceMessageId, no
+ack -- and otherwise ignored.  Messages over 8 MiB are refused too
+(json_core.rs C{MAX_MESSAGE_BYTES}, docs/protocol-v3.md).  RPEngine does not
+check the sessionId, nor refuse unknown types: those are acknowledged and
+ignored.
+
+The envelope rules themselves are L{rpmiddleware.enginerules.checkEnvelope};
+this module adds the frame: size, UTF-8, strict JSON (as serde_json reads
+it: no NaN or Infinity, no number too large for a double, no lone
+surrogate, nesting at most 128 deep).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
 from typing import Any
 
-from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION
+from rpmiddleware.enginerules import MAX_MESSAGE_BYTES, EngineRefusal, checkEnvelope
+from rpmiddleware.envelope import loadJson
 
-#: What the game may send, and which of those name a request.
-GAME_TYPES = frozenset(
-    {
-        "welcome",
-        "ack",
-        "character.sync",
-        "reply.request",
-        "request.cancel",
-        "voice.capture.start",
-        "voice.capture.stop",
-        "voice.capture.cancel",
-    }
-)
-REQUEST_TYPES = frozenset(GAME_TYPES - {"welcome", "ack", "character.sync"})
-#: What only RPEngine sends: a game sending one of these is confused.
-ENGINE_TYPES = frozenset(
-    {
-        "hello",
-        "character.synced",
-        "reply.accepted",
-        "reply.text.delta",
-        "reply.text.completed",
-        "reply.audio.start",
-        "reply.audio.chunk",
-        "reply.audio.completed",
-        "reply.completed",
-        "reply.cancelled",
-        "capacity.update",
-        "request.error",
-        "voice.capture.level",
-        "voice.capture.state",
-    }
-)
-#: Where an ack names the message it acknowledges; we write the first.
-ACK_REFERENCES = ("sourceMessageId", "ackedMessageId", "acknowledgedMessageId", "replyTo")
+#: serde_json's default recursion limit.
+MAX_NESTING = 128
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
-def text(value: Any) -> str | None:
+class InvalidPayload(ValueError):
     """
-    C{value} if it is a non-empty string, else C{None}.
+    A frame RPEngine answers with C{invalid_payload}; the message says why.
     """
-    return value if isinstance(value, str) and value else None
+
+
+def _tooDeep(value: Any) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > MAX_NESTING:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _hasLoneSurrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _LONE_SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def checkFields(fields: Any) -> dict[str, Any]:
+    """
+    A decoded message as an envelope RPEngine accepts.
+
+    @raise InvalidPayload: saying what RPEngine would refuse.
+    """
+    if not isinstance(fields, dict):
+        raise InvalidPayload("the message is not a JSON object")
+    try:
+        checkEnvelope(fields)
+    except EngineRefusal as e:
+        raise InvalidPayload(str(e))
+    return fields
+
+
+def decodeFrame(payload: bytes | str) -> dict[str, Any]:
+    """
+    A text frame as an envelope RPEngine accepts.
+
+    @raise InvalidPayload: saying what RPEngine would refuse.
+    """
+    size = len(payload.encode("utf-8", "surrogatepass") if isinstance(payload, str) else payload)
+    if size > MAX_MESSAGE_BYTES:
+        raise InvalidPayload(f"the message is {size} bytes, over the 8 MiB limit")
+    try:
+        fields = loadJson(payload)
+    except (ValueError, RecursionError) as e:
+        raise InvalidPayload(f"the message is not JSON: {e}")
+    if _tooDeep(fields):
+        raise InvalidPayload(f"the message nests deeper than {MAX_NESTING} levels")
+    if _hasLoneSurrogate(fields):
+        raise InvalidPayload("the message holds a lone surrogate escape")
+    return checkFields(fields)
 
 
 def ackReference(fields: dict[str, Any]) -> str | None:
-    return next((fields[n] for n in ACK_REFERENCES if text(fields.get(n))), None)
-
-
-def headProblem(fields: Any, sessionId: str | None) -> str | None:
     """
-    What is wrong with an envelope's common fields, or C{None}.
-
-    @param sessionId: the established session, or C{None} before welcome.
+    The messageId a game's C{ack} acknowledges, if it names one.
     """
-    if not isinstance(fields, dict):
-        return "an envelope must be a JSON object"
-    if fields.get("protocol") != PROTOCOL:
-        return f"protocol must be {PROTOCOL!r}, got {fields.get('protocol')!r}"
-    version = fields.get("protocolVersion")
-    if type(version) is not int or version != PROTOCOL_VERSION:
-        return f"protocolVersion must be {PROTOCOL_VERSION}, got {version!r}"
-    if "messageId" not in fields:
-        return "messageId is missing"
-    if text(fields["messageId"]) is None:
-        return "messageId must be a non-empty string"
-    timestamp = fields.get("timestamp")
-    if timestamp is None:
-        return "timestamp is missing"
-    try:
-        datetime.fromisoformat(str(timestamp))
-    except ValueError:
-        return f"timestamp must be ISO 8601, got {str(timestamp)[:40]!r}"
-    kind = fields.get("type")
-    if kind in ENGINE_TYPES:
-        return f"{kind} is sent by RPEngine, not by the game"
-    if kind not in GAME_TYPES:
-        return f"unknown message type {kind!r}"
-    if sessionId is None:
-        if kind != "welcome":
-            return f"{kind} before welcome"
-    elif fields.get("sessionId") != sessionId:
-        return f"sessionId {fields.get('sessionId')!r} is not this session's {sessionId!r}"
-    if kind in REQUEST_TYPES and text(fields.get("requestId")) is None:
-        return f"{kind} needs a requestId"
-    return None
-
-
-def welcomeProblem(fields: dict[str, Any], sessionId: str | None) -> str | None:
-    """
-    What is wrong with a (new, not duplicate) welcome, or C{None}.
-    """
-    if sessionId is not None:
-        return "welcome repeated on an established session"
-    if text(fields.get("sessionId")) is None:
-        return "welcome needs a sessionId"
-    if not isinstance(fields.get("serverVersion"), str):
-        return "welcome needs a serverVersion"
-    return None
+    value = fields.get("acknowledgedMessageId")
+    return value if isinstance(value, str) and value else None

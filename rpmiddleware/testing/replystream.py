@@ -1,12 +1,22 @@
 """
-One simulated reply: text deltas, sentence audio and the terminal messages.
+One simulated reply, from generation to C{reply.completed}.
 
-RPEngine streams text and speech concurrently: a sentence is synthesised as
-soon as its text is complete, so audio chunks interleave with later text
-deltas and may start before C{reply.text.completed}.  Every message is its own
-reactor step (C{callLater}, with a delay of 0 when unpaced) so a
-C{request.cancel} arriving mid-stream really interrupts it, as it would with
-the browser app.
+This is the part of RPEngine's state machine between C{begin_gemma} and
+C{complete_if_ready} (C{crates/rp-engine-core/src/app.rs}): the model
+streams tokens (C{gemma_delta}), each becoming a clean C{reply.text.delta};
+sentences go to speech synthesis one at a time as soon as they are complete
+(C{start_tts_if_needed}), and each synthesised sentence is sent at once as
+C{reply.audio.start} (the first time) and 32 KiB C{reply.audio.chunk}s
+(C{tts_completed}, C{take_reply_audio_transport} and src/socket-adapter.ts),
+so audio interleaves with later text deltas.  When generation ends
+(C{gemma_completed}) the text is completed, with C{extractedContent} when
+buffered response processing was asked for, in which case nothing was
+streamed before; once the last sentence is sent, C{reply.audio.completed}
+and C{reply.completed} follow.
+
+Every model token and every synthesised sentence is its own reactor step
+(C{callLater}, with a delay of 0 when unpaced), so a C{request.cancel}
+arriving mid-stream really interrupts it, as it would in the browser app.
 """
 
 from __future__ import annotations
@@ -20,18 +30,29 @@ from typing import Any, Protocol
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
+from rpmiddleware.testing.responsetext import (
+    ChangedText,
+    DisplayTextStream,
+    ResponseProcessing,
+    SpeechChunker,
+    displayText,
+    synthesisText,
+)
 from rpmiddleware.testing.tones import (
     OUTPUT_FORMAT,
     OUTPUT_SAMPLE_RATE,
+    sampleCount,
     segmentFrequency,
     sineTone,
-    splitSamples,
 )
+
+#: RPEngine sends speech in chunks of 32 KiB of PCM16 (app.rs
+#: PCM_CHUNK_BYTES, src/socket-adapter.ts sendAudioSegment).
+PCM_CHUNK_BYTES = 32 * 1024
+PCM_CHUNK_SAMPLES = PCM_CHUNK_BYTES // 2
 
 #: A token is a word with the whitespace that follows it.
 _TOKEN = re.compile(r"\S+\s*")
-#: A token that ends a sentence: terminal punctuation, maybe closing quotes.
-_SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019)\]]*$")
 
 
 class Emit(Protocol):
@@ -46,35 +67,43 @@ class Pacing:
 
     tokensPerSecond: float | None = None
     audioRealtime: bool = False
-    chunkSamples: int = 4410
+    chunkSamples: int = PCM_CHUNK_SAMPLES
     secondsPerCharacter: float = 0.05
 
 
 def tokenize(text: str) -> list[str]:
     """
-    The deltas of C{text}: joined again they give C{text} without leading
-    whitespace.
+    The model tokens of C{text}: joined again they give C{text} without
+    leading whitespace.
     """
     return _TOKEN.findall(text)
 
 
-def endsSentence(token: str) -> bool:
-    return _SENTENCE_END.search(token.rstrip()) is not None
+def chunked(pcm: bytes, chunkBytes: int) -> list[bytes]:
+    """
+    PCM cut into chunks of C{chunkBytes}; none for no audio.
+    """
+    if chunkBytes <= 0:
+        raise ValueError("chunk size must be positive")
+    return [pcm[i : i + chunkBytes] for i in range(0, len(pcm), chunkBytes)]
 
 
 class ReplyStream:
     """
-    The output of one accepted request, from C{reply.accepted} to
-    C{reply.completed}.
+    The output of one active request, after C{reply.accepted}.
 
-    Pacing follows a logical timeline fixed when the reply is accepted
-    (token M{i} is due at start + (i+1)/tokensPerSecond; a chunk is due when
-    its sentence is complete and, in real time, when the previous chunk has
-    played), so a reactor running late, or a L{Clock} advanced in one big
-    step, delivers the same messages and statistics as a punctual one.
+    Pacing follows a logical timeline fixed when generation starts (token
+    M{i} is due at start + (i+1)/tokensPerSecond; with C{audioRealtime} a
+    sentence takes as long to synthesise as it plays), so a reactor running
+    late, or a L{Clock} advanced in one big step, delivers the same messages
+    and figures as a punctual one.
 
-    @param onFinished: called once, after C{reply.completed} was sent; never
-        after L{stop}.
+    @param onFinished: called once, right after C{reply.completed} was
+        sent; never after L{stop}.
+    @param onFailed: called with an error code and message if the reply
+        fails (as C{fail_active} would end it); never after L{stop}.
+    @param modalities: echoed in C{reply.completed}.
+    @param processing: buffered response processing, if asked for.
     """
 
     def __init__(
@@ -87,206 +116,225 @@ class ReplyStream:
         pacing: Pacing,
         onFinished: Callable[[ReplyStream], None],
         transcript: str | None = None,
+        *,
+        modalities: list[Any] | None = None,
+        processing: ResponseProcessing | None = None,
+        onFailed: Callable[[ReplyStream, str, str], None] | None = None,
     ) -> None:
         self.requestId = requestId
-        self.text = text.strip()
+        self.text = text
         self.wantAudio = wantAudio
         self.transcript = transcript
+        self.modalities = (
+            modalities if modalities is not None else (["text", "audio"] if wantAudio else ["text"])
+        )
+        self.processing = processing
         self._emit = emit
         self._clock = clock
         self._pacing = pacing
         self._onFinished = onFinished
-        self._tokens = tokenize(self.text)
-        self._nextToken = 0
-        self._sentenceStart = 0
-        self._offset = 0
-        self._textTimer: IDelayedCall | None = None
-        self._audioTimer: IDelayedCall | None = None
-        self._endTimer: IDelayedCall | None = None
-        #: Sentences waiting to be sent: (segment, chunks, logical ready time).
-        self._pending: deque[tuple[int, deque[bytes], float]] = deque()
-        self._chunkInSegment = 0
+        self._onFailed = onFailed
+        self._tokens = tokenize(text)
+        self._timers: list[IDelayedCall] = []
+        self._display = DisplayTextStream()
+        self._chunker = SpeechChunker() if wantAudio else None
+        self._pending: deque[tuple[int, str]] = deque()
+        self._inflight: tuple[int, str] | None = None
+        self._raw = ""
+        self._clean = ""
+        self._deltaSequence = 0
         self._startedAt = 0.0
-        self._textEndAt = 0.0
-        self._audioCursor = 0.0
-        self._audioAt = 0.0
-        self._firstSentenceAt: float | None = None
-        self.textDone = False
-        self.audioDone = not wantAudio
+        self.generationDone = False
         self.audioStarted = False
         self.stopped = False
         self.finished = False
+        #: Figures of the speech sent so far (C{reply.audio.completed}'s).
         self.segments = 0
         self.chunks = 0
         self.audioBytes = 0
-        self.audioSamples = 0
+        self.audioSeconds = 0.0
+        self.synthesisMs = 0.0
 
     def start(self) -> None:
         """
-        Begin in the next reactor step, so the game's own messages queued in
-        this one are handled first.
+        Begin generating in the next reactor step, so the game's own
+        messages queued in this one are handled first.
         """
         self._startedAt = self._clock.seconds()
-        self._textTimer = self._clock.callLater(0, self._accept)
+        if self._tokens:
+            self._at(self._tokenTime(0), self._token, 0)
+        else:
+            self._at(self._startedAt, self._generated)
 
     def stop(self) -> None:
         """
-        Stop generating; nothing more is sent for this request.
+        Stop generating and synthesising; nothing more is sent.
         """
         self.stopped = True
-        for timer in (self._textTimer, self._audioTimer, self._endTimer):
-            if timer is not None and timer.active():
+        for timer in self._timers:
+            if timer.active():
                 timer.cancel()
-        self._textTimer = self._audioTimer = self._endTimer = None
+        self._timers = []
         self._pending.clear()
 
-    def _at(self, when: float, f: Callable[[], None]) -> IDelayedCall:
-        return self._clock.callLater(max(0.0, when - self._clock.seconds()), f)
+    def _at(self, when: float, f: Callable[..., None], *args: Any) -> None:
+        self._timers = [t for t in self._timers if t.active()]
+        delay = max(0.0, when - self._clock.seconds())
+        self._timers.append(self._clock.callLater(delay, f, when, *args))
 
     def _tokenTime(self, index: int) -> float:
         rate = self._pacing.tokensPerSecond
         return self._startedAt + ((index + 1) / rate if rate else 0.0)
 
-    def _accept(self) -> None:
-        self._audioCursor = self._startedAt
-        fields: dict[str, Any] = {"requestId": self.requestId}
-        if self.transcript is not None:
-            fields["transcript"] = self.transcript
-        self._emit("reply.accepted", **fields)
-        self._scheduleText()
+    def _fail(self, code: str, message: str) -> None:
+        self.stop()
+        if self._onFailed is not None:
+            self._onFailed(self, code, message)
 
-    # Text
+    # Generation (app.rs gemma_delta, gemma_completed)
 
-    def _scheduleText(self) -> None:
-        due = self._tokenTime(self._nextToken) if self._tokens else self._startedAt
-        self._textTimer = self._at(due, self._textStep)
-
-    def _textStep(self) -> None:
-        self._textTimer = None
-        if self._nextToken < len(self._tokens):
-            index = self._nextToken
-            token = self._tokens[index]
-            self._nextToken += 1
-            self._offset += len(token)
-            self._textEndAt = self._tokenTime(index)
-            self._emit("reply.text.delta", requestId=self.requestId, sequence=index, text=token)
-            if self.wantAudio and endsSentence(token):
-                self._sentenceReady(self._offset, self._textEndAt)
+    def _token(self, now: float, index: int) -> None:
+        token = self._tokens[index]
+        self._raw += token
+        if self.processing is None:
+            clean = self._display.push(token)
+            if clean:
+                self._delta(clean)
+            if self._chunker is not None:
+                try:
+                    self._pending.extend(self._chunker.update(self._raw, False))
+                except ChangedText as e:
+                    self._fail("request_failed", str(e))
+                    return
+        self._startSynthesis(now)
+        if index + 1 < len(self._tokens):
+            self._at(self._tokenTime(index + 1), self._token, index + 1)
         else:
-            self._textEndAt = self._startedAt
-        if self._nextToken < len(self._tokens):
-            self._scheduleText()
-            return
-        if self.wantAudio and self.text[self._sentenceStart :].strip():
-            # Speak a last sentence that lacks terminal punctuation, too.
-            self._sentenceReady(len(self.text), self._textEndAt)
-        self.textDone = True
+            # The model reports completion after its last token.
+            self._at(now, self._generated)
+
+    def _delta(self, clean: str) -> None:
         self._emit(
-            "reply.text.completed",
-            requestId=self.requestId,
-            text=self.text,
-            stats={"tokens": len(self._tokens), "durationMs": self._ms(self._textEndAt)},
+            "reply.text.delta", requestId=self.requestId, sequence=self._deltaSequence, delta=clean
         )
-        self._audioMaybeDone()
-        self._maybeFinish()
+        self._deltaSequence += 1
+        self._clean += clean
 
-    # Audio
-
-    def _sentenceReady(self, end: int, readyAt: float) -> None:
-        sentence = self.text[self._sentenceStart : end].strip()
-        self._sentenceStart = end
-        if self._firstSentenceAt is None:
-            self._firstSentenceAt = readyAt
-        segment = self.segments
-        self.segments += 1
-        pcm = sineTone(segmentFrequency(segment), len(sentence) * self._pacing.secondsPerCharacter)
-        chunks = deque(splitSamples(pcm, self._pacing.chunkSamples))
-        self._pending.append((segment, chunks, readyAt))
-        if self._audioTimer is None:
-            self._scheduleAudio()
-
-    def _scheduleAudio(self) -> None:
-        self._audioAt = max(self._audioCursor, self._pending[0][2])
-        self._audioTimer = self._at(self._audioAt, self._audioStep)
-
-    def _audioStep(self) -> None:
-        self._audioTimer = None
-        if not self.audioStarted:
-            self.audioStarted = True
-            self._emit(
-                "reply.audio.start",
-                requestId=self.requestId,
-                format=OUTPUT_FORMAT,
-                sampleRate=OUTPUT_SAMPLE_RATE,
-                channels=1,
-            )
-        segment, chunks, _ = self._pending[0]
-        data = chunks.popleft()
-        final = not chunks
-        samples = len(data) // 2
-        self._emit(
-            "reply.audio.chunk",
-            requestId=self.requestId,
-            sequence=self.chunks,
-            segmentSequence=segment,
-            chunkSequence=self._chunkInSegment,
-            final=final,
-            data=base64.b64encode(data).decode("ascii"),
-            samples=samples,
-        )
-        self.chunks += 1
-        self.audioBytes += len(data)
-        self.audioSamples += samples
-        self._chunkInSegment += 1
+    def _generated(self, now: float) -> None:
+        if self.processing is None:
+            tail = self._display.finish()
+            if tail:
+                self._delta(tail)
+        generated = self._raw
+        processed = self.processing.process(generated) if self.processing is not None else None
+        textSource = processed.text if processed is not None else generated
+        audioSource = processed.audio if processed is not None else generated
+        if self._chunker is not None:
+            try:
+                self._pending.extend(self._chunker.update(audioSource, True))
+            except ChangedText as e:
+                self._fail("request_failed", str(e))
+                return
+        final = displayText(textSource).strip()
         if final:
-            self._pending.popleft()
-            self._chunkInSegment = 0
-        playback = samples / OUTPUT_SAMPLE_RATE if self._pacing.audioRealtime else 0.0
-        self._audioCursor = self._audioAt + playback
-        if self._pending:
-            self._scheduleAudio()
-        else:
-            self._audioMaybeDone()
-            self._maybeFinish()
+            self._clean = final
+        self.generationDone = True
+        completed: dict[str, Any] = {
+            "requestId": self.requestId,
+            "text": self._clean,
+            "tokenCount": len(self._tokens),
+            "elapsedMs": self._ms(now - self._startedAt),
+        }
+        if processed is not None:
+            completed["extractedContent"] = processed.extracted
+        self._emit("reply.text.completed", **completed)
+        self._startSynthesis(now)
+        self._completeIfReady()
 
-    def _audioMaybeDone(self) -> None:
-        if self.audioDone or not self.textDone or self._pending or self._audioTimer is not None:
+    # Speech (app.rs start_tts_if_needed, tts_completed)
+
+    def _startSynthesis(self, now: float) -> None:
+        """
+        Hand the next complete sentence to speech synthesis, if none is
+        being synthesised.  A sentence with nothing left to say once tags
+        are dropped is skipped without a segment, as in RPEngine.
+        """
+        if self._chunker is None or self._inflight is not None or not self._pending:
             return
-        self.audioDone = True
-        firstSentence = self._firstSentenceAt if self._firstSentenceAt is not None else 0.0
+        segment, sentence = self._pending.popleft()
+        spoken = synthesisText(sentence).strip()
+        if not spoken:
+            return
+        self._inflight = (segment, spoken)
+        seconds = self._speechSeconds(spoken)
+        self._at(now + (seconds if self._pacing.audioRealtime else 0.0), self._synthesised, now)
+
+    def _speechSeconds(self, spoken: str) -> float:
+        return len(spoken) * self._pacing.secondsPerCharacter
+
+    def _synthesised(self, now: float, began: float) -> None:
+        assert self._inflight is not None
+        segment, spoken = self._inflight
+        self._inflight = None
+        seconds = self._speechSeconds(spoken)
+        pcm = sineTone(segmentFrequency(segment), seconds)
+        parts = chunked(pcm, self._pacing.chunkSamples * 2)
+        firstSequence = self.chunks
+        sendStart = not self.audioStarted
+        self.audioStarted = True
+        self.segments += 1
+        self.chunks += len(parts)
+        self.audioBytes += len(pcm)
+        self.audioSeconds += sampleCount(seconds) / OUTPUT_SAMPLE_RATE
+        self.synthesisMs += self._ms(now - began)
+        # The next sentence starts synthesising before this one is sent.
+        self._startSynthesis(now)
+        if sendStart:
+            self._audioStart()
+        for index, part in enumerate(parts):
+            self._emit(
+                "reply.audio.chunk",
+                requestId=self.requestId,
+                sequence=firstSequence + index,
+                segmentSequence=segment,
+                segmentChunkSequence=index,
+                segmentChunkCount=len(parts),
+                data=base64.b64encode(part).decode("ascii"),
+            )
+        self._completeIfReady()
+
+    def _audioStart(self) -> None:
         self._emit(
-            "reply.audio.completed",
+            "reply.audio.start",
             requestId=self.requestId,
-            segments=self.segments,
-            chunks=self.chunks,
-            bytes=self.audioBytes,
-            durationMs=self.audioSamples * 1000.0 / OUTPUT_SAMPLE_RATE,
-            synthesisMs=round(max(0.0, self._audioAt - firstSentence) * 1000.0, 3),
+            format=OUTPUT_FORMAT,
+            sampleRate=OUTPUT_SAMPLE_RATE,
+            channels=1,
         )
 
-    # The end
+    # The end (app.rs complete_if_ready)
 
-    def _maybeFinish(self) -> None:
-        if self.textDone and self.audioDone and self._endTimer is None and not self.finished:
-            self._endTimer = self._clock.callLater(0, self._finish)
-
-    def _finish(self) -> None:
-        self._endTimer = None
+    def _completeIfReady(self) -> None:
+        if self.finished or self.stopped or not self.generationDone:
+            return
+        if self._chunker is not None and (self._inflight is not None or self._pending):
+            return
         self.finished = True
-        end = max(self._textEndAt, self._audioCursor if self.wantAudio else self._textEndAt)
-        stats: dict[str, Any] = {"tokens": len(self._tokens), "durationMs": self._ms(end)}
-        if self.wantAudio:
-            stats.update(
-                audioSegments=self.segments,
-                audioChunks=self.chunks,
-                audioBytes=self.audioBytes,
-                audioDurationMs=self.audioSamples * 1000.0 / OUTPUT_SAMPLE_RATE,
+        if self._chunker is not None:
+            if not self.audioStarted:
+                self._audioStart()
+            self._emit(
+                "reply.audio.completed",
+                requestId=self.requestId,
+                chunkCount=self.chunks,
+                totalBytes=self.audioBytes,
+                durationSeconds=self.audioSeconds,
+                elapsedMs=self.synthesisMs,
+                segmentCount=self.segments,
             )
-        self._emit("reply.completed", requestId=self.requestId, stats=stats)
+        self._emit("reply.completed", requestId=self.requestId, modalities=self.modalities)
         self._onFinished(self)
 
-    def _ms(self, until: float) -> float:
-        """
-        Milliseconds from acceptance to a point on the logical timeline.
-        """
-        return round((until - self._startedAt) * 1000.0, 3)
+    @staticmethod
+    def _ms(seconds: float) -> float:
+        return round(seconds * 1000.0, 3)

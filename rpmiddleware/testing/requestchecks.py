@@ -1,150 +1,121 @@
 """
-The simulated RPEngine's checks of a turn's C{output} and C{event}.
+The checks RPEngine's core makes of a turn after it accepted it, and the
+shape of its errors.
 
-Each check raises L{RequestError} with the error code RPEngine would put in its
-C{request.error}; the order of the checks in the engine decides which of
-several problems a request is rejected for.  The tables come from
-L{rpmiddleware.messages}, which copies them from the seed.
+The envelope itself was checked on arrival
+(L{rpmiddleware.enginerules.checkEnvelope}, RPEngine's json_core.rs
+C{validate_envelope_value}); what is left is decided when a reply becomes
+active (crates/rp-engine-core/src/app.rs C{start_next_reply}): the output
+language must be one speech synthesis knows and the voice one of its ten,
+whatever the modalities, and a recording must decode (audio.rs
+C{decode_audio_input_inner}).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
+import math
+import struct
 from typing import Any
 
-from rpmiddleware.messages import (
-    AUDIO_INPUT_LANGUAGES,
-    INPUT_AUDIO_FORMATS,
-    INPUT_SAMPLE_RATE,
-    MAX_INPUT_AUDIO_SECONDS,
-    SPEECH_MODEL,
-    SPEECH_OUTPUT_LANGUAGES,
-    VOICES,
+#: Languages Supertonic 3 speaks (app.rs supported_tts_language); RPEngine
+#: checks the output language against them even for text-only replies.
+TTS_LANGUAGES = frozenset(
+    (
+        "en ko es pt fr de it pl ru nl cs ar zh ja hu tr fi sk da hr el sv nb he uk id ms "
+        "vi th ro bg"
+    ).split()
 )
-from rpmiddleware.testing.tones import SAMPLE_WIDTHS, inputDuration
-
-MODALITIES = ("text", "audio")
+#: Supertonic 3's voices (app.rs supported_voice): F1-F5 and M1-M5.
+VOICES = frozenset(f"{kind}{n}" for kind in "FM" for n in range(1, 6))
+#: The voice when a request names none (app.rs start_next_reply).
+DEFAULT_VOICE = "F4"
+#: Errors a game may retry as they are (app.rs request_error_code).
+RETRYABLE_CODES = frozenset({"card_resync_required", "capacity_exceeded"})
+#: Speech recognition takes at most this much audio (audio.rs MAX_STT_SECONDS).
+MAX_STT_SECONDS = 30
+STT_SAMPLE_RATE = 16000
+#: Names of the languages speech recognition has a model for (app.rs
+#: language_name), for messages.
+STT_LANGUAGE_NAMES = {
+    "ar": "Arabic",
+    "es": "Spanish",
+    "ja": "Japanese",
+    "ko": "Korean",
+    "vi": "Vietnamese",
+    "uk": "Ukrainian",
+    "zh": "Chinese",
+    "en": "English",
+}
 
 
 class RequestError(Exception):
     """
-    A request RPEngine refuses, with the fields of its C{request.error}.
+    A request RPEngine refuses or fails, with the fields of its
+    C{request.error}; C{retryable} is RPEngine's rule unless given.
     """
 
-    def __init__(self, code: str, message: str, retryable: bool = False) -> None:
+    def __init__(self, code: str, message: str, retryable: bool | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
-        self.retryable = retryable
+        self.retryable = code in RETRYABLE_CODES if retryable is None else retryable
 
 
-def _failed(message: str) -> RequestError:
-    return RequestError("request_failed", message)
-
-
-def _nonEmptyString(value: Any) -> bool:
-    return isinstance(value, str) and value != ""
-
-
-def checkIdentity(fields: Mapping[str, Any]) -> None:
+def pointer(fields: Any, *path: str) -> Any:
     """
-    A turn or sync names the integration and the character it is for.
+    The value at C{path} inside nested objects, or C{None}.
     """
-    for name in ("integrationId", "characterId"):
-        if not _nonEmptyString(fields.get(name)):
-            raise _failed(f"{name} must be a non-empty string")
+    for name in path:
+        if not isinstance(fields, dict):
+            return None
+        fields = fields.get(name)
+    return fields
 
 
-def checkOutput(output: Any) -> bool:
+def checkSpeechOutput(fields: dict[str, Any]) -> None:
     """
-    Check C{output} and say whether speech was asked for.  A missing
-    C{output} or C{modalities} means text only.
+    The output language and voice of an active reply.
+
+    @raise RequestError: C{unsupported_language} or C{unsupported_voice}.
     """
-    if output is None:
-        return False
-    if not isinstance(output, Mapping):
-        raise _failed("output must be an object")
-    modalities = output.get("modalities", ["text"])
-    if not isinstance(modalities, list) or not all(isinstance(m, str) for m in modalities):
-        raise _failed("output.modalities must be an array of strings")
-    unknown = [m for m in modalities if m not in MODALITIES]
-    if unknown:
-        raise _failed(f"output.modalities has unknown modality {unknown[0]!r}")
-    if "text" not in modalities:
-        raise _failed('output.modalities must be ["text"] or ["text", "audio"]')
-    if "audio" not in modalities:
-        return False
-    language = output.get("language")
-    if language not in SPEECH_OUTPUT_LANGUAGES:
-        raise RequestError(
-            "unsupported_language", f"output.language {language!r} is not a speech-output language"
-        )
-    audio = output.get("audio")
-    if not isinstance(audio, Mapping):
-        raise RequestError("unsupported_voice", "output.audio with a voice is required for speech")
-    voice = audio.get("voice")
+    language = pointer(fields, "output", "language")
+    language = language if isinstance(language, str) else "en"
+    if language not in TTS_LANGUAGES:
+        raise RequestError("unsupported_language", f"speech output has no language {language!r}")
+    voice = pointer(fields, "output", "audio", "voice")
+    voice = voice if isinstance(voice, str) else DEFAULT_VOICE
     if voice not in VOICES:
-        raise RequestError(
-            "unsupported_voice", f"output.audio.voice {voice!r} is not F1-F5 or M1-M5"
-        )
-    model = audio.get("model")
-    if model is not None and model != SPEECH_MODEL:
-        raise _failed(f"output.audio.model must be {SPEECH_MODEL!r}, got {model!r}")
-    fmt = audio.get("format")
-    if fmt is not None and fmt != "pcm_s16le":
-        raise _failed(f"output.audio.format must be 'pcm_s16le', got {fmt!r}")
-    return True
+        raise RequestError("unsupported_voice", f"there is no voice {voice!r}; use F1-F5 or M1-M5")
 
 
-def checkEvent(event: Any) -> float | None:
+def wantsAudio(fields: dict[str, Any]) -> bool:
+    modalities = pointer(fields, "output", "modalities")
+    return isinstance(modalities, list) and "audio" in modalities
+
+
+def recordingSeconds(audio: dict[str, Any]) -> float:
     """
-    Check C{event} and return the seconds of its recording, or C{None} if
-    it has none.
+    The length of an C{event.audio} recording, decoded as RPEngine decodes
+    it for speech recognition.
+
+    @raise RequestError: C{request_failed} if it does not decode.
     """
-    if not isinstance(event, Mapping):
-        raise _failed("event must be an object with text, audio or both")
-    text = event.get("text")
-    if text is not None and not isinstance(text, str):
-        raise _failed("event.text must be a string")
-    audio = event.get("audio")
-    if not text and audio is None:
-        raise _failed("event must have text or audio")
-    if audio is None:
-        return None
-    return _checkAudio(audio)
-
-
-def _checkAudio(audio: Any) -> float:
-    if not isinstance(audio, Mapping):
-        raise _failed("event.audio must be an object")
-    fmt = audio.get("format")
-    if fmt not in INPUT_AUDIO_FORMATS:
-        raise _failed(f"event.audio.format must be pcm_s16le or pcm_f32le, got {fmt!r}")
-    rate = audio.get("sampleRate")
-    if rate != INPUT_SAMPLE_RATE or isinstance(rate, bool):
-        raise _failed(f"event.audio.sampleRate must be {INPUT_SAMPLE_RATE}, got {rate!r}")
-    channels = audio.get("channels")
-    if channels != 1 or isinstance(channels, bool):
-        raise _failed(f"event.audio.channels must be 1 (mono), got {channels!r}")
-    data = audio.get("data")
-    if not isinstance(data, str):
-        raise _failed("event.audio.data must be a base64 string")
+    if audio.get("sampleRate") != STT_SAMPLE_RATE or audio.get("channels") != 1:
+        raise RequestError("request_failed", "speech recognition needs 16 kHz mono audio")
     try:
-        raw = base64.b64decode(data, validate=True)
+        data = base64.b64decode(str(audio.get("data", "")), validate=True)
     except (binascii.Error, ValueError):
-        raise _failed("event.audio.data is not valid base64")
-    if not raw:
-        raise _failed("event.audio.data is empty")
-    if len(raw) % SAMPLE_WIDTHS[fmt]:
-        raise _failed(f"event.audio.data is not a whole number of {fmt} samples")
-    seconds = inputDuration(raw, fmt, INPUT_SAMPLE_RATE)
-    if seconds > MAX_INPUT_AUDIO_SECONDS:
-        raise _failed(f"audio longer than 30 s ({seconds:.2f} s)")
-    language = audio.get("language")
-    if language is not None and language not in AUDIO_INPUT_LANGUAGES:
-        raise RequestError(
-            "unsupported_language", f"event.audio.language {language!r} is not an input language"
-        )
-    return seconds
+        raise RequestError("request_failed", "the recording is not valid base64")
+    width = 2 if audio.get("format") == "pcm_s16le" else 4
+    if not data or len(data) % width:
+        raise RequestError("request_failed", "the recording is not a whole number of samples")
+    samples = len(data) // width
+    if width == 4:
+        for (value,) in struct.iter_unpack("<f", data):
+            if not math.isfinite(value):
+                raise RequestError("request_failed", "the recording has a non-finite sample")
+    if samples > STT_SAMPLE_RATE * MAX_STT_SECONDS:
+        raise RequestError("request_failed", f"the recording is longer than {MAX_STT_SECONDS} s")
+    return samples / STT_SAMPLE_RATE

@@ -1,53 +1,104 @@
 """
 The RPEngine side of protocol v3, without any transport.
 
-L{SimulatedEngine} reads decoded envelopes from the game and writes full
-envelopes through a callable, pacing everything with an L{IReactorTime}, so
-tests drive it with a list and a L{Clock} and the WebSocket client in
-L{rpmiddleware.testing.simulator} drives it with the real reactor.  It is
-strict where the seed is explicit, so a middleware bug shows up as a
-C{request.error} or an entry in L{SimulatedEngine.protocolErrors}, and it
-keeps logs (what it received, sent, processed, cancelled) for assertions.
+L{SimulatedEngine} reads envelopes from the game and writes full envelopes
+through a callable, pacing everything with an L{IReactorTime}, so tests drive
+it with a list and a L{Clock} and the WebSocket client in
+L{rpmiddleware.testing.simulator} drives it with the real reactor.
+
+It behaves as RPEngine's core does (crates/rp-engine-core/src/app.rs,
+C{CoreSession}; each method below names the function it follows): the same
+acknowledgements, the same errors in the same order, the same
+C{capacity.update} at the same moments, the same streams.  What RPEngine's
+browser host does around the core -- the microphone, the models -- is
+simulated (L{rpmiddleware.testing.capture},
+L{rpmiddleware.testing.replystream}).  It keeps logs (what it received,
+sent, processed, cancelled) for assertions.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.testing.capture import MicrophoneCapture
+from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, isoTimestamp
+from rpmiddleware.testing.capture import CaptureEvents, MicrophoneCapture
 from rpmiddleware.testing.cardstore import SessionCardStore
-from rpmiddleware.testing.envelopecheck import ackReference, headProblem, text, welcomeProblem
+from rpmiddleware.testing.envelopecheck import (
+    InvalidPayload,
+    ackReference,
+    checkFields,
+    decodeFrame,
+)
 from rpmiddleware.testing.replystream import ReplyStream
-from rpmiddleware.testing.requestchecks import RequestError, checkEvent, checkIdentity, checkOutput
-from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText
+from rpmiddleware.testing.requestchecks import (
+    STT_LANGUAGE_NAMES,
+    RequestError,
+    checkSpeechOutput,
+    pointer,
+    recordingSeconds,
+    wantsAudio,
+)
+from rpmiddleware.testing.responsetext import ResponseProcessing
+from rpmiddleware.testing.simoptions import PlayerTake, SimulatorOptions, defaultReplyText
+
+#: RPEngine remembers this many messageIds to spot duplicates (app.rs
+#: transport_message).
+DUPLICATE_WINDOW = 2000
+#: The message of the state RPEngine reports when a capture that heard
+#: nothing listens again (app.rs stt_completed); the brief quotes it.
+LISTENING_AGAIN = "No speech was recognized; listening again."
 
 
 @dataclass
-class _Turn:
+class _Reply:
+    """
+    A queued or active reply (app.rs QueuedReply / ActiveReply).
+    """
+
     requestId: str
     fields: dict[str, Any]
-    wantAudio: bool
-    state: str = "queued"  # "capturing", "queued" or "active"
+    card: Any
     transcript: str | None = None
-    capture: MicrophoneCapture | None = None
     stream: ReplyStream | None = None
+    timers: list[IDelayedCall] = field(default_factory=list)
+
+    @property
+    def sourceMessageId(self) -> str:
+        return str(self.fields.get("messageId", ""))
 
 
-class SimulatedEngine:
+@dataclass
+class _Capture:
+    """
+    The voice capture (app.rs CaptureRequest): C{capturing}, C{stopping}
+    (the browser finishes the recording) or C{transcribing}.
+    """
+
+    requestId: str
+    fields: dict[str, Any]
+    card: Any
+    microphone: MicrophoneCapture
+    phase: str = "capturing"
+    timer: IDelayedCall | None = None
+
+
+class SimulatedEngine(CaptureEvents):
     """
     RPEngine's side of one connection at a time.
 
     Logs (C{sent}, C{receivedMessages}, C{processed}, C{cancelled},
-    C{completed}, C{duplicates}, C{protocolErrors}, C{cardTransfers}) span
-    every session of this object; caches, seen ids and queues belong to one
-    session and start afresh with L{connected}.
+    C{cancellations}, C{completed}, C{duplicates}, C{protocolErrors},
+    C{cardTransfers}, C{acksReceived}) span every connection of this
+    object, and so does the duplicate window, as RPEngine keeps its seen
+    messageIds across reconnects; the session, its card cache and its
+    requests end with the connection.
 
     @ivar welcomed: fires with this engine when the session is established;
         it never errbacks (nothing may be waiting for it).
@@ -72,42 +123,49 @@ class SimulatedEngine:
         self.sent: list[dict[str, Any]] = []
         self.receivedMessages: list[Any] = []
         self.processed: Counter[str] = Counter()
+        #: Requests cancelled because the game asked.
         self.cancelled: list[str] = []
+        #: Every C{reply.cancelled} decided, delivered or not:
+        #: (requestId, reason).
+        self.cancellations: list[tuple[str, str]] = []
         self.completed: list[str] = []
         self.duplicates: list[str] = []
         self.acksReceived: list[str] = []
+        #: Frames refused as C{invalid_payload}, and a welcome that never
+        #: came: (messageId or None, why).
         self.protocolErrors: list[tuple[str | None, str]] = []
         self.cardTransfers: list[tuple[str, int]] = []
         self.welcomed: Deferred[SimulatedEngine] = Deferred()
         self.closed: Deferred[None] = Deferred()
-        self._welcomeTimer: IDelayedCall | None = None
-        self._newSession()
-        self._open = False
-
-    def _newSession(self) -> None:
         self.sessionId: str | None = None
         self.serverVersion: str | None = None
         self.cards = SessionCardStore(self.cardTransfers)
         self._seen: set[str] = set()
-        self._requestIds: set[str] = set()
-        self._turns: dict[str, _Turn] = {}
-        self._queue: deque[str] = deque()
-        self._accepting = True
-        self._lastCapacity: tuple[bool, int] | None = None
+        self._seenOrder: deque[str] = deque()
+        self._accepted: set[str] = set()
+        self._queue: deque[_Reply] = deque()
+        self._active: dict[str, _Reply] = {}
+        self._capture: _Capture | None = None
+        self._runtimesReady = True
+        self._takes: deque[PlayerTake] = deque(self.options.captureTakes or ())
+        self._welcomeTimer: IDelayedCall | None = None
+        self._handshaking = False
+        self._open = False
 
     # Connection life
 
     def connected(self) -> None:
         """
-        The WebSocket is open: start a session and say C{hello} at once.
+        The WebSocket is open: say C{hello} with no session and wait five
+        seconds for C{welcome} (app.rs transport_opened).
         """
-        self._stopAll()
-        self._newSession()
+        self._closeSession()
         if self.welcomed.called:
             self.welcomed = Deferred()
         if self.closed.called:
             self.closed = Deferred()
         self._open = True
+        self._handshaking = True
         self._emit("hello", clientVersion=self.options.clientVersion)
         if self.options.welcomeTimeout is not None:
             self._welcomeTimer = self.clock.callLater(
@@ -116,377 +174,690 @@ class SimulatedEngine:
 
     def disconnect(self) -> None:
         """
-        Go away abruptly (the player closed the tab), mid-turn or not.
+        Go away abruptly (the browser tab was killed), mid-turn or not.
         """
-        self._stopAll()
         if self.transportDisconnect is not None:
             self.transportDisconnect()
         else:
             self.disconnected()
 
+    def stopService(self) -> None:
+        """
+        The player stops RPEngine (or closes its tab): every request is
+        cancelled with C{service_stopped}, then the connection is closed
+        (app.rs stop_service).
+        """
+        self._cancelAll("service_stopped")
+        self._stopWelcomeTimer()
+        self.disconnect()
+
     def disconnected(self) -> None:
         """
-        The connection is gone: stop every timer and stream.
+        The connection is gone: the session ends, the card cache is
+        cleared and every request is cancelled with C{connection_lost},
+        which cannot be delivered (app.rs transport_closed).
         """
-        self._stopAll()
+        self._closeSession()
         if not self.closed.called:
             self.closed.callback(None)
 
-    def _stopAll(self) -> None:
+    def _closeSession(self) -> None:
+        """
+        The connection is closed: no session, no cards, and every request
+        cancelled with C{connection_lost}, undeliverable (app.rs
+        transport_closed).
+        """
         self._open = False
+        self._stopWelcomeTimer()
+        self._handshaking = False
+        self.sessionId = None
+        self.cards.clear()
+        self._cancelAll("connection_lost")
+
+    def _stopWelcomeTimer(self) -> None:
         if self._welcomeTimer is not None and self._welcomeTimer.active():
             self._welcomeTimer.cancel()
         self._welcomeTimer = None
-        for turn in self._turns.values():
-            if turn.stream is not None:
-                turn.stream.stop()
-            if turn.capture is not None:
-                turn.capture.cancel(announce=False)
-        self._turns.clear()
-        self._queue.clear()
 
     def _welcomeTimedOut(self) -> None:
+        """
+        No welcome within five seconds: RPEngine drops the connection
+        (app.rs timer_fired "welcome").
+        """
         self._welcomeTimer = None
+        if not self._handshaking:
+            return
         self.protocolErrors.append((None, "no welcome within the handshake timeout"))
         self.disconnect()
 
-    # Writing
+    # Writing (app.rs send; src/protocol.ts clientEnvelope)
 
     def _emit(self, type: str, **fields: Any) -> dict[str, Any]:
-        envelope = Envelope.build(type, self.sessionId, **fields).fields
+        envelope: dict[str, Any] = {
+            "protocol": PROTOCOL,
+            "protocolVersion": PROTOCOL_VERSION,
+            "type": type,
+            "messageId": str(uuid.uuid4()),
+            "sessionId": self.sessionId,
+            "timestamp": isoTimestamp(),
+        }
+        envelope.update(fields)
         if self._open:
             self.sent.append(envelope)
             self._send(envelope)
         return envelope
 
-    def _ack(self, messageId: str, duplicate: bool = False) -> None:
-        if self.options.dropAcks:
-            return
-        if duplicate:
-            self._emit("ack", sourceMessageId=messageId, duplicate=True)
-        else:
-            self._emit("ack", sourceMessageId=messageId)
-
-    def _error(
-        self,
-        code: str,
-        message: str,
-        retryable: bool,
-        sourceMessageId: str | None = None,
-        requestId: str | None = None,
+    def _requestError(
+        self, requestId: str | None, sourceMessageId: str, error: RequestError
     ) -> None:
-        fields: dict[str, Any] = {}
-        if requestId is not None:
-            fields["requestId"] = requestId
-        if sourceMessageId is not None:
-            fields["sourceMessageId"] = sourceMessageId
-        self._emit("request.error", code=code, message=message, retryable=retryable, **fields)
-
-    def _reject(self, rejected: RequestError, fields: dict[str, Any]) -> None:
-        self._error(
-            rejected.code,
-            rejected.message,
-            rejected.retryable,
-            text(fields.get("messageId")),
-            text(fields.get("requestId")),
+        """
+        app.rs request_error_code: always all five fields.
+        """
+        self._emit(
+            "request.error",
+            requestId=requestId,
+            sourceMessageId=sourceMessageId,
+            code=error.code,
+            message=error.message,
+            retryable=error.retryable,
         )
 
-    def _protocolError(self, fields: Any, reason: str) -> None:
-        known = fields if isinstance(fields, dict) else {}
-        messageId = text(known.get("messageId"))
-        self.protocolErrors.append((messageId, reason))
-        self._error("request_failed", reason, False, messageId, text(known.get("requestId")))
+    def _publishCapacity(self) -> None:
+        """
+        app.rs publish_capacity: sent wherever RPEngine calls it, repeats
+        and all.
+        """
+        depth = self.queueDepth
+        self._emit(
+            "capacity.update",
+            queueDepth=depth,
+            queueLimit=self.options.queueLimit,
+            acceptingRequests=self.ready and depth < self.options.queueLimit,
+        )
 
-    # Reading
+    # Reading (app.rs transport_message)
+
+    def receivedFrame(self, payload: bytes | str) -> None:
+        """
+        Handle one text frame from the game, as RPEngine reads it.
+        """
+        if not self._open:
+            return
+        try:
+            fields = decodeFrame(payload)
+        except InvalidPayload as e:
+            self.receivedMessages.append(None)
+            self._invalidPayload(None, str(e))
+            return
+        self.receivedMessages.append(fields)
+        self._transportMessage(fields)
 
     def undecodable(self, reason: str) -> None:
         """
-        A frame that is not a JSON envelope at all.
+        A frame that is not JSON text at all (a binary frame, bad UTF-8).
         """
         if self._open:
             self.receivedMessages.append(None)
-            self._protocolError(None, reason)
+            self._invalidPayload(None, reason)
 
     def received(self, fields: Any) -> None:
         """
-        Handle one decoded envelope from the game.
+        Handle one decoded message from the game.
         """
         if not self._open:
             return
         self.receivedMessages.append(fields)
-        problem = headProblem(fields, self.sessionId)
-        if problem is not None:
-            self._protocolError(fields, problem)
+        try:
+            checkFields(fields)
+        except InvalidPayload as e:
+            messageId = fields.get("messageId") if isinstance(fields, dict) else None
+            self._invalidPayload(messageId if isinstance(messageId, str) else None, str(e))
             return
-        kind: str = fields["type"]
+        self._transportMessage(fields)
+
+    def _invalidPayload(self, messageId: str | None, reason: str) -> None:
+        self.protocolErrors.append((messageId, reason))
+        self._emit("request.error", code="invalid_payload", message=reason)
+
+    def _transportMessage(self, fields: dict[str, Any]) -> None:
         messageId: str = fields["messageId"]
-        if kind == "ack":
-            reference = ackReference(fields)
-            if reference is None:
-                self._protocolError(fields, "ack does not name the messageId it acknowledges")
+        kind: str = fields["type"]
+        duplicate = messageId in self._seen
+        if kind != "ack":
+            if duplicate:
+                self._emit("ack", acknowledgedMessageId=messageId, duplicate=True)
             else:
-                self.acksReceived.append(reference)
-            return
-        if messageId in self._seen:
+                self._emit("ack", acknowledgedMessageId=messageId)
+        if duplicate:
             self.duplicates.append(messageId)
-            self._ack(messageId, duplicate=True)
             return
-        if kind == "welcome":
-            problem = welcomeProblem(fields, self.sessionId)
-            if problem is not None:
-                self._protocolError(fields, problem)
-                return
         self._seen.add(messageId)
+        self._seenOrder.append(messageId)
+        while len(self._seenOrder) > DUPLICATE_WINDOW:
+            self._seen.discard(self._seenOrder.popleft())
+        requestId = fields.get("requestId")
+        requestId = requestId if isinstance(requestId, str) else ""
         if kind == "welcome":
             self._welcome(fields)
-            return
-        self._ack(messageId)
-        handlers: dict[str, Callable[[dict[str, Any]], None]] = {
-            "character.sync": self._characterSync,
-            "reply.request": self._replyRequest,
-            "request.cancel": self._requestCancel,
-            "voice.capture.start": self._captureStart,
-            "voice.capture.stop": self._captureStop,
-            "voice.capture.cancel": self._captureCancel,
-        }
-        handlers[kind](fields)
+        elif kind == "ack":
+            reference = ackReference(fields)
+            if reference is not None:
+                self.acksReceived.append(reference)
+        elif kind == "character.sync":
+            self._characterSync(fields)
+        elif kind == "reply.request":
+            self._acceptReply(fields)
+        elif kind == "voice.capture.start":
+            self._acceptCapture(fields)
+        elif kind == "voice.capture.stop":
+            self._stopCapture(requestId)
+        elif kind in ("voice.capture.cancel", "request.cancel"):
+            self._cancelRequest(requestId, "requested_by_game")
 
     def _welcome(self, fields: dict[str, Any]) -> None:
-        if self._welcomeTimer is not None and self._welcomeTimer.active():
-            self._welcomeTimer.cancel()
-        self._welcomeTimer = None
-        self.sessionId = fields["sessionId"]
-        self.serverVersion = fields["serverVersion"]
-        self._ack(fields["messageId"])
-        self._updateCapacity(force=True)
+        """
+        Adopt the game's sessionId (after the ack, which therefore carried
+        none), start a fresh card cache, publish capacity (app.rs
+        transport_message, "welcome").
+        """
+        sessionId = fields.get("sessionId")
+        self.sessionId = sessionId if isinstance(sessionId, str) else None
+        serverVersion = fields.get("serverVersion")
+        self.serverVersion = serverVersion if isinstance(serverVersion, str) else None
+        self._handshaking = False
+        self.cards.clear()
+        self._stopWelcomeTimer()
+        self._publishCapacity()
         if not self.welcomed.called:
             self.welcomed.callback(self)
 
     # Capacity
 
-    def _capacity(self) -> tuple[bool, int]:
-        depth = len(self._turns)
-        return self._accepting and depth < self.options.queueLimit, depth
-
-    def _updateCapacity(self, force: bool = False) -> None:
-        if self.sessionId is None:
-            return
-        state = self._capacity()
-        if state == self._lastCapacity and not force:
-            return
-        self._lastCapacity = state
-        self._emit(
-            "capacity.update",
-            acceptingRequests=state[0],
-            queueDepth=state[1],
-            queueLimit=self.options.queueLimit,
-        )
-
-    def setAccepting(self, accepting: bool) -> None:
+    @property
+    def ready(self) -> bool:
         """
-        Open or close RPEngine's gate for new work; always announced.
+        RPEngine's service is started and its models are loaded (app.rs
+        ready).
         """
-        self._accepting = accepting
-        self._updateCapacity(force=True)
+        return self.options.serviceStarted and self._runtimesReady
 
     @property
     def queueDepth(self) -> int:
-        return len(self._turns)
+        """
+        Queued, active and capturing requests (app.rs queue_depth).
+        """
+        return len(self._queue) + len(self._active) + (self._capture is not None)
 
-    # Characters and requests
+    def setAccepting(self, accepting: bool) -> None:
+        """
+        Load or unload the simulated models: while unloaded, capacity says
+        C{acceptingRequests: false} and requests are refused with
+        C{service_not_started}.  Always announced.
+        """
+        self._runtimesReady = accepting
+        self._publishCapacity()
+
+    # Characters (app.rs character_sync, resolve_card)
+
+    def _resolveCard(self, fields: dict[str, Any]) -> tuple[str, Any]:
+        if "card" not in fields:
+            raise RequestError("card_resync_required", "the request carries no card transfer")
+        return self.cards.resolve(
+            fields["card"], str(fields.get("integrationId", "")), str(fields.get("characterId", ""))
+        )
 
     def _characterSync(self, fields: dict[str, Any]) -> None:
         try:
-            checkIdentity(fields)
-            targetHash, _ = self.cards.resolve(fields.get("card"))
+            targetHash, _ = self._resolveCard(fields)
         except RequestError as e:
-            self._reject(e, fields)
+            self._requestError(None, fields["messageId"], e)
             return
         self._emit(
             "character.synced",
+            sourceMessageId=fields["messageId"],
             integrationId=fields["integrationId"],
             characterId=fields["characterId"],
             targetHash=targetHash,
         )
 
-    def _admit(self, fields: dict[str, Any], capture: bool) -> _Turn:
-        """
-        Run a new turn's checks in RPEngine's order and register it.
+    # Requests
 
-        A requestId counts as seen only once accepted, so a retryable
-        rejection (a card resync, a full queue) can be retried under the
-        same requestId.
+    def _preflight(self, requestId: str, voice: bool) -> None:
         """
-        requestId: str = fields["requestId"]
-        if not self.options.serviceStarted:
-            raise RequestError("service_not_started", "the RPEngine service is not started", True)
-        if capture and not self.options.microphoneEnabled:
+        app.rs preflight, in its order.
+        """
+        if requestId in self._accepted:
+            raise RequestError("duplicate_request", f"request {requestId!r} is already active")
+        if not self.ready:
+            raise RequestError("service_not_started", "RPEngine has not been started")
+        if self.queueDepth >= self.options.queueLimit:
+            raise RequestError(
+                "capacity_exceeded", f"the queue is full ({self.options.queueLimit} requests)"
+            )
+        if voice and not self.options.microphoneEnabled:
             raise RequestError(
                 "microphone_not_enabled", "the player has not enabled the microphone"
             )
-        if requestId in self._requestIds:
-            raise RequestError("duplicate_request", f"requestId {requestId!r} was already accepted")
-        checkIdentity(fields)
-        if capture:
-            busy = next((t for t in self._turns.values() if t.state == "capturing"), None)
-            if busy is not None:
-                raise RequestError(
-                    "request_failed", f"the microphone is capturing for {busy.requestId!r}"
-                )
-        self.cards.resolve(fields.get("card"))
-        wantAudio = checkOutput(fields.get("output"))
-        seconds = None if capture else checkEvent(fields.get("event"))
-        accepting, depth = self._capacity()
-        if not accepting:
-            raise RequestError(
-                "capacity_exceeded",
-                f"not accepting requests ({depth} of {self.options.queueLimit} in the queue)",
-                True,
-            )
-        turn = _Turn(requestId, fields, wantAudio)
-        if seconds is not None:
-            turn.transcript = f"(simulated transcript of {seconds:.2f} s of audio)"
-        self._requestIds.add(requestId)
-        self._turns[requestId] = turn
-        return turn
+        if voice and self._capture is not None:
+            raise RequestError("voice_capture_active", "another voice capture is in progress")
 
-    def _replyRequest(self, fields: dict[str, Any]) -> None:
+    def _acceptReply(self, fields: dict[str, Any]) -> None:
+        """
+        app.rs accept_reply.
+        """
+        requestId: str = fields["requestId"]
         try:
-            turn = self._admit(fields, capture=False)
+            self._preflight(requestId, voice=False)
+            resolvedHash, card = self._resolveCard(fields)
         except RequestError as e:
-            self._reject(e, fields)
+            self._requestError(requestId, fields["messageId"], e)
             return
-        self._queue.append(turn.requestId)
-        self._updateCapacity()
-        self._pump()
+        self._accepted.add(requestId)
+        self._emit(
+            "reply.accepted",
+            requestId=requestId,
+            eventId=fields.get("eventId"),
+            resolvedCardHash=resolvedHash,
+            queueDepth=self.queueDepth + 1,
+        )
+        self._queue.append(_Reply(requestId, fields, card))
+        self._publishCapacity()
+        self._startNextReply()
 
-    def _pump(self) -> None:
-        active = sum(1 for t in self._turns.values() if t.state == "active")
-        while self._queue and active < max(1, self.options.concurrency):
-            if self._activate(self._turns[self._queue.popleft()]):
-                active += 1
-
-    def _activate(self, turn: _Turn) -> bool:
-        turn.state = "active"
-        self.processed[turn.requestId] += 1
-        request = dict(turn.fields)
-        if turn.transcript is not None:
-            request["transcript"] = turn.transcript
+    def _startNextReply(self) -> None:
+        """
+        app.rs start_next_reply: the next queued reply becomes active, or
+        fails at once for its language, voice or response processing.
+        """
+        if len(self._active) >= max(1, self.options.concurrency):
+            return
+        if not self._queue:
+            self._publishCapacity()
+            return
+        reply = self._queue.popleft()
+        fields = reply.fields
         try:
-            reply = (self.options.replyText or defaultReplyText)(request)
-        except Exception as e:
-            # A replyText that raises simulates a failed generation.
-            del self._turns[turn.requestId]
-            self._error(
-                "request_failed",
-                f"reply generation failed: {e}",
-                False,
-                text(turn.fields.get("messageId")),
-                turn.requestId,
+            processing = ResponseProcessing.parse(pointer(fields, "output", "responseProcessing"))
+        except ValueError as e:
+            processing = None
+            failure: RequestError | None = RequestError("invalid_request", str(e))
+        else:
+            failure = None
+        if failure is None:
+            try:
+                checkSpeechOutput(fields)
+            except RequestError as e:
+                failure = e
+        if failure is not None:
+            # RPEngine leaves such a requestId in its accepted set.
+            self._requestError(reply.requestId, reply.sourceMessageId, failure)
+            self._startNextReply()
+            return
+        self._active[reply.requestId] = reply
+        self.processed[reply.requestId] += 1
+        audio = pointer(fields, "event", "audio")
+        if isinstance(audio, dict):
+            if not self._transcribeRecording(reply, audio, processing):
+                return
+        else:
+            self._beginGeneration(reply, None, processing)
+        self._publishCapacity()
+
+    def _transcribeRecording(
+        self, reply: _Reply, audio: dict[str, Any], processing: ResponseProcessing | None
+    ) -> bool:
+        """
+        A reply with C{event.audio} is transcribed first (app.rs
+        start_next_reply, stt_completed).  C{False} when the model for its
+        language is missing: RPEngine then publishes no second capacity
+        update.
+        """
+        language = audio.get("language")
+        language = language if isinstance(language, str) else self.options.selectedLanguage
+        if language not in self.options.installedSttLanguages:
+            name = STT_LANGUAGE_NAMES.get(language, "English")
+            self._failActive(
+                reply,
+                RequestError(
+                    "stt_model_not_installed", f"the {name} speech recognition model is missing"
+                ),
             )
-            self._updateCapacity()
             return False
-        turn.stream = ReplyStream(
-            turn.requestId,
-            reply,
-            turn.wantAudio,
+        try:
+            seconds = recordingSeconds(audio)
+        except RequestError as e:
+            self._failActive(reply, e)
+            return True
+        transcript = self.options.audioTranscript
+        if transcript is None:
+            transcript = f"(simulated transcript of {seconds:.2f} s of audio)"
+        reply.timers.append(
+            self.clock.callLater(
+                self.options.transcriptionSeconds,
+                self._recordingTranscribed,
+                reply,
+                transcript,
+                processing,
+            )
+        )
+        return True
+
+    def _recordingTranscribed(
+        self, reply: _Reply, transcript: str, processing: ResponseProcessing | None
+    ) -> None:
+        if self._active.get(reply.requestId) is not reply:
+            return
+        self._beginGeneration(reply, transcript.strip(), processing)
+        self._publishCapacity()
+
+    def _beginGeneration(
+        self, reply: _Reply, transcript: str | None, processing: ResponseProcessing | None
+    ) -> None:
+        """
+        app.rs begin_gemma: the model is asked for a reply to the event's
+        text and the transcript; with neither, the request fails.
+        """
+        reply.transcript = transcript
+        said = pointer(reply.fields, "event", "text")
+        said = said.strip() if isinstance(said, str) else ""
+        if not said and not transcript:
+            self._failActive(
+                reply, RequestError("request_failed", "the request has no text and no speech")
+            )
+            return
+        request = dict(reply.fields)
+        if transcript:
+            request["transcript"] = transcript
+        try:
+            text = (self.options.replyText or defaultReplyText)(request)
+        except Exception as e:
+            # A replyText that raises simulates a failed generation, which
+            # RPEngine learns of after the model started.
+            error = RequestError("request_failed", f"generation failed: {e}")
+            reply.timers.append(self.clock.callLater(0, self._generationFailed, reply, error))
+            return
+        modalities = pointer(reply.fields, "output", "modalities")
+        reply.stream = ReplyStream(
+            reply.requestId,
+            text,
+            wantsAudio(reply.fields),
             self._emit,
             self.clock,
             self.options.pacing(),
-            self._streamFinished,
-            transcript=turn.transcript,
+            self._replyFinished,
+            transcript,
+            modalities=modalities if isinstance(modalities, list) else ["text"],
+            processing=processing,
+            onFailed=lambda stream, code, message: self._generationFailed(
+                reply, RequestError(code, message)
+            ),
         )
-        turn.stream.start()
-        return True
+        reply.stream.start()
 
-    def _streamFinished(self, stream: ReplyStream) -> None:
-        if self._turns.pop(stream.requestId, None) is None:
+    def _generationFailed(self, reply: _Reply, error: RequestError) -> None:
+        if self._active.get(reply.requestId) is reply:
+            self._failActive(reply, error)
+
+    def _replyFinished(self, stream: ReplyStream) -> None:
+        """
+        The rest of app.rs complete_if_ready, after C{reply.completed}.
+        """
+        reply = self._active.pop(stream.requestId, None)
+        if reply is None:
             return
-        self.completed.append(stream.requestId)
-        self._updateCapacity()
-        self._pump()
+        self._accepted.discard(reply.requestId)
+        self.completed.append(reply.requestId)
+        self._publishCapacity()
+        self._startNextReply()
 
-    def _cancelTurn(self, requestId: str) -> bool:
-        turn = self._turns.pop(requestId, None)
-        if turn is None:
-            return False
-        if turn.stream is not None:
-            turn.stream.stop()
-        if turn.capture is not None:
-            turn.capture.cancel()
-        if requestId in self._queue:
-            self._queue.remove(requestId)
-        self.cancelled.append(requestId)
-        self._emit("reply.cancelled", requestId=requestId)
-        self._updateCapacity()
-        self._pump()
-        return True
+    def _failActive(self, reply: _Reply, error: RequestError) -> None:
+        """
+        app.rs fail_active.
+        """
+        if self._active.pop(reply.requestId, None) is None:
+            return
+        self._stopReply(reply)
+        self._accepted.discard(reply.requestId)
+        self._requestError(reply.requestId, reply.sourceMessageId, error)
+        self._publishCapacity()
+        self._startNextReply()
 
-    def _unknownRequest(self, fields: dict[str, Any], what: str) -> None:
-        requestId = fields["requestId"]
-        why = "it has already finished" if requestId in self._requestIds else "it is not known"
-        self._error(
-            "request_failed",
-            f"{what} {requestId!r}: {why}",
-            False,
-            fields["messageId"],
-            requestId,
-        )
+    @staticmethod
+    def _stopReply(reply: _Reply) -> None:
+        if reply.stream is not None:
+            reply.stream.stop()
+        for timer in reply.timers:
+            if timer.active():
+                timer.cancel()
+        reply.timers = []
 
-    def _requestCancel(self, fields: dict[str, Any]) -> None:
-        if not self._cancelTurn(fields["requestId"]):
-            self._unknownRequest(fields, "no queued or active request")
+    # Cancelling (app.rs cancel_request, cancel_all)
 
-    # The microphone
+    def _cancelled(self, requestId: str, reason: str) -> None:
+        self.cancellations.append((requestId, reason))
+        if reason == "requested_by_game":
+            self.cancelled.append(requestId)
+        self._emit("reply.cancelled", requestId=requestId, reason=reason)
 
-    def _captureStart(self, fields: dict[str, Any]) -> None:
+    def _cancelRequest(self, requestId: str, reason: str) -> None:
+        capture = self._capture
+        if capture is not None and capture.requestId == requestId:
+            self._dropCapture()
+            self._accepted.discard(requestId)
+            self._cancelled(requestId, reason)
+            self._publishCapacity()
+            return
+        queued = next((r for r in self._queue if r.requestId == requestId), None)
+        if queued is not None:
+            self._queue.remove(queued)
+            self._accepted.discard(requestId)
+            self._cancelled(requestId, reason)
+            self._publishCapacity()
+            return
+        active = self._active.pop(requestId, None)
+        if active is not None:
+            self._stopReply(active)
+            self._accepted.discard(requestId)
+            self._cancelled(requestId, reason)
+            self._publishCapacity()
+            self._startNextReply()
+            return
+        self.cancellations.append((requestId, "not_active"))
+        self._emit("reply.cancelled", requestId=requestId, reason="not_active")
+
+    def _cancelAll(self, reason: str) -> None:
+        """
+        Cancel everything: queued, then active, then the capture, in that
+        order, with no capacity update (app.rs cancel_all).
+        """
+        ids = [r.requestId for r in self._queue] + list(self._active)
+        if self._capture is not None:
+            ids.append(self._capture.requestId)
+        for reply in self._active.values():
+            self._stopReply(reply)
+        self._dropCapture()
+        self._queue.clear()
+        self._active.clear()
+        self._accepted.clear()
+        for requestId in ids:
+            self._cancelled(requestId, reason)
+
+    # The microphone (app.rs accept_capture, stop_capture, capture_*,
+    # stt_completed)
+
+    def _nextTake(self) -> PlayerTake:
+        if self._takes:
+            return self._takes.popleft()
+        return PlayerTake(speechSeconds=self.options.captureSpeechSeconds)
+
+    def _acceptCapture(self, fields: dict[str, Any]) -> None:
+        """
+        app.rs accept_capture: C{reply.accepted} with the depth counting
+        the capture, the microphone starts, capacity is published.
+        """
+        requestId: str = fields["requestId"]
         try:
-            turn = self._admit(fields, capture=True)
+            self._preflight(requestId, voice=True)
+            resolvedHash, card = self._resolveCard(fields)
         except RequestError as e:
-            self._reject(e, fields)
+            self._requestError(requestId, fields["messageId"], e)
             return
-        turn.state = "capturing"
-        turn.capture = MicrophoneCapture(
-            turn.requestId,
-            self._emit,
+        self._accepted.add(requestId)
+        microphone = MicrophoneCapture(
+            requestId,
             self.clock,
-            self.options.captureSpeechSeconds,
-            lambda seconds: self._speechEnded(turn, seconds),
+            self,
+            self._nextTake,
+            fields.get("silenceBehavior") == "restart",
+            self.options.captureLevelInterval,
         )
-        self._updateCapacity()
-        turn.capture.start()
+        self._capture = _Capture(requestId, fields, card, microphone)
+        self._emit(
+            "reply.accepted",
+            requestId=requestId,
+            eventId=fields.get("eventId"),
+            resolvedCardHash=resolvedHash,
+            queueDepth=self.queueDepth,
+        )
+        microphone.start()
+        self._publishCapacity()
 
-    def _speechEnded(self, turn: _Turn, seconds: float) -> None:
-        turn.transcript = f"(simulated transcript of {seconds:.2f} s of speech)"
-        turn.state = "queued"
-        self._queue.append(turn.requestId)
-        self._pump()
+    def _dropCapture(self) -> None:
+        capture, self._capture = self._capture, None
+        if capture is None:
+            return
+        capture.microphone.cancel()
+        if capture.timer is not None and capture.timer.active():
+            capture.timer.cancel()
 
-    def _captureTurn(self, fields: dict[str, Any]) -> _Turn | None:
-        turn = self._turns.get(fields["requestId"])
-        if turn is None:
-            self._unknownRequest(fields, "no voice capture for request")
-            return None
-        if turn.capture is None:
-            self._error(
-                "request_failed",
-                f"request {turn.requestId!r} is a reply.request, not a voice capture",
-                False,
-                fields["messageId"],
-                turn.requestId,
+    def _currentCapture(self, microphone: MicrophoneCapture) -> _Capture | None:
+        capture = self._capture
+        return capture if capture is not None and capture.microphone is microphone else None
+
+    def _stopCapture(self, requestId: str) -> None:
+        """
+        app.rs stop_capture: only a capture that is still capturing stops;
+        anything else is ignored.
+        """
+        capture = self._capture
+        if capture is None or capture.requestId != requestId or capture.phase != "capturing":
+            return
+        capture.phase = "stopping"
+        capture.microphone.stop()
+
+    def captureState(
+        self,
+        capture: MicrophoneCapture,
+        state: str,
+        seconds: float,
+        autoEndEnabled: bool,
+        message: str | None,
+    ) -> None:
+        """
+        app.rs capture_state: passed on; C{speech_ended} stops the capture.
+        """
+        if self._capture is None:
+            return
+        self._emit(
+            "voice.capture.state",
+            requestId=capture.requestId,
+            state=state,
+            seconds=seconds,
+            autoEndEnabled=autoEndEnabled,
+            message=message,
+        )
+        if state == "speech_ended":
+            self._stopCapture(capture.requestId)
+
+    def captureLevel(
+        self, capture: MicrophoneCapture, seconds: float, peak: float, rms: float
+    ) -> None:
+        """
+        app.rs capture_level.
+        """
+        if self._capture is not None:
+            self._emit(
+                "voice.capture.level",
+                requestId=capture.requestId,
+                seconds=seconds,
+                peak=peak,
+                rms=rms,
             )
-            return None
-        return turn
 
-    def _captureStop(self, fields: dict[str, Any]) -> None:
-        turn = self._captureTurn(fields)
-        if turn is not None and turn.capture is not None:
-            # Stopping speech that already ended is harmless, as in the app.
-            turn.capture.stop()
+    def captureFailed(self, capture: MicrophoneCapture, message: str) -> None:
+        """
+        app.rs capture_failed: the capture ends with C{request_failed}.
+        """
+        current = self._currentCapture(capture)
+        source = str(current.fields.get("messageId", "")) if current is not None else ""
+        if current is not None:
+            self._dropCapture()
+        self._accepted.discard(capture.requestId)
+        self._requestError(capture.requestId, source, RequestError("request_failed", message))
+        self._publishCapacity()
 
-    def _captureCancel(self, fields: dict[str, Any]) -> None:
-        if self._captureTurn(fields) is not None:
-            self._cancelTurn(fields["requestId"])
+    def captureCompleted(
+        self, capture: MicrophoneCapture, speechSeconds: float, take: PlayerTake
+    ) -> None:
+        """
+        app.rs capture_completed: the recording goes to speech recognition.
+        """
+        current = self._currentCapture(capture)
+        if current is None:
+            return
+        current.phase = "transcribing"
+        transcript = take.transcript
+        if transcript is None:
+            transcript = f"(simulated transcript of {speechSeconds:.2f} s of speech)"
+        current.timer = self.clock.callLater(
+            self.options.transcriptionSeconds, self._captureTranscribed, current, transcript
+        )
+
+    def _captureTranscribed(self, capture: _Capture, text: str) -> None:
+        """
+        app.rs stt_completed for a capture: listen again, report the
+        transcript, fail with C{empty_speech}, or queue the reply.
+        """
+        if self._capture is not capture:
+            return
+        text = text.strip()
+        self._capture = None
+        requestId = capture.requestId
+        if not text and capture.fields.get("silenceBehavior") == "restart":
+            capture.phase = "capturing"
+            capture.timer = None
+            self._capture = capture
+            self._emit(
+                "voice.capture.state",
+                requestId=requestId,
+                state="listening",
+                seconds=0,
+                autoEndEnabled=True,
+                message=LISTENING_AGAIN,
+            )
+            capture.microphone.start()
+            self._publishCapacity()
+            return
+        if capture.fields.get("returnTranscript") is True:
+            self._emit(
+                "voice.capture.transcript",
+                requestId=requestId,
+                text=text,
+                language=self.options.selectedLanguage,
+                elapsedMs=round(self.options.transcriptionSeconds * 1000.0, 3),
+            )
+        if not text:
+            self._accepted.discard(requestId)
+            self._requestError(
+                requestId,
+                str(capture.fields.get("messageId", "")),
+                RequestError("empty_speech", "no speech was recognised in the recording"),
+            )
+        else:
+            fields = dict(capture.fields, type="reply.request", event={"text": text})
+            self._queue.append(_Reply(requestId, fields, capture.card))
+            self._startNextReply()
+        self._publishCapacity()
 
     # For tests
 

@@ -1,5 +1,6 @@
 """
-What a simulated RPEngine is like: its options and its default reply.
+What a simulated RPEngine is like: its options, the player at its
+microphone, and its default reply.
 
 Kept apart from the engine so a benchmark or demo can build options without
 pulling in the protocol machinery, and so the default reply, which tests
@@ -8,13 +9,37 @@ reproduce to check a stream, has one obvious home.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rpmiddleware.testing.replystream import Pacing
+from rpmiddleware.testing.replystream import PCM_CHUNK_SAMPLES, Pacing
 
 CLIENT_VERSION = "rpengine-simulator/3"
+#: RPEngine's fixed queue limit (crates/rp-engine-core/src/app.rs QUEUE_LIMIT).
+QUEUE_LIMIT = 20
+
+
+@dataclass(frozen=True)
+class PlayerTake:
+    """
+    What the simulated player does in one listening window of a voice
+    capture (a capture that restarts after silence has several windows).
+
+    RPEngine's voice activity detection (FireRedVAD, policy in
+    crates/rp-engine-core/src/worker.rs and vad.rs) reports C{speech_started}
+    after 0.2 s of speech, C{speech_ended} after 0.1 s of silence once at
+    least 0.25 s of speech was heard, and gives up with "no speech" when no
+    speech started within 8 s; the simulated windows follow those numbers.
+    """
+
+    #: Seconds of silence before the player starts to speak.
+    silenceSeconds: float = 0.3
+    #: Seconds the player speaks; C{None} (or under 0.2) is never detected.
+    speechSeconds: float | None = 1.0
+    #: What speech recognition makes of it: C{None} for the default
+    #: simulated transcript, C{""} for nothing recognised.
+    transcript: str | None = None
 
 
 @dataclass
@@ -26,29 +51,49 @@ class SimulatorOptions:
 
     #: Text pacing; C{None} streams as fast as the reactor allows.
     tokensPerSecond: float | None = None
-    #: Pace audio chunks at playback speed instead of as fast as possible.
+    #: Synthesise each sentence in as long as it plays (instead of at once).
     audioRealtime: bool = False
-    #: Requests (capturing, queued and active) one session holds at most.
-    queueLimit: int = 4
-    #: Replies generated at once; the rest wait in order.
+    #: Requests (capturing, queued and active) one engine holds at most;
+    #: RPEngine's is fixed at 20.
+    queueLimit: int = QUEUE_LIMIT
+    #: Replies generated at once; RPEngine runs one at a time (more is a
+    #: simulator extension for load tests).
     concurrency: int = 1
     microphoneEnabled: bool = True
+    #: RPEngine's service is started and its models are loaded; if not,
+    #: requests are refused with C{service_not_started}.
     serviceStarted: bool = True
     #: The reply to a request (given its fields plus C{transcript} when it
     #: had speech); default L{defaultReplyText}.  If it raises, the request
     #: ends with C{request_failed}, as a failed generation would.
     replyText: Callable[[dict[str, Any]], str] | None = None
-    #: Samples per C{reply.audio.chunk} (4410 is 100 ms at 44.1 kHz).
-    chunkSamples: int = 4410
+    #: Samples per C{reply.audio.chunk}: RPEngine's 32 KiB of PCM16.
+    chunkSamples: int = PCM_CHUNK_SAMPLES
     #: Speech length per character of a sentence.
     secondsPerCharacter: float = 0.05
-    #: How long simulated microphone speech lasts before the VAD ends it.
+    #: How long the simulated player speaks into the microphone when
+    #: C{captureTakes} does not say (the default L{PlayerTake}'s length).
     captureSpeechSeconds: float = 1.0
+    #: The player's takes, in order, one per listening window across every
+    #: capture of this engine; when they run out, a default take of
+    #: C{captureSpeechSeconds} is used.
+    captureTakes: Sequence[PlayerTake] | None = None
+    #: Seconds between C{voice.capture.level} reports (the browser's 0.1).
+    captureLevelInterval: float = 0.1
+    #: How long speech recognition takes, of a capture or of C{event.audio}.
+    transcriptionSeconds: float = 0.0
+    #: What recognition makes of every C{event.audio}: C{None} for a
+    #: simulated transcript naming its length, C{""} for nothing recognised.
+    audioTranscript: str | None = None
+    #: The language chosen in RPEngine: what captures are transcribed in
+    #: and the default of C{event.audio.language}.
+    selectedLanguage: str = "en"
+    #: Languages whose speech-recognition model is installed; a recording
+    #: in another language fails with C{stt_model_not_installed}.
+    installedSttLanguages: Sequence[str] = ("en",)
     origin: str = "https://rpengine.gemtavern.com"
     clientVersion: str = CLIENT_VERSION
-    #: Never acknowledge anything (to test the game side's retransmission).
-    dropAcks: bool = False
-    #: Drop the connection if no welcome arrives in time (the seed: five
+    #: Drop the connection if no welcome arrives in time (RPEngine: five
     #: seconds); C{None} waits for ever.
     welcomeTimeout: float | None = 5.0
 

@@ -5,8 +5,9 @@ RPEngine cannot run in tests, benchmarks or a plugin author's sandbox, so
 this plays it: it connects to the game side's WebSocket listener as RPEngine
 does (same path, same Origin header), says C{hello}, and then acknowledges,
 validates, queues and answers requests with streamed text and synthetic
-speech.  The protocol logic is L{SimulatedEngine}, which has no transport;
-this module adds the Autobahn client around it.
+speech as RPEngine's core does (crates/rp-engine-core/src/app.rs).  The
+protocol logic is L{SimulatedEngine}, which has no transport; this module
+adds the Autobahn client around it.
 
     engine = yield connectSimulator(reactor, 38471)
     ...
@@ -43,7 +44,8 @@ __all__ = [
 
 DEFAULT_PATH = "/rp-engine/socket"
 #: Frame and message limit of the simulator's client.  Set explicitly so a
-#: test of the game side's 8 MiB limit fails on the game side, not here.
+#: test of the game side's 8 MiB limit fails on the game side, not here, and
+#: a larger frame from the game reaches the engine's own 8 MiB check.
 MAX_PAYLOAD = 16 * 1024 * 1024
 
 
@@ -83,14 +85,15 @@ class SimulatorProtocol(WebSocketClientProtocol):
         if engine is None:
             return
         if isBinary:
+            # The browser reads a binary frame as text that is not JSON.
             engine.undecodable("binary frames are not part of the protocol")
             return
         try:
-            fields = json.loads(payload.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            engine.undecodable(f"not valid JSON: {e}")
+            text = payload.decode("utf-8")
+        except UnicodeDecodeError as e:
+            engine.undecodable(f"not UTF-8 text: {e}")
             return
-        engine.received(fields)
+        engine.receivedFrame(text)
 
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
         if self.engine is not None:
