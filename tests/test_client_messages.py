@@ -12,7 +12,12 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.client import errors, messages
 from rpmiddleware.client.errors import CLIENT_CODES, ENGINE_TO_CLIENT, engineErrorMessage
-from rpmiddleware.client.messages import InvalidMessage, configureChanges, decodeFrame
+from rpmiddleware.client.messages import (
+    InvalidMessage,
+    configureChanges,
+    decodeFrame,
+    turnOptions,
+)
 from rpmiddleware.messages import ERROR_CODES
 
 
@@ -130,6 +135,32 @@ class ConfigureTests(SynchronousTestCase):
         return str(caught.exception)
 
     def test_everything(self) -> None:
+        processing = {
+            "mode": "buffered",
+            "rules": [
+                {
+                    "id": "mood",
+                    "matcher": {"type": "regex", "pattern": r"\[mood:(\w+)\]", "flags": "i"},
+                    "captureGroup": 1,
+                    "occurrence": "last",
+                    "remove": "match",
+                    "removeFrom": ["text", "audio"],
+                }
+            ],
+        }
+        scene = {
+            "kind": "location",
+            "family": "tavern",
+            "label": "The Drowned Rat",
+            "sceneLine": "A smoky tavern at dusk.",
+            "priority": 2,
+        }
+        directive = {
+            "protocolVersion": 1,
+            "sceneContext": "Stay in the tavern.",
+            "autoEventGuide": "React briefly.",
+            "directUserGuide": "Answer the player.",
+        }
         changes = configureChanges(
             {
                 "type": "configure",
@@ -139,12 +170,15 @@ class ConfigureTests(SynchronousTestCase):
                     "voice": "M3",
                     "sampleRate": 44100,
                     "streaming": False,
+                    "audioProcessing": "cinematic_radio",
+                    "responseProcessing": processing,
                 },
                 "player": {"displayName": "Ada"},
                 "interactionMode": "direct_user",
-                "promptScene": {"sceneContext": "a tavern"},
-                "promptDirective": {"directUserGuide": "be brief"},
+                "promptScene": scene,
+                "promptDirective": directive,
                 "inputLanguage": "ja",
+                "silenceBehavior": "restart",
                 "bargeIn": False,
             }
         )
@@ -156,26 +190,51 @@ class ConfigureTests(SynchronousTestCase):
                 "voice": "M3",
                 "sampleRate": 44100,
                 "streaming": False,
+                "audioProcessing": "cinematic_radio",
+                "responseProcessing": processing,
                 "player": {"displayName": "Ada"},
                 "interactionMode": "direct_user",
-                "promptScene": {"sceneContext": "a tavern"},
-                "promptDirective": {"directUserGuide": "be brief"},
+                "promptScene": scene,
+                "promptDirective": directive,
                 "inputLanguage": "ja",
+                "silenceBehavior": "restart",
                 "bargeIn": False,
             },
         )
 
     def test_nullResets(self) -> None:
         self.assertEqual(
-            configureChanges({"type": "configure", "output": {"voice": None}, "player": None}),
-            {"voice": None, "player": None},
+            configureChanges(
+                {
+                    "type": "configure",
+                    "output": {"voice": None, "responseProcessing": None, "audioProcessing": None},
+                    "player": None,
+                    "silenceBehavior": None,
+                }
+            ),
+            {
+                "voice": None,
+                "responseProcessing": None,
+                "audioProcessing": None,
+                "player": None,
+                "silenceBehavior": None,
+            },
         )
 
     def test_refusedLocally(self) -> None:
         """
-        Voices and languages outside the seed's lists, and everything else
-        malformed, are refused with the field named.
+        Voices and languages outside the seed's lists, response-processing
+        rules RPEngine would refuse, and everything else malformed, are
+        refused with the field named.
         """
+        rule = {
+            "id": "mood",
+            "matcher": {"type": "regex", "pattern": "x"},
+            "captureGroup": 0,
+            "occurrence": "first",
+            "remove": "none",
+            "removeFrom": [],
+        }
         cases: list[tuple[dict[str, Any], str]] = [
             ({"output": {"voice": "F6"}}, "configure.output.voice 'F6' is not a voice"),
             ({"output": {"voice": "f1"}}, "is not a voice"),
@@ -192,8 +251,44 @@ class ConfigureTests(SynchronousTestCase):
             ({"output": []}, "configure.output must be an object"),
             ({"voice": "F1"}, "configure has unknown field 'voice'"),
             ({"player": "Ada"}, "configure.player must be an object"),
-            ({"interactionMode": ""}, "interactionMode must be"),
+            ({"player": {"displayName": ""}}, "configure.player.displayName must be a non-empty"),
+            ({"player": {"displayName": 3}}, "configure.player.displayName must be a non-empty"),
+            ({"interactionMode": ""}, "configure.interactionMode '' is not an interaction mode"),
+            ({"interactionMode": "chat"}, "(one of auto_event, direct_user)"),
+            ({"promptScene": "tavern"}, "configure.promptScene must be an object or null"),
+            ({"silenceBehavior": "wait"}, "configure.silenceBehavior 'wait' is not what RPEngine"),
             ({"bargeIn": 1}, "bargeIn must be"),
+            (
+                {"output": {"audioProcessing": "telephone"}},
+                "configure.output.audioProcessing 'telephone' is not an audio processing "
+                "profile of RPEngine (one of cinematic_radio, narrowband_voice)",
+            ),
+            (
+                {"output": {"responseProcessing": {"mode": "streaming", "rules": [rule]}}},
+                'configure.output.responseProcessing.mode must be "buffered"',
+            ),
+            (
+                {
+                    "output": {
+                        "responseProcessing": {
+                            "mode": "buffered",
+                            "rules": [{**rule, "id": "Mood"}],
+                        }
+                    }
+                },
+                "configure.output.responseProcessing.rules[0].id must match",
+            ),
+            (
+                {
+                    "output": {
+                        "responseProcessing": {
+                            "mode": "buffered",
+                            "rules": [{**rule, "matcher": {"type": "regex", "pattern": "(?=x)y"}}],
+                        }
+                    }
+                },
+                "configure.output.responseProcessing.rules[0].matcher.pattern uses lookaround",
+            ),
         ]
         for message, words in cases:
             self.assertIn(words, self.refused(message), message)
@@ -204,6 +299,50 @@ class ConfigureTests(SynchronousTestCase):
         is checked before any of it is used.
         """
         self.refused({"output": {"voice": "M1", "language": "xx"}})
+
+
+class TurnOptionsTests(SynchronousTestCase):
+    def test_none(self) -> None:
+        self.assertEqual(turnOptions({"type": "text", "text": "hi"}), {})
+
+    def test_options(self) -> None:
+        self.assertEqual(
+            turnOptions(
+                {
+                    "type": "text",
+                    "text": "hi",
+                    "options": {"output": {"language": "de"}, "player": {"displayName": "Kai"}},
+                }
+            ),
+            {"language": "de", "player": {"displayName": "Kai"}},
+        )
+
+    def test_silenceBehaviorBesideAction(self) -> None:
+        """
+        voice-capture start takes silenceBehavior beside action (and in
+        options); beside action wins.
+        """
+        message = {
+            "type": "voice-capture",
+            "action": "start",
+            "silenceBehavior": "restart",
+            "options": {"silenceBehavior": "error"},
+        }
+        self.assertEqual(turnOptions(message), {"silenceBehavior": "restart"})
+        with self.assertRaises(InvalidMessage) as caught:
+            turnOptions({"type": "voice-capture", "action": "start", "silenceBehavior": "again"})
+        self.assertIn("voice-capture.silenceBehavior 'again'", str(caught.exception))
+
+    def test_refused(self) -> None:
+        cases: list[tuple[dict[str, Any], str]] = [
+            ({"type": "text", "options": "fast"}, "text.options must be an object, got a string"),
+            ({"type": "audio", "options": {"bargeIn": False}}, "audio.options has unknown field"),
+            ({"type": "text", "options": {"output": {"voice": "X"}}}, "text.options.output.voice"),
+        ]
+        for message, words in cases:
+            with self.assertRaises(InvalidMessage) as caught:
+                turnOptions(message)
+            self.assertIn(words, str(caught.exception), message)
 
 
 class ErrorMappingTests(SynchronousTestCase):
@@ -217,6 +356,14 @@ class ErrorMappingTests(SynchronousTestCase):
 
     def test_table(self) -> None:
         expected = {
+            "invalid_payload": "INVALID_MESSAGE",
+            "invalid_request": "INVALID_MESSAGE",
+            "prompt_too_large": "INVALID_MESSAGE",
+            "voice_capture_active": "VAD_ERROR",
+            "stt_model_not_installed": "STT_ERROR",
+            "empty_speech": "STT_ERROR",
+            "unsupported_sample_rate": "TTS_ERROR",
+            "audio_transport_failed": "TTS_ERROR",
             "card_resync_required": "INTERNAL_ERROR",
             "invalid_character_card": "INVALID_MESSAGE",
             "service_not_started": "LLM_ERROR",

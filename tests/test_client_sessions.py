@@ -13,6 +13,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.client.flow import SendGuard, transportBacklog
+from rpmiddleware.client.messages import InvalidMessage
 from rpmiddleware.client.sessions import ClientConfig, SessionLookupError, SessionStore
 from rpmiddleware.client.settings import ClientSettings, loadDefaultCharacter
 from rpmiddleware.config import ConfigError, Settings, parseSettings
@@ -142,6 +143,85 @@ class ClientConfigTests(SynchronousTestCase):
         self.assertEqual(
             config.promptFields(), {"interactionMode": "auto_event", "promptScene": {"a": 1}}
         )
+
+    def test_processingInRPEngineShape(self) -> None:
+        """
+        audioProcessing becomes output.audio.processing.profile (only when
+        audio is asked for), responseProcessing output.responseProcessing.
+        """
+        defaults = ClientSettings()
+        rules = {"mode": "buffered", "rules": []}
+        config = ClientConfig().updated(
+            {"audioProcessing": "narrowband_voice", "responseProcessing": rules, "voice": "M2"}
+        )
+        self.assertEqual(
+            config.output(defaults),
+            {
+                "modalities": ["text", "audio"],
+                "language": "en",
+                "audio": {
+                    "model": "gemtavern-supertonic-3",
+                    "voice": "M2",
+                    "format": "pcm_s16le",
+                    "processing": {"profile": "narrowband_voice"},
+                },
+                "responseProcessing": rules,
+            },
+        )
+        textOnly = config.updated({"modalities": ["text"]})
+        self.assertEqual(
+            textOnly.output(defaults),
+            {"modalities": ["text"], "language": "en", "responseProcessing": rules},
+        )
+
+    def test_silence(self) -> None:
+        self.assertEqual(ClientConfig().silence(), "error")
+        self.assertEqual(ClientConfig(silenceBehavior="restart").silence(), "restart")
+
+    def test_checkWithRPEngineRules(self) -> None:
+        """
+        A configuration whose request RPEngine would refuse is refused,
+        naming the field under the message it came in.
+        """
+        defaults = ClientSettings()
+        ClientConfig().check(defaults, "configure")
+        scene = {"kind": "k", "family": "f", "label": "l", "sceneLine": "s", "priority": 1}
+        directive = {
+            "protocolVersion": 1,
+            "sceneContext": "c",
+            "autoEventGuide": "a",
+            "directUserGuide": "d",
+        }
+        whole = ClientConfig(
+            interactionMode="direct_user", promptScene=scene, promptDirective=directive
+        )
+        whole.check(defaults, "configure")
+        cases = [
+            (
+                ClientConfig(promptScene=scene),
+                "configure.interactionMode is missing: interactionMode, promptScene and "
+                "promptDirective go together",
+            ),
+            (
+                whole.updated({"promptScene": {**scene, "priority": "high"}}),
+                "configure.promptScene.priority must be a finite number",
+            ),
+            (
+                whole.updated({"promptScene": {**scene, "label": ""}}),
+                "configure.promptScene.label must be a non-empty string",
+            ),
+            (
+                whole.updated({"promptDirective": {**directive, "protocolVersion": 0}}),
+                "configure.promptDirective.protocolVersion must be a positive integer",
+            ),
+        ]
+        for config, words in cases:
+            with self.assertRaises(InvalidMessage) as caught:
+                config.check(defaults, "configure")
+            self.assertEqual(str(caught.exception), words)
+        with self.assertRaises(InvalidMessage) as caught:
+            ClientConfig(promptDirective=directive).check(defaults, "text.options")
+        self.assertIn("text.options.interactionMode is missing", str(caught.exception))
 
 
 class SendGuardTests(SynchronousTestCase):

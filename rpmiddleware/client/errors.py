@@ -58,7 +58,21 @@ CLIENT_CODES = frozenset(
 )
 
 #: RPEngine's C{request.error} codes (and the middleware's own) -> client codes.
+#: RPEngine's codes are the ones C{crates/rp-engine-core/src/app.rs} emits
+#: (C{preflight}, C{start_next_reply}, C{begin_gemma}, C{stt_completed},
+#: C{tts_completed}, C{request_error}); C{retryable} is passed on as RPEngine
+#: set it (true only for card_resync_required and capacity_exceeded).
 ENGINE_TO_CLIENT: dict[str, str] = {
+    # The request broke RPEngine's envelope rules.  The endpoint checks the
+    # client's options with the same rules first (rpmiddleware.enginerules),
+    # so this names something the client sent that slipped past them.
+    "invalid_payload": INVALID_MESSAGE,
+    # RPEngine refused the request's options when it began (today: its
+    # output.responseProcessing rules), again what the client configured.
+    "invalid_request": INVALID_MESSAGE,
+    # The card and the turn's prompt fields do not fit the model's context:
+    # the client must send a shorter card, scene or directive.
+    "prompt_too_large": INVALID_MESSAGE,
     # Healed by the card-cache plugin; reaching a client means something is
     # wrong inside the middleware, not with the client.
     "card_resync_required": INTERNAL_ERROR,
@@ -73,10 +87,24 @@ ENGINE_TO_CLIENT: dict[str, str] = {
     # voice-capture needs the microphone enabled in RPEngine, whose
     # voice-activity detection then drives the capture.
     "microphone_not_enabled": VAD_ERROR,
+    # RPEngine has one microphone and it is taken by another capture.  The
+    # endpoint refuses a client's second capture itself (INVALID_MESSAGE), so
+    # this one is another client's or another game's: the microphone is busy,
+    # the client's message was fine.
+    "voice_capture_active": VAD_ERROR,
     # The client's configure asked for something RPEngine refuses; the same
     # code as when the endpoint refuses it locally.
     "unsupported_language": INVALID_MESSAGE,
     "unsupported_voice": INVALID_MESSAGE,
+    # The speech-to-text model for the spoken language is not installed in
+    # RPEngine (the player must install it there).
+    "stt_model_not_installed": STT_ERROR,
+    # The recording or capture held no words.
+    "empty_speech": STT_ERROR,
+    # The speech model answered at a rate RPEngine cannot send (not 44.1 kHz).
+    "unsupported_sample_rate": TTS_ERROR,
+    # RPEngine could not hand the synthesized speech to its transport.
+    "audio_transport_failed": TTS_ERROR,
     # Generation failed (or RPEngine refused the request for another reason).
     "request_failed": LLM_ERROR,
     # The middleware's own codes (docs/protocol-choices.md).

@@ -19,6 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from rpmiddleware.client.settings import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
+from rpmiddleware.enginerules import (
+    AUDIO_PROCESSING_PROFILES,
+    INTERACTION_MODES,
+    SILENCE_BEHAVIORS,
+    EngineRefusal,
+    checkResponseProcessing,
+)
 from rpmiddleware.envelope import jsonBytes, loadJson
 from rpmiddleware.messages import AUDIO_INPUT_LANGUAGES, SPEECH_OUTPUT_LANGUAGES, VOICES
 
@@ -54,10 +61,26 @@ CONFIGURE_KEYS = frozenset(
         "promptScene",
         "promptDirective",
         "inputLanguage",
+        "silenceBehavior",
         "bargeIn",
     }
 )
-OUTPUT_KEYS = frozenset({"modalities", "language", "voice", "sampleRate", "streaming"})
+#: What a turn's own C{options} may hold: everything C{configure} takes but
+#: C{bargeIn}, which is about how turns follow each other, not about one.
+TURN_OPTION_KEYS = CONFIGURE_KEYS - {"bargeIn"}
+OUTPUT_KEYS = frozenset(
+    {
+        "modalities",
+        "language",
+        "voice",
+        "sampleRate",
+        "streaming",
+        "audioProcessing",
+        "responseProcessing",
+    }
+)
+#: Messages that start a turn and may carry C{options} for it alone.
+TURN_MESSAGES = ("text", "audio", "voice-capture")
 
 
 class InvalidMessage(ValueError):
@@ -208,55 +231,118 @@ def configureChanges(message: Mapping[str, Any]) -> dict[str, Any]:
     """
     The settings a C{configure} message changes, all checked before any is
     applied, as a flat mapping (C{modalities}, C{language}, C{voice},
-    C{sampleRate}, C{streaming}, C{player}, C{interactionMode},
-    C{promptScene}, C{promptDirective}, C{inputLanguage}, C{bargeIn}).  A
-    key given as C{null} resets that setting.
+    C{sampleRate}, C{streaming}, C{audioProcessing},
+    C{responseProcessing}, C{player}, C{interactionMode}, C{promptScene},
+    C{promptDirective}, C{inputLanguage}, C{silenceBehavior}, C{bargeIn}).
+    A key given as C{null} resets that setting.
 
-    Voices and languages are checked against the seed's lists here, so a
-    bad one is refused before anything goes to RPEngine.
+    Voices and languages are checked against the seed's lists here, and
+    response-processing rules with RPEngine's own rules, so a bad one is
+    refused before anything goes to RPEngine.  The rules that tie several
+    fields together (the three prompt fields go together) are checked on the
+    configuration they make (L{rpmiddleware.client.sessions.ClientConfig.check}).
     """
-    unknown = sorted(k for k in message if k != "type" and k not in CONFIGURE_KEYS)
+    fields = {k: v for k, v in message.items() if k != "type"}
+    return settingsChanges(fields, "configure", CONFIGURE_KEYS)
+
+
+def turnOptions(message: Mapping[str, Any]) -> dict[str, Any]:
+    """
+    The C{options} of a C{text}, C{audio} or C{voice-capture start}: the
+    same settings as C{configure} (not C{bargeIn}) for this turn alone; on
+    C{voice-capture}, C{silenceBehavior} may also stand beside C{action}.
+    """
+    kind = message["type"]
+    options = message.get("options")
+    if options is None:
+        changes: dict[str, Any] = {}
+    elif not isinstance(options, dict):
+        raise InvalidMessage(f"{kind}.options must be an object, got {_jsonName(options)}")
+    else:
+        changes = settingsChanges(options, f"{kind}.options", TURN_OPTION_KEYS)
+    if kind == "voice-capture" and message.get("silenceBehavior") is not None:
+        changes["silenceBehavior"] = _silenceBehavior(
+            message["silenceBehavior"], f"{kind}.silenceBehavior"
+        )
+    return changes
+
+
+def settingsChanges(fields: Mapping[str, Any], where: str, keys: frozenset[str]) -> dict[str, Any]:
+    unknown = sorted(k for k in fields if k not in keys)
     if unknown:
         raise InvalidMessage(
-            f"configure has unknown field {unknown[0]!r} "
-            f"(known: {', '.join(sorted(CONFIGURE_KEYS))})"
+            f"{where} has unknown field {unknown[0]!r} (known: {', '.join(sorted(keys))})"
         )
     changes: dict[str, Any] = {}
-    output = message.get("output")
+    output = fields.get("output")
     if output is not None:
         if not isinstance(output, dict):
-            raise InvalidMessage(f"configure.output must be an object, got {_jsonName(output)}")
+            raise InvalidMessage(f"{where}.output must be an object, got {_jsonName(output)}")
         unknown = sorted(k for k in output if k not in OUTPUT_KEYS)
         if unknown:
             raise InvalidMessage(
-                f"configure.output has unknown field {unknown[0]!r} "
+                f"{where}.output has unknown field {unknown[0]!r} "
                 f"(known: {', '.join(sorted(OUTPUT_KEYS))})"
             )
-        changes.update(_outputChanges(output))
-    for name in ("player", "promptScene", "promptDirective"):
-        if name in message:
-            value = message[name]
+        changes.update(_outputChanges(output, f"{where}.output"))
+    if "player" in fields:
+        changes["player"] = _player(fields["player"], f"{where}.player")
+    for name in ("promptScene", "promptDirective"):
+        if name in fields:
+            value = fields[name]
             if value is not None and not isinstance(value, dict):
-                raise InvalidMessage(f"configure.{name} must be an object or null")
+                raise InvalidMessage(f"{where}.{name} must be an object or null")
             changes[name] = value
-    if "interactionMode" in message:
-        value = message["interactionMode"]
-        if value is not None and (not isinstance(value, str) or not value):
-            raise InvalidMessage("configure.interactionMode must be a non-empty string or null")
-        changes["interactionMode"] = value
-    if "inputLanguage" in message:
+    if "interactionMode" in fields:
+        changes["interactionMode"] = _named(
+            fields["interactionMode"],
+            frozenset(INTERACTION_MODES),
+            f"{where}.interactionMode",
+            "an interaction mode of RPEngine",
+        )
+    if "inputLanguage" in fields:
         changes["inputLanguage"] = _named(
-            message["inputLanguage"],
+            fields["inputLanguage"],
             AUDIO_INPUT_LANGUAGES,
-            "configure.inputLanguage",
+            f"{where}.inputLanguage",
             "a language RPEngine understands in audio",
         )
-    if "bargeIn" in message:
-        value = message["bargeIn"]
+    if "silenceBehavior" in fields:
+        changes["silenceBehavior"] = _silenceBehavior(
+            fields["silenceBehavior"], f"{where}.silenceBehavior"
+        )
+    if "bargeIn" in fields:
+        value = fields["bargeIn"]
         if value is not None and not isinstance(value, bool):
-            raise InvalidMessage("configure.bargeIn must be true, false or null")
+            raise InvalidMessage(f"{where}.bargeIn must be true, false or null")
         changes["bargeIn"] = value
     return changes
+
+
+def _player(value: Any, where: str) -> dict[str, Any] | None:
+    """
+    RPEngine's C{player} object: C{displayName}, the name the character
+    calls the player (RPEngine defaults it to "Player").
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidMessage(f"{where} must be an object or null")
+    if "displayName" in value:
+        name = value["displayName"]
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidMessage(f"{where}.displayName must be a non-empty string")
+    return value
+
+
+def _silenceBehavior(value: Any, where: str) -> Any:
+    return _named(
+        value,
+        frozenset(SILENCE_BEHAVIORS),
+        where,
+        'what RPEngine does after a silent capture ("error": empty_speech; '
+        '"restart": listen again)',
+    )
 
 
 def _named(value: Any, choices: frozenset[str], where: str, what: str) -> Any:
@@ -275,41 +361,55 @@ def _shown(value: Any) -> str:
     return repr(value[:32]) if isinstance(value, str) else _jsonName(value)
 
 
-def _outputChanges(output: Mapping[str, Any]) -> dict[str, Any]:
+def _outputChanges(output: Mapping[str, Any], where: str) -> dict[str, Any]:
     changes: dict[str, Any] = {}
     if "modalities" in output:
         value = output["modalities"]
         if value is not None and value not in MODALITY_CHOICES:
-            raise InvalidMessage(
-                'configure.output.modalities must be ["text"] or ["text", "audio"]'
-            )
+            raise InvalidMessage(f'{where}.modalities must be ["text"] or ["text", "audio"]')
         changes["modalities"] = list(value) if value is not None else None
     if "language" in output:
         changes["language"] = _named(
             output["language"],
             SPEECH_OUTPUT_LANGUAGES,
-            "configure.output.language",
+            f"{where}.language",
             "a speech-output language of RPEngine",
         )
     if "voice" in output:
-        changes["voice"] = _named(
-            output["voice"], VOICES, "configure.output.voice", "a voice of RPEngine"
-        )
+        changes["voice"] = _named(output["voice"], VOICES, f"{where}.voice", "a voice of RPEngine")
     if "sampleRate" in output:
         value = output["sampleRate"]
         if value is not None and (
             type(value) is not int or not MIN_SAMPLE_RATE <= value <= MAX_SAMPLE_RATE
         ):
             raise InvalidMessage(
-                f"configure.output.sampleRate must be a whole number from {MIN_SAMPLE_RATE} "
+                f"{where}.sampleRate must be a whole number from {MIN_SAMPLE_RATE} "
                 f"to {MAX_SAMPLE_RATE}, got {_jsonName(value) if type(value) is not int else value}"
             )
         changes["sampleRate"] = value
     if "streaming" in output:
         value = output["streaming"]
         if value is not None and not isinstance(value, bool):
-            raise InvalidMessage("configure.output.streaming must be true, false or null")
+            raise InvalidMessage(f"{where}.streaming must be true, false or null")
         changes["streaming"] = value
+    if "audioProcessing" in output:
+        # RPEngine's output.audio.processing.profile.
+        changes["audioProcessing"] = _named(
+            output["audioProcessing"],
+            frozenset(AUDIO_PROCESSING_PROFILES),
+            f"{where}.audioProcessing",
+            "an audio processing profile of RPEngine",
+        )
+    if "responseProcessing" in output:
+        value = output["responseProcessing"]
+        if value is not None:
+            try:
+                checkResponseProcessing(value)
+            except EngineRefusal as e:
+                # e.field is RPEngine's path: output.responseProcessing...
+                field = e.field.removeprefix("output")
+                raise InvalidMessage(f"{where}{field} {e.problem}") from None
+        changes["responseProcessing"] = value
     return changes
 
 

@@ -23,8 +23,9 @@ from typing import Any
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from rpmiddleware.client.messages import Attachment
+from rpmiddleware.client.messages import Attachment, InvalidMessage
 from rpmiddleware.client.settings import Character, ClientSettings
+from rpmiddleware.enginerules import EngineRefusal, checkOutput, checkPromptContext
 from rpmiddleware.messages import SPEECH_MODEL
 
 #: Expired session ids remembered so they can be told apart from unknown ones.
@@ -42,11 +43,14 @@ class ClientConfig:
     voice: str | None = None
     sampleRate: int | None = None
     streaming: bool | None = None
+    audioProcessing: str | None = None
+    responseProcessing: dict[str, Any] | None = None
     player: dict[str, Any] | None = None
     interactionMode: str | None = None
     promptScene: dict[str, Any] | None = None
     promptDirective: dict[str, Any] | None = None
     inputLanguage: str | None = None
+    silenceBehavior: str | None = None
     bargeIn: bool | None = None
 
     def updated(self, changes: dict[str, Any]) -> ClientConfig:
@@ -59,19 +63,50 @@ class ClientConfig:
 
     def output(self, defaults: ClientSettings) -> dict[str, Any]:
         """
-        The reply.request C{output} object.
+        The reply.request (and voice.capture.start) C{output} object, in
+        RPEngine's shape (docs/protocol-v3.md of RPEngine: modalities,
+        language, audio {model, voice, format, processing {profile}},
+        responseProcessing).
         """
         output: dict[str, Any] = {
             "modalities": list(self.modalities or ["text", "audio"]),
             "language": self.language or defaults.default_language,
         }
         if self.wantsAudio():
-            output["audio"] = {
+            audio: dict[str, Any] = {
                 "model": SPEECH_MODEL,
                 "voice": self.voice or defaults.default_voice,
                 "format": "pcm_s16le",
             }
+            if self.audioProcessing is not None:
+                audio["processing"] = {"profile": self.audioProcessing}
+            output["audio"] = audio
+        if self.responseProcessing is not None:
+            output["responseProcessing"] = self.responseProcessing
         return output
+
+    def silence(self) -> str:
+        """
+        voice.capture.start's C{silenceBehavior}: what RPEngine does when a
+        capture's recording holds no words (RPEngine's default, "error").
+        """
+        return self.silenceBehavior or "error"
+
+    def check(self, defaults: ClientSettings, where: str) -> None:
+        """
+        Check what this configuration would send with RPEngine's own rules
+        (L{rpmiddleware.enginerules}), so that a client learns the exact
+        field at once instead of from RPEngine's refusal of a turn.
+
+        @param where: the message the settings came in (C{configure},
+            C{text.options}), to name the field.
+        @raise InvalidMessage: naming the field and what is wrong.
+        """
+        try:
+            checkOutput(self.output(defaults))
+            checkPromptContext(self.promptFields())
+        except EngineRefusal as e:
+            raise InvalidMessage(f"{where}.{e}") from None
 
     def outputRate(self, defaults: ClientSettings) -> int:
         return self.sampleRate or defaults.default_sample_rate

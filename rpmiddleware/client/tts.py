@@ -118,7 +118,7 @@ class SpeechOutput:
             cut = len(raw) - len(raw) % 2
             self._carry = raw[cut:]
             pcm = self._resampler.feed(decodePcm(raw[:cut], "pcm_s16le"))
-            if fields.get("final") is True:
+            if _lastOfSegment(fields):
                 pcm = np.concatenate([pcm, self._resampler.flush()])
                 self._resampler = None
             out.append(encodePcm(pcm, "pcm_s16le"))
@@ -168,6 +168,20 @@ class SpeechOutput:
                     )
                 self._collected.append(piece)
         return result
+
+
+def _lastOfSegment(fields: Mapping[str, Any]) -> bool:
+    """
+    Whether a chunk ends its sentence segment: RPEngine numbers a segment's
+    chunks (C{segmentChunkSequence} of C{segmentChunkCount}, app.rs
+    C{take_reply_audio_transport}), so the segment's tail can be sent with
+    its last chunk instead of waiting for the next segment.  C{final: true}
+    is taken too.
+    """
+    if fields.get("final") is True:
+        return True
+    index, count = fields.get("segmentChunkSequence"), fields.get("segmentChunkCount")
+    return type(index) is int and type(count) is int and index == count - 1
 
 
 def _decode(data: str) -> bytes:

@@ -1,17 +1,26 @@
 """
 One turn of one client: RPEngine's reply stream, told in the client's words.
 
-    reply.accepted         -> transcript (what RPEngine heard, if it says)
-    reply.text.delta       -> llm-chunk {content, done: false}
-    reply.text.completed   -> llm-chunk {content: "", done: true}, llm {text}
-    reply.audio.start      -> tts-start            (streaming)
-    reply.audio.chunk      -> tts-chunk {format: "pcm", sampleRate, data}
-    reply.audio.completed  -> [tts {format: "wav"} when not streaming], tts-complete
-    reply.completed        -> reply-complete {stats, ...}
-    reply.cancelled        -> tts-cancelled
-    request.error          -> error (mapped), and tts-cancelled if the reply had begun
-    voice.capture.state    -> voice-state; speech-start (speaking), speech-end (processing)
-    voice.capture.level    -> voice-level
+    reply.accepted            -> transcript (what RPEngine heard, if it says)
+    reply.text.delta          -> llm-chunk {content, done: false}
+    reply.text.completed      -> llm-chunk {content: "", done: true},
+                                 llm {text, extractedContent?}
+    reply.audio.start         -> tts-start            (streaming)
+    reply.audio.chunk         -> tts-chunk {format: "pcm", sampleRate, data}
+    reply.audio.completed     -> [tts {format: "wav"} when not streaming], tts-complete
+    reply.completed           -> reply-complete {text, modalities, stats, ...}
+    reply.cancelled           -> tts-cancelled {reason, engineReason}
+    request.error             -> error (mapped), and tts-cancelled if the reply had begun
+    voice.capture.state       -> voice-state; speech-start (speech_started),
+                                 speech-end (speech_ended)
+    voice.capture.level       -> voice-level {level, peak, rms, seconds}
+    voice.capture.transcript  -> transcript {text, isFinal: true}
+
+The field names are RPEngine's (C{crates/rp-engine-core/src/app.rs}:
+C{gemma_completed} builds reply.text.completed, C{complete_if_ready}
+reply.audio.completed and reply.completed, C{capture_state},
+C{capture_level} and C{stt_completed} the voice.capture reports,
+C{cancel_request} reply.cancelled).
 
 A turn cancelled here (the client's C{cancel}, a barge-in, a client that does
 not read) says C{tts-cancelled} at once and is silent from then on: whatever
@@ -38,10 +47,14 @@ from rpmiddleware.messages import textOfDelta
 #: What a turn is about: typed text, a recording, or the RPEngine microphone.
 TEXT, AUDIO, VOICE = "text", "audio", "voice"
 
-#: voice.capture.state values that the seed's speech messages stand for.
-SPEECH_STATES = {"speaking": "speech-start", "processing": "speech-end"}
+#: voice.capture.state values that the seed's speech messages stand for
+#: (RPEngine's browser capture reports listening, speech_started and
+#: speech_ended: src/browser-voice-capture.ts).
+SPEECH_STATES = {"speech_started": "speech-start", "speech_ended": "speech-end"}
 
 _HEAD = frozenset({*ENVELOPE_FIELDS, "requestId"})
+#: reply.text.completed fields that are the reply, not its statistics.
+_TEXT_CONTENT = frozenset({"text", "extractedContent"})
 
 
 class Send(Protocol):
@@ -52,11 +65,17 @@ class Send(Protocol):
         """
 
 
-def _stats(fields: Mapping[str, Any], name: str | None = None) -> dict[str, Any]:
-    if name is not None:
-        value = fields.get(name)
-        return dict(value) if isinstance(value, dict) else {}
-    return {k: v for k, v in fields.items() if k not in _HEAD}
+def _stats(fields: Mapping[str, Any], content: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """
+    RPEngine's statistics on a completed stream as it sent them: every field
+    but the envelope's own, the requestId and the C{content} fields (so a
+    figure a later RPEngine adds is passed on too).
+    """
+    return {k: v for k, v in fields.items() if k not in _HEAD and k not in content}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class Turn:
@@ -65,6 +84,15 @@ class Turn:
         C{"cancelled"} or C{"failed"}.
     @ivar replyText: the character's words so far.
     @ivar transcript: the player's words: typed, or as RPEngine heard them.
+    @ivar capturing: (voice turns) RPEngine's microphone is open for this
+        turn: listening or hearing the player, so C{voice.capture.stop}
+        still ends the speech.
+    @ivar capturePhase: (voice turns) RPEngine still holds its one
+        microphone capture for this turn: from the start until the words are
+        transcribed or the reply begins.  A second capture then would be
+        refused (voice_capture_active).
+    @ivar extractedContent: what RPEngine's response processing captured
+        (rule id -> strings), when the turn asked for it.
     """
 
     log = Logger()
@@ -91,13 +119,15 @@ class Turn:
         self.transcript = playerText
         self.accepted = False
         self.capturing = kind == VOICE
+        self.capturePhase = kind == VOICE
         self.ttsStarted = False
         self.silenced = False
         self.outcome: str | None = None
         self._pieces: list[str] = []
         self._fullText: str | None = None
-        self._textStats: dict[str, Any] = {}
-        self._audioStats: dict[str, Any] = {}
+        self.extractedContent: dict[str, Any] | None = None
+        self._textStats: dict[str, Any] | None = None
+        self._audioStats: dict[str, Any] | None = None
         self._timer: IDelayedCall | None = None
 
     @property
@@ -162,19 +192,42 @@ class Turn:
             self.transcript = heard
             self._say("transcript", text=heard, isFinal=True)
 
+    def _replying(self) -> None:
+        """
+        The reply has begun: a capture's microphone part is over.
+        """
+        self.accepted = True
+        self._stopTimer()
+        self.capturing = self.capturePhase = False
+
     def _delta(self, fields: Mapping[str, Any]) -> None:
+        self._replying()
         piece = textOfDelta(fields)
         self._pieces.append(piece)
         self._say("llm-chunk", content=piece, done=False)
 
     def _textCompleted(self, fields: Mapping[str, Any]) -> None:
+        """
+        The whole text (with response processing, the only text: RPEngine
+        sends no deltas then), and what the rules extracted.
+        """
+        self._replying()
         text = fields.get("text")
         self._fullText = text if isinstance(text, str) else "".join(self._pieces)
-        self._textStats = _stats(fields, "stats")
+        self._textStats = _stats(fields, _TEXT_CONTENT)
+        extracted = fields.get("extractedContent")
+        if isinstance(extracted, dict):
+            self.extractedContent = extracted
         self._say("llm-chunk", content="", done=True)
-        self._say("llm", text=self._fullText)
+        self._say("llm", text=self._fullText, **self._extracted())
+
+    def _extracted(self) -> dict[str, Any]:
+        if self.extractedContent is None:
+            return {}
+        return {"extractedContent": self.extractedContent}
 
     def _audioStart(self, fields: Mapping[str, Any]) -> None:
+        self._replying()
         if self.speech is None:
             return
         self.speech.started(fields)
@@ -215,10 +268,10 @@ class Turn:
                 return
 
     def _audioCompleted(self, fields: Mapping[str, Any]) -> None:
+        self._audioStats = _stats(fields)
         speech = self.speech
         if speech is None:
             return
-        self._audioStats = _stats(fields)
         self._sendSpeech(speech.finish())
         if self.silenced:
             return
@@ -236,20 +289,61 @@ class Turn:
         self._say("tts-complete")
 
     def _captureState(self, fields: Mapping[str, Any]) -> None:
+        """
+        RPEngine's capture state: C{listening} (again, after a silent
+        recording with silenceBehavior "restart"), C{speech_started},
+        C{speech_ended} (RPEngine then stops the capture itself and
+        transcribes).
+        """
         state = str(fields.get("state"))
         self.accepted = True
         self._stopTimer()
-        self._say("voice-state", state=state)
+        extra: dict[str, Any] = {}
+        if _number(fields.get("seconds")):
+            extra["seconds"] = fields["seconds"]
+        if isinstance(fields.get("autoEndEnabled"), bool):
+            extra["autoEndEnabled"] = fields["autoEndEnabled"]
+        if isinstance(fields.get("message"), str):
+            extra["message"] = fields["message"]
+        self._say("voice-state", state=state, **extra)
         speech = SPEECH_STATES.get(state)
         if speech is not None:
             self._say(speech)
-        if state not in ("listening", "speaking"):
+        if state == "speech_ended":
             self.capturing = False
+        elif state in ("listening", "speech_started"):
+            self.capturing = self.capturePhase = True
 
     def _captureLevel(self, fields: Mapping[str, Any]) -> None:
-        level = fields.get("level")
-        if isinstance(level, int | float) and not isinstance(level, bool):
-            self._say("voice-level", level=level)
+        """
+        The microphone's level: RPEngine's C{peak} and C{rms} (0..1) and the
+        capture's C{seconds}, plus C{level} for clients that know one
+        number: the peak (falling back to rms), which spans the meter on
+        ordinary speech where rms stays near its bottom.
+        """
+        extra = {
+            name: fields[name] for name in ("peak", "rms", "seconds") if _number(fields.get(name))
+        }
+        level = extra.get("peak", extra.get("rms", fields.get("level")))
+        if not _number(level):
+            return
+        self._say("voice-level", level=level, **extra)
+
+    def _captureTranscript(self, fields: Mapping[str, Any]) -> None:
+        """
+        What RPEngine heard (the middleware asks for it with
+        C{returnTranscript: true}).  An empty one is not passed on: it is
+        followed by C{request.error} empty_speech, or with silenceBehavior
+        "restart" by C{listening} again.
+        """
+        self.capturing = False
+        text = fields.get("text")
+        if not isinstance(text, str) or not text.strip():
+            return
+        self.capturePhase = False
+        self.transcript = text
+        extra = {"language": fields["language"]} if isinstance(fields.get("language"), str) else {}
+        self._say("transcript", text=text, isFinal=True, **extra)
 
     _HANDLERS: dict[str, Callable[[Turn, Mapping[str, Any]], None]] = {
         "reply.accepted": _accepted,
@@ -260,6 +354,7 @@ class Turn:
         "reply.audio.completed": _audioCompleted,
         "voice.capture.state": _captureState,
         "voice.capture.level": _captureLevel,
+        "voice.capture.transcript": _captureTranscript,
     }
 
     def _terminal(self, kind: str, fields: Mapping[str, Any]) -> None:
@@ -269,7 +364,7 @@ class Turn:
             if kind == "reply.completed":
                 self._complete(fields)
             elif kind == "reply.cancelled":
-                self._say("tts-cancelled")
+                self._cancelledUpstream(fields)
             else:
                 self._send(engineErrorMessage(dict(fields), self.id))
                 if self.accepted or self.ttsStarted or fields.get("code") == "engine_disconnected":
@@ -278,13 +373,33 @@ class Turn:
             {"reply.completed": "completed", "reply.cancelled": "cancelled"}.get(kind, "failed")
         )
 
+    def _cancelledUpstream(self, fields: Mapping[str, Any]) -> None:
+        """
+        RPEngine (or a plugin) cancelled a turn the client did not: its
+        reason (C{requested_by_game}, C{not_active}, C{connection_lost}) as
+        C{engineReason}, and a sentence as C{reason}.
+        """
+        engineReason = fields.get("reason")
+        if isinstance(engineReason, str) and engineReason:
+            self._say(
+                "tts-cancelled",
+                reason=f"RPEngine cancelled this turn ({engineReason})",
+                engineReason=engineReason,
+            )
+        else:
+            self._say("tts-cancelled", reason="RPEngine cancelled this turn")
+
     def _complete(self, fields: Mapping[str, Any]) -> None:
-        message = turnMessage("reply-complete", self.id, text=self.replyText)
-        message["stats"] = _stats(fields, "stats")
-        if self._textStats:
-            message["textStats"] = self._textStats
-        if self._audioStats:
-            message["audioStats"] = self._audioStats
+        message = turnMessage("reply-complete", self.id, text=self.replyText, **self._extracted())
+        modalities = fields.get("modalities")
+        if isinstance(modalities, list):
+            message["modalities"] = modalities
+        stats: dict[str, Any] = {}
+        if self._textStats is not None:
+            stats["text"] = self._textStats
+        if self._audioStats is not None:
+            stats["audio"] = self._audioStats
+        message["stats"] = stats
         if self.speech is not None and self.speech.samples:
             message["speech"] = {"sampleRate": self.speech.rate, "samples": self.speech.samples}
         self._send(message)
