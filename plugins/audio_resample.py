@@ -303,10 +303,12 @@ class AudioResample(ChainPlugin):
             reply = self._replies.get(requestId)
             if reply is not None and reply.converting:
                 self._endSegment(reply, envelope, context)
-                if type(envelope.get("chunks")) is int:
-                    envelope["chunks"] += reply.shift
-                if type(envelope.get("bytes")) is int:
-                    envelope["bytes"] = reply.bytesOut
+                # RPEngine's totals (app.rs complete_if_ready), told for
+                # the audio the game receives.
+                if type(envelope.get("chunkCount")) is int:
+                    envelope["chunkCount"] += reply.shift
+                if type(envelope.get("totalBytes")) is int:
+                    envelope["totalBytes"] = reply.bytesOut
         else:
             spec = MESSAGES.get(kind)
             if spec is not None and spec.terminal:
@@ -370,7 +372,7 @@ class AudioResample(ChainPlugin):
         key = fields.get("segmentSequence")
         segment = reply.segment
         if segment is not None and segment.key != key:
-            # A new sentence began without the last one saying it was final.
+            # A new sentence began before the last one said it was complete.
             self._endSegment(reply, envelope, context)
             segment = None
         if segment is None:
@@ -394,8 +396,8 @@ class AudioResample(ChainPlugin):
         else:
             segment.carry = b""
         out = segment.resampler.feed(decodePcm(raw, "pcm_s16le"))
-        segment.lastChunkSequence = fields.get("chunkSequence")
-        if fields.get("final") is True:
+        segment.lastChunkSequence = fields.get("segmentChunkSequence")
+        if endsSegment(fields):
             out = np.concatenate([out, segment.resampler.flush()])
             reply.segment = None
         sequence = fields.get("sequence")
@@ -413,7 +415,7 @@ class AudioResample(ChainPlugin):
 
     def _endSegment(self, reply: _Reply, current: Envelope, context: IChainContext) -> None:
         """
-        Flush a segment that ended without a C{final} chunk, sending its
+        Flush a segment that ended without its last chunk, sending its
         tail as one more chunk ahead of C{current}.
         """
         segment, reply.segment = reply.segment, None
@@ -429,8 +431,8 @@ class AudioResample(ChainPlugin):
             reply.shift += 1
         fields["segmentSequence"] = segment.key
         if type(segment.lastChunkSequence) is int:
-            fields["chunkSequence"] = segment.lastChunkSequence + 1
-        fields["final"] = True
+            fields["segmentChunkSequence"] = segment.lastChunkSequence + 1
+            fields["segmentChunkCount"] = segment.lastChunkSequence + 2
         self._write(reply, fields, tail)
         chunk = Envelope.build("reply.audio.chunk", current.sessionId, **fields)
         chunk.meta["synthetic"] = True
@@ -441,6 +443,19 @@ class AudioResample(ChainPlugin):
         replies, self._replies = self._replies, {}
         for reply in replies.values():
             self._forget(reply)
+
+
+def endsSegment(fields: Mapping[str, Any]) -> bool:
+    """
+    Whether a C{reply.audio.chunk} is its segment's last: RPEngine numbers
+    each segment's chunks (C{segmentChunkSequence} of C{segmentChunkCount},
+    src/socket-adapter.ts), so the last is known when it arrives.  C{final}
+    is read for older peers.
+    """
+    index, count = fields.get("segmentChunkSequence"), fields.get("segmentChunkCount")
+    if type(index) is int and type(count) is int:
+        return index == count - 1
+    return fields.get("final") is True
 
 
 def _build(settings: Mapping[str, Any], services: IPluginServices) -> AudioResample:

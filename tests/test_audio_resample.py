@@ -18,7 +18,13 @@ from scipy.signal.windows import blackmanharris
 from twisted.trial.unittest import SynchronousTestCase
 
 import plugins.audio_resample
-from plugins.audio_resample import PREPARE_DELAY, AudioResample, ResampleSettings, audioResample
+from plugins.audio_resample import (
+    PREPARE_DELAY,
+    AudioResample,
+    ResampleSettings,
+    audioResample,
+    endsSegment,
+)
 from rpmiddleware.audio import (
     AudioError,
     StreamResampler,
@@ -297,20 +303,20 @@ def streamReply(
                 "requestId": requestId,
                 "sequence": sequence,
                 "segmentSequence": segmentSequence,
-                "chunkSequence": index,
+                "segmentChunkSequence": index,
                 "data": b64(piece),
-                "samples": len(piece) // 2,
             }
             if final:
-                fields["final"] = index == len(pieces) - 1
+                # RPEngine numbers each segment's chunks (src/socket-adapter.ts).
+                fields["segmentChunkCount"] = len(pieces)
             harness.toGame("reply.audio.chunk", **fields)
             sequence += 1
     harness.toGame(
         "reply.audio.completed",
         requestId=requestId,
-        segments=len(segments),
-        chunks=sequence,
-        bytes=sum(2 * len(s) for s, _ in segments),
+        segmentCount=len(segments),
+        chunkCount=sequence,
+        totalBytes=sum(2 * len(s) for s, _ in segments),
     )
     harness.toGame("reply.completed", requestId=requestId)
 
@@ -395,7 +401,7 @@ class OutputTests(SynchronousTestCase):
         start = harness.sentToGame[0]
         self.assertEqual((start.type, start["sampleRate"]), ("reply.audio.start", 24000))
         chunks = chunksBySegment(harness)[0]
-        self.assertEqual([c["final"] for c in chunks], [False, True])
+        self.assertEqual([endsSegment(c.fields) for c in chunks], [False, True])
         self.assertEqual([c["samples"] for c in chunks], [len(unb64(c["data"])) for c in chunks])
 
     def test_missing_final_sends_tail_chunks(self) -> None:
@@ -408,15 +414,15 @@ class OutputTests(SynchronousTestCase):
         # Three chunks of segment 0 plus its tail, then two of segment 1 plus its tail.
         self.assertEqual([c["segmentSequence"] for c in chunks], [0, 0, 0, 0, 1, 1, 1])
         self.assertEqual([c["sequence"] for c in chunks], list(range(7)))
-        self.assertEqual([c["chunkSequence"] for c in chunks], [0, 1, 2, 3, 0, 1, 2])
+        self.assertEqual([c["segmentChunkSequence"] for c in chunks], [0, 1, 2, 3, 0, 1, 2])
         self.assertEqual(
-            [c.get("final") for c in chunks], [None] * 3 + [True] + [None] * 2 + [True]
+            [c.get("segmentChunkCount") for c in chunks], [None] * 3 + [4] + [None] * 2 + [3]
         )
         self.assertEqual(types.index("reply.audio.completed"), len(types) - 2)
         bySegment = chunksBySegment(harness)
         self.assertEqual(len(joined(bySegment[0])), round(len(first) * 24000 / 44100))
         self.assertEqual(len(joined(bySegment[1])), round(len(second) * 24000 / 44100))
-        self.assertEqual(harness.sentToGame[-2]["chunks"], 7)
+        self.assertEqual(harness.sentToGame[-2]["chunkCount"], 7)
 
     def test_terminal_flushes_mid_segment(self) -> None:
         harness, _ = makeHarness()
