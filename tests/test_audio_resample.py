@@ -372,9 +372,9 @@ class OutputTests(SynchronousTestCase):
         self.assertEqual(sequences, list(range(len(sequences))))
         self.assertEqual(harness.typesToGame()[-2:], ["reply.audio.completed", "reply.completed"])
         completed = harness.sentToGame[-2]
-        self.assertEqual(completed["chunks"], len(sequences))
+        self.assertEqual(completed["chunkCount"], len(sequences))
         self.assertEqual(
-            completed["bytes"],
+            completed["totalBytes"],
             sum(len(base64.b64decode(e["data"])) for e in harness.sentToGame if "data" in e),
         )
 
