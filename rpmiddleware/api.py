@@ -73,13 +73,41 @@ class ReplyStream:
         self.cancelRequested = True
         self._cancel(self)
 
+    def _last(self, kind: str) -> Envelope | None:
+        for envelope in reversed(self.envelopes):
+            if envelope.type == kind:
+                return envelope
+        return None
+
     def text(self) -> str:
         """
-        The reply text received so far, from the deltas.
+        The reply text: RPEngine's complete display text once
+        C{reply.text.completed} came (the only text with buffered response
+        processing, which sends no deltas), the deltas so far before.
         """
+        completed = self._last("reply.text.completed")
+        if completed is not None and isinstance(completed.get("text"), str):
+            return str(completed["text"])
         return "".join(
             textOfDelta(e.fields) for e in self.envelopes if e.type == "reply.text.delta"
         )
+
+    def extractedContent(self) -> dict[str, list[str]]:
+        """
+        What the request's C{output.responseProcessing} rules captured, by
+        rule id (empty without rules, or before the text completed).
+        """
+        completed = self._last("reply.text.completed")
+        found = completed.get("extractedContent") if completed is not None else None
+        return dict(found) if isinstance(found, dict) else {}
+
+    def transcript(self) -> str | None:
+        """
+        The player's words as RPEngine heard them (voice captures asked with
+        C{returnTranscript}, the default of L{Middleware.captureVoice}).
+        """
+        heard = self._last("voice.capture.transcript")
+        return str(heard.get("text")) if heard is not None else None
 
     def received(self, envelope: Envelope) -> None:
         if self.finished:

@@ -220,10 +220,18 @@ class Middleware:
         player: Mapping[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
         retainAudio: bool = True,
+        returnTranscript: bool = True,
+        silenceBehavior: str = "error",
         **extra: Any,
     ) -> ReplyStream:
         """
         Ask RPEngine to listen to its browser microphone and reply to what it hears.
+
+        @param returnTranscript: have RPEngine send the player's words
+            (C{voice.capture.transcript}); it sends them only when asked
+            (app.rs stt_completed).
+        @param silenceBehavior: C{"error"} ends the turn with C{empty_speech}
+            when nothing was said; C{"restart"} listens again.
         """
         return self._open(
             "voice.capture.start",
@@ -234,7 +242,7 @@ class Middleware:
             player,
             meta,
             retainAudio,
-            extra,
+            {"returnTranscript": returnTranscript, "silenceBehavior": silenceBehavior, **extra},
         )
 
     def stopVoiceCapture(self, stream: ReplyStream) -> None:

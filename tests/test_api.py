@@ -31,9 +31,9 @@ class ReplyStreamTests(SynchronousTestCase):
         seen: list[str] = []
         stream.received(Envelope.build("reply.accepted", requestId="r1"))
         stream.subscribe(lambda e: seen.append(e.type))
-        stream.received(Envelope.build("reply.text.delta", requestId="r1", sequence=0, text="Hi "))
+        stream.received(Envelope.build("reply.text.delta", requestId="r1", sequence=0, delta="Hi "))
         stream.received(
-            Envelope.build("reply.text.delta", requestId="r1", sequence=1, text="there")
+            Envelope.build("reply.text.delta", requestId="r1", sequence=1, delta="there")
         )
         stream.received(Envelope.build("reply.completed", requestId="r1"))
         self.assertEqual(self.successResultOf(stream.done).type, "reply.completed")
@@ -41,8 +41,38 @@ class ReplyStreamTests(SynchronousTestCase):
             seen, ["reply.accepted", "reply.text.delta", "reply.text.delta", "reply.completed"]
         )
         self.assertEqual(stream.text(), "Hi there")
-        stream.received(Envelope.build("reply.text.delta", requestId="r1", sequence=2, text="x"))
+        stream.received(Envelope.build("reply.text.delta", requestId="r1", sequence=2, delta="x"))
         self.assertEqual(len(stream.envelopes), 4, "nothing after the terminal envelope")
+
+    def test_bufferedTextAndExtractedContent(self) -> None:
+        """
+        With buffered response processing RPEngine sends no deltas: the text
+        and the captures come in reply.text.completed (app.rs gemma_completed).
+        """
+        stream, _ = self.stream()
+        self.assertEqual(stream.extractedContent(), {})
+        stream.received(
+            Envelope.build(
+                "reply.text.completed",
+                requestId="r1",
+                text="Welcome in.",
+                tokenCount=4,
+                elapsedMs=120.5,
+                extractedContent={"emotion": ["happy"]},
+            )
+        )
+        self.assertEqual(stream.text(), "Welcome in.")
+        self.assertEqual(stream.extractedContent(), {"emotion": ["happy"]})
+
+    def test_transcript(self) -> None:
+        stream, _ = self.stream()
+        self.assertIsNone(stream.transcript())
+        stream.received(
+            Envelope.build(
+                "voice.capture.transcript", requestId="r1", text="Any work?", language="en"
+            )
+        )
+        self.assertEqual(stream.transcript(), "Any work?")
 
     def test_audioNotRetained(self) -> None:
         """
@@ -121,12 +151,13 @@ class MiddlewareApiTests(SynchronousTestCase):
 
     def test_requestShape(self) -> None:
         """
-        A request carries the seed's fields, a snapshot of the card with its
-        canonical hash, and the caller's meta (never on the wire).
+        A request carries RPEngine's fields, a snapshot of the card (under
+        C{snapshot}, as session.rs reads it) with its hash, and the caller's
+        meta (never on the wire).
         """
         self.middleware.registerCharacter("mira", exampleCard())
         stream = self.middleware.requestReply(
-            "mira", text="hi", promptScene={"sceneContext": "tavern"}, meta={"client": "c1"}
+            "mira", text="hi", **PROMPT_CONTEXT, meta={"client": "c1"}
         )
         # No RPEngine is connected, so the request waits at the end of the chain.
         [request] = self.middleware.link.waiting
@@ -135,12 +166,53 @@ class MiddlewareApiTests(SynchronousTestCase):
         self.assertEqual(fields["event"], {"text": "hi"})
         self.assertEqual(fields["characterId"], "mira")
         self.assertEqual(fields["integrationId"], "rpmiddleware")
-        self.assertEqual(fields["promptScene"], {"sceneContext": "tavern"})
+        self.assertEqual(fields["promptScene"], PROMPT_CONTEXT["promptScene"])
         self.assertEqual(fields["card"]["mode"], "snapshot")
-        self.assertEqual(fields["card"]["card"], exampleCard())
+        self.assertEqual(fields["card"]["snapshot"], exampleCard())
+        self.assertNotIn("card", fields["card"])
         self.assertEqual(fields["card"]["targetHash"], self.middleware.cards.hashNow(exampleCard()))
         self.assertEqual(request.meta["client"], "c1")
         self.assertNotIn("client", request.toBytes().decode())
+
+    def test_refusedAtOnceNamingTheField(self) -> None:
+        """
+        A request RPEngine would refuse (a partial prompt context, which
+        json_core.rs validate_prompt_context refuses) ends at once with the
+        field named, instead of waiting for RPEngine's untied invalid_payload.
+        """
+        self.middleware.registerCharacter("mira", exampleCard())
+        stream = self.middleware.requestReply("mira", text="hi", promptScene={"kind": "x"})
+        self.assertEqual(self.middleware.link.waiting, [])
+        failure = self.failureResultOf(stream.done, ReplyFailed)
+        error = failure.value.envelope
+        self.assertEqual(error["code"], "invalid_payload")
+        self.assertEqual(error["field"], "interactionMode")
+        self.assertIn("go together", error["message"])
+
+    def test_voiceCaptureAsksForTheTranscript(self) -> None:
+        self.middleware.registerCharacter("mira", exampleCard())
+        self.middleware.captureVoice("mira", silenceBehavior="restart")
+        [request] = self.middleware.link.waiting
+        self.assertIs(request["returnTranscript"], True)
+        self.assertEqual(request["silenceBehavior"], "restart")
+
+
+PROMPT_CONTEXT: dict[str, Any] = {
+    "interactionMode": "direct_user",
+    "promptScene": {
+        "kind": "conversation",
+        "family": "tavern",
+        "label": "The Rusty Anchor",
+        "sceneLine": "A rainy evening at the inn.",
+        "priority": 1,
+    },
+    "promptDirective": {
+        "protocolVersion": 1,
+        "sceneContext": "The inn is warm and loud.",
+        "autoEventGuide": "React to what happened.",
+        "directUserGuide": "Answer the traveller.",
+    },
+}
 
 
 class CardOwnershipTests(SynchronousTestCase):
@@ -163,8 +235,8 @@ class CardOwnershipTests(SynchronousTestCase):
         self.middleware.requestReply("mira", text="two")
         self.assertEqual(self.middleware.cards.computed, 1)
         first, second = self.sentCards()
-        self.assertIs(first["card"], second["card"])
-        self.assertEqual(first["card"], exampleCard())
+        self.assertIs(first["snapshot"], second["snapshot"])
+        self.assertEqual(first["snapshot"], exampleCard())
         self.assertEqual(first["targetHash"], canonicalHash(exampleCard()))
 
     def test_gameDictReadEachTime(self) -> None:
@@ -175,5 +247,5 @@ class CardOwnershipTests(SynchronousTestCase):
         first, second = self.sentCards()
         self.assertEqual(first["targetHash"], canonicalHash(exampleCard()))
         self.assertEqual(second["targetHash"], canonicalHash(card))
-        self.assertIsNot(second["card"], card)
-        self.assertEqual(first["card"]["data"]["description"], exampleCard()["data"]["description"])
+        self.assertIsNot(second["snapshot"], card)
+        self.assertEqual(first["snapshot"]["data"]["description"], exampleCard()["data"]["description"])
