@@ -1,6 +1,10 @@
 """
 Tests for the RPEngine simulator: its protocol behaviour driven directly with
-a fake clock, and one connection over a real loopback WebSocket.
+envelopes, a list as the send callable and a fake clock, and one connection
+over a real loopback WebSocket.
+
+Each test names the part of RPEngine's public source it checks
+(crates/rp-engine-core/src/app.rs unless said otherwise).
 """
 
 from __future__ import annotations
@@ -9,61 +13,92 @@ import base64
 import copy
 import json
 import socket
-from datetime import datetime
 from typing import Any
 
-import jsonpatch
-import numpy as np
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from rpmiddleware.cards import REQUIRED_DATA_FIELDS, canonicalHash
+from rpmiddleware.canonical import canonicalHash
 from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, Envelope
-from rpmiddleware.testing.cardstore import simulatorHash
-from rpmiddleware.testing.replystream import tokenize
+from rpmiddleware.testing.cardstore import PatchFailed, SessionCardStore, applyPatch
+from rpmiddleware.testing.responsetext import (
+    DisplayTextStream,
+    ResponseProcessing,
+    SpeechChunker,
+    displayText,
+    sentenceBlocks,
+    synthesisText,
+)
+from rpmiddleware.testing.simoptions import PlayerTake
 from rpmiddleware.testing.simulator import (
     SimulatedEngine,
     SimulatorOptions,
     connectSimulator,
     defaultReplyText,
 )
-from rpmiddleware.testing.tones import inputRecording, pcm16Samples
+from rpmiddleware.testing.tones import inputRecording
 
 SESSION = "session-1"
-SPEECH = {"modalities": ["text", "audio"], "language": "en", "audio": {"voice": "F4"}}
-TEXT_ONLY = {"modalities": ["text"]}
+MODEL = "gemtavern-supertonic-3"
+SPEECH = {
+    "modalities": ["text", "audio"],
+    "language": "en",
+    "audio": {"model": MODEL, "voice": "F4"},
+}
+TEXT_ONLY = {"modalities": ["text"], "language": "en"}
+ENVELOPE_KEYS = {"protocol", "protocolVersion", "type", "messageId", "sessionId", "timestamp"}
+#: The five fields of every request.error but invalid_payload (app.rs request_error_code).
+ERROR_KEYS = ENVELOPE_KEYS | {"requestId", "sourceMessageId", "code", "message", "retryable"}
 
 
 def makeCard(name: str = "Ayla", **data: Any) -> dict[str, Any]:
     """
-    A valid Character Card V2 with non-ASCII text and a float, so canonical
-    hashing has something to get wrong.
+    A valid Character Card V2 (json_core.rs validate_card_value) with
+    non-ASCII text and a float, so canonical hashing has something to get
+    wrong.
     """
-    fields: dict[str, Any] = {key: kind() for key, kind in REQUIRED_DATA_FIELDS.items()}
-    fields.update(
-        name=name,
-        description="Eine Wirtin mit Herz — 宿屋の主人",
-        tags=["innkeeper"],
-        extensions={"game": {"mood": 0.75, "level": 3}},
-    )
+    fields: dict[str, Any] = {
+        "name": name,
+        "description": "Eine Wirtin mit Herz — 宿屋の主人",
+        "personality": "",
+        "scenario": "",
+        "first_mes": "",
+        "mes_example": "",
+        "creator_notes": "",
+        "system_prompt": "",
+        "post_history_instructions": "",
+        "alternate_greetings": [],
+        "tags": ["innkeeper"],
+        "creator": "",
+        "character_version": "1",
+        "extensions": {"game": {"mood": 0.75, "level": 3}},
+    }
     fields.update(data)
     return {"spec": "chara_card_v2", "spec_version": "2.0", "data": fields}
 
 
 def snapshot(card: dict[str, Any], targetHash: str | None = None) -> dict[str, Any]:
-    return {
-        "format": "chara_card_v2",
-        "mode": "snapshot",
-        "targetHash": targetHash or canonicalHash(card),
-        "card": card,
-    }
+    transfer: dict[str, Any] = {"format": "chara_card_v2", "mode": "snapshot", "snapshot": card}
+    if targetHash is not None:
+        transfer["targetHash"] = targetHash
+    return transfer
 
 
 def reference(targetHash: str) -> dict[str, Any]:
     return {"format": "chara_card_v2", "mode": "reference", "targetHash": targetHash}
+
+
+def patch(baseHash: str, targetHash: str, operations: list[Any]) -> dict[str, Any]:
+    return {
+        "format": "chara_card_v2",
+        "mode": "patch",
+        "baseHash": baseHash,
+        "targetHash": targetHash,
+        "patch": operations,
+    }
 
 
 def audioEvent(seconds: float, **changes: Any) -> dict[str, Any]:
@@ -71,466 +106,708 @@ def audioEvent(seconds: float, **changes: Any) -> dict[str, Any]:
         "format": "pcm_s16le",
         "sampleRate": 16000,
         "channels": 1,
-        "language": "en",
         "data": base64.b64encode(inputRecording(seconds)).decode("ascii"),
     }
     audio.update(changes)
     return {"audio": audio}
 
 
+EMOTION_RULE = {
+    "id": "emotion",
+    "matcher": {"type": "regex", "pattern": r"<([a-z][a-z0-9_]{0,63})>\s*$"},
+    "captureGroup": 1,
+    "occurrence": "last",
+    "remove": "match",
+    "removeFrom": ["text", "audio"],
+}
+
+
 class EngineTestMixin:
     """
-    A L{SimulatedEngine} on a L{Clock}, writing into a list.
+    A simulated engine writing to a list, on a L{Clock}.
     """
 
     clock: Clock
+    out: list[dict[str, Any]]
     engine: SimulatedEngine
     card: dict[str, Any]
 
-    def makeEngine(self, **options: Any) -> SimulatedEngine:
-        self.clock = Clock()
-        self.wire: list[dict[str, Any]] = []
-        self.engine = SimulatedEngine(self.wire.append, self.clock, SimulatorOptions(**options))
+    def setUp(self) -> None:
         self.card = makeCard()
+        self.build()
+
+    def build(self, **options: Any) -> SimulatedEngine:
+        self.clock = Clock()
+        self.out = []
+        self.engine = SimulatedEngine(self.out.append, self.clock, SimulatorOptions(**options))
         return self.engine
 
     def establish(self, **options: Any) -> SimulatedEngine:
-        engine = self.makeEngine(**options)
-        engine.connected()
-        self.game("welcome", sessionId=SESSION, serverVersion="game-1.0")
-        return engine
+        """
+        A fresh engine, connected and welcomed; its output so far dropped.
+        """
+        self.build(**options)
+        self.engine.connected()
+        self.send("welcome", serverVersion="test-game")
+        self.out.clear()
+        return self.engine
 
-    def game(self, type: str, sessionId: str | None = SESSION, **fields: Any) -> dict[str, Any]:
-        """
-        Send one envelope from the game side and return it.
-        """
-        envelope = Envelope.build(type, sessionId, **fields).fields
+    def send(self, type: str, **fields: Any) -> dict[str, Any]:
+        envelope = Envelope.build(type, SESSION, **fields).fields
         self.engine.received(envelope)
         return envelope
 
     def request(
         self,
-        requestId: str = "r1",
+        requestId: str,
         text: str | None = "Hello there",
         output: dict[str, Any] | None = None,
         card: dict[str, Any] | None = None,
         kind: str = "reply.request",
-        **extra: Any,
+        **fields: Any,
     ) -> dict[str, Any]:
-        fields: dict[str, Any] = {
+        body: dict[str, Any] = {
             "requestId": requestId,
             "eventId": f"event-{requestId}",
             "integrationId": "my-game",
             "characterId": "ayla",
-            "output": output if output is not None else SPEECH,
-            "player": {"displayName": "Robin"},
+            "output": copy.deepcopy(output if output is not None else SPEECH),
             "card": card if card is not None else snapshot(self.card),
         }
-        if kind == "reply.request" and "event" not in extra:
-            fields["event"] = {"text": text}
-        fields.update(extra)
-        return self.game(kind, **fields)
+        if kind == "reply.request" and text is not None:
+            body["event"] = {"text": text}
+        body.update(fields)
+        return self.send(kind, **body)
 
-    def runFor(self, seconds: float, step: float = 0.05) -> None:
+    def capture(self, requestId: str = "v1", **fields: Any) -> dict[str, Any]:
+        fields.setdefault("output", TEXT_ONLY)
+        return self.request(requestId, None, kind="voice.capture.start", **fields)
+
+    def advance(self, seconds: float = 0.0) -> None:
         """
-        Advance the clock in small steps, as a running reactor would.
+        Everything due now (and within C{seconds}).
         """
-        for _ in range(int(round(seconds / step))):
+        self.clock.advance(seconds)
+
+    def walk(self, seconds: float, step: float = 0.05) -> None:
+        """
+        Advance in small steps, as a real reactor would: a reply that
+        starts when another ends starts then, not at the end of one jump.
+        """
+        for _ in range(round(seconds / step)):
             self.clock.advance(step)
 
-    def sent(self, *types: str, requestId: str | None = None) -> list[dict[str, Any]]:
-        return self.engine.sentOfType(*types, requestId=requestId)
+    def types(self, messages: list[dict[str, Any]] | None = None) -> list[str]:
+        return [m["type"] for m in (self.out if messages is None else messages)]
 
-    def errors(self) -> list[dict[str, Any]]:
-        return self.sent("request.error")
+    def of(self, *types: str, requestId: str | None = None) -> list[dict[str, Any]]:
+        return [
+            m
+            for m in self.out
+            if m["type"] in types and (requestId is None or m.get("requestId") == requestId)
+        ]
 
-    def stream(self, requestId: str) -> list[dict[str, Any]]:
-        return [m for m in self.engine.sent if m.get("requestId") == requestId]
+    def only(self, type: str, requestId: str | None = None) -> dict[str, Any]:
+        [message] = self.of(type, requestId=requestId)
+        return message
+
+    def forRequest(self, requestId: str) -> list[str]:
+        return [m["type"] for m in self.out if m.get("requestId") == requestId]
+
+    def depths(self) -> list[int]:
+        return [m["queueDepth"] for m in self.of("capacity.update")]
 
 
 class HandshakeTests(EngineTestMixin, SynchronousTestCase):
-    def test_helloOnConnect(self) -> None:
-        engine = self.makeEngine(clientVersion="rpengine-test")
-        engine.connected()
-        [hello] = engine.sent
-        self.assertEqual(hello["type"], "hello")
-        self.assertEqual(hello["protocol"], PROTOCOL)
-        self.assertEqual(hello["protocolVersion"], PROTOCOL_VERSION)
-        self.assertEqual(hello["clientVersion"], "rpengine-test")
-        self.assertNotIn("sessionId", hello)
-        self.assertTrue(hello["timestamp"].endswith("Z"))
-        datetime.fromisoformat(hello["timestamp"])
-
-    def test_welcomeEstablishesSession(self) -> None:
-        engine = self.makeEngine()
-        engine.connected()
-        welcome = self.game("welcome", sessionId=SESSION, serverVersion="game-1.0")
-        self.assertEqual((engine.sessionId, engine.serverVersion), (SESSION, "game-1.0"))
-        self.assertIs(self.successResultOf(engine.welcomed), engine)
-        hello, ack, capacity = engine.sent
-        self.assertEqual(ack["type"], "ack")
-        self.assertEqual(ack["sourceMessageId"], welcome["messageId"])
-        self.assertEqual(ack["sessionId"], SESSION)
-        self.assertEqual(capacity["type"], "capacity.update")
+    def test_helloOnOpen(self) -> None:
+        """
+        app.rs transport_opened: C{hello} with the app version and no
+        session yet (sessionId null); the envelope of src/protocol.ts
+        clientEnvelope.
+        """
+        self.engine.connected()
+        [hello] = self.out
+        self.assertEqual(set(hello), ENVELOPE_KEYS | {"clientVersion"})
         self.assertEqual(
-            (capacity["acceptingRequests"], capacity["queueDepth"], capacity["queueLimit"]),
-            (True, 0, 4),
+            (hello["protocol"], hello["protocolVersion"]), (PROTOCOL, PROTOCOL_VERSION)
+        )
+        self.assertEqual(hello["type"], "hello")
+        self.assertIsNone(hello["sessionId"])
+        self.assertEqual(hello["clientVersion"], "rpengine-simulator/3")
+
+    def test_welcomeAckHasNoSession(self) -> None:
+        """
+        app.rs transport_message: the ack is sent before the welcome is
+        handled, so it carries the session before it (null); then the
+        session is adopted and capacity published under it.
+        """
+        self.engine.connected()
+        welcome = self.send("welcome", serverVersion="game-1")
+        hello, ack, capacity = self.out
+        self.assertEqual(ack["type"], "ack")
+        self.assertEqual(ack["acknowledgedMessageId"], welcome["messageId"])
+        self.assertIsNone(ack["sessionId"])
+        self.assertNotIn("duplicate", ack)
+        self.assertEqual(capacity["type"], "capacity.update")
+        self.assertEqual(capacity["sessionId"], SESSION)
+        self.assertEqual(
+            {k: capacity[k] for k in ("queueDepth", "queueLimit", "acceptingRequests")},
+            {"queueDepth": 0, "queueLimit": 20, "acceptingRequests": True},
+        )
+        self.assertEqual(self.engine.sessionId, SESSION)
+        self.assertEqual(self.engine.serverVersion, "game-1")
+        self.assertEqual(self.successResultOf(self.engine.welcomed), self.engine)
+
+    def test_welcomeTimeout(self) -> None:
+        """
+        app.rs transport_opened and timer_fired: no welcome within five
+        seconds drops the connection.
+        """
+        self.engine.connected()
+        self.advance(4.9)
+        self.assertNoResult(self.engine.closed)
+        self.advance(0.2)
+        self.successResultOf(self.engine.closed)
+        self.assertEqual(
+            self.engine.protocolErrors, [(None, "no welcome within the handshake timeout")]
         )
 
-    def test_everyMessageIsAFullEnvelope(self) -> None:
+    def test_welcomeInTimeKeepsConnection(self) -> None:
         self.establish()
-        self.request()
-        self.clock.advance(0)
-        self.assertEqual(self.wire, self.engine.sent)
-        ids = [m["messageId"] for m in self.wire]
-        self.assertEqual(len(ids), len(set(ids)))
-        json.dumps(self.wire)
-        for message in self.engine.sent[1:]:
-            self.assertEqual(message["sessionId"], SESSION)
-            self.assertEqual(message["protocol"], PROTOCOL)
-            self.assertEqual(message["protocolVersion"], 3)
-            datetime.fromisoformat(message["timestamp"])
+        self.advance(10)
+        self.assertNoResult(self.engine.closed)
+        self.assertEqual(self.engine.protocolErrors, [])
 
-    def test_duplicateMessageIsAckedAndNotProcessed(self) -> None:
+    def test_invalidPayload(self) -> None:
+        """
+        app.rs transport_message with json_core.rs validate_envelope_value
+        (and MAX_MESSAGE_BYTES): a frame over 8 MiB, not JSON, or refused
+        by the envelope rules gets C{request.error} with only a code and a
+        message -- no requestId, no sourceMessageId, no retryable -- and no
+        ack, and nothing else happens.
+        """
         self.establish()
-        original = self.request()
-        self.engine.received(copy.deepcopy(original))
-        self.clock.advance(0)
-        acks = [a for a in self.sent("ack") if a["sourceMessageId"] == original["messageId"]]
-        self.assertEqual([a.get("duplicate", False) for a in acks], [False, True])
-        self.assertEqual(self.engine.duplicates, [original["messageId"]])
-        self.assertEqual(self.engine.processed["r1"], 1)
-        self.assertEqual(len(self.sent("reply.accepted")), 1)
-        self.assertEqual(len(self.sent("reply.completed")), 1)
-        self.assertEqual(self.errors(), [])
+        good = Envelope.build("request.cancel", SESSION, requestId="r1").fields
+        frames: list[Any] = [
+            "not json",
+            '{"protocol": NaN}',
+            json.dumps({**good, "protocolVersion": 2}),
+            json.dumps({**good, "protocol": "other"}),
+            json.dumps({k: v for k, v in good.items() if k != "messageId"}),
+            json.dumps({k: v for k, v in good.items() if k != "requestId"}),
+            json.dumps([good]),
+            json.dumps({**good, "pad": "x" * (8 * 1024 * 1024)}),
+        ]
+        for frame in frames:
+            self.engine.receivedFrame(frame)
+        self.assertEqual(self.types(), ["request.error"] * len(frames))
+        for error in self.out:
+            self.assertEqual(set(error), ENVELOPE_KEYS | {"code", "message"})
+            self.assertEqual(error["code"], "invalid_payload")
+            self.assertEqual(error["sessionId"], SESSION)
+        self.assertEqual(len(self.engine.protocolErrors), len(frames))
+
+    def test_invalidReplyRequest(self) -> None:
+        """
+        A reply.request without output is refused as a whole by
+        validate_envelope_value: invalid_payload, not acked, not queued.
+        """
+        self.establish()
+        self.request("r1", output={})
+        self.assertEqual(self.types(), ["request.error"])
+        self.assertEqual(self.out[0]["code"], "invalid_payload")
+        self.assertEqual(self.engine.queueDepth, 0)
+
+    def test_sessionIdNotChecked(self) -> None:
+        """
+        app.rs transport_message never compares sessionId: a message of
+        another session is acked and handled.
+        """
+        self.establish()
+        body = {"requestId": "r1"}
+        self.engine.received(Envelope.build("request.cancel", "other-session", **body).fields)
+        self.assertEqual(self.types(), ["ack", "reply.cancelled"])
+
+    def test_unknownTypeAckedAndIgnored(self) -> None:
+        """
+        app.rs transport_message: unknown types (and engine-only ones) are
+        acked, then ignored.
+        """
+        self.establish()
+        first = self.send("no.such.type")
+        second = self.send("reply.completed", requestId="r1")
+        self.assertEqual(self.types(), ["ack", "ack"])
+        self.assertEqual(
+            [m["acknowledgedMessageId"] for m in self.out],
+            [first["messageId"], second["messageId"]],
+        )
 
     def test_ackIsNeverAcked(self) -> None:
         self.establish()
-        capacity = self.engine.sent[-1]["messageId"]
-        before = len(self.engine.sent)
-        self.game("ack", sourceMessageId=capacity)
-        self.assertEqual(len(self.engine.sent), before)
-        self.assertEqual(self.engine.acksReceived, [capacity])
+        hello = self.engine.sent[0]
+        self.send("ack", acknowledgedMessageId=hello["messageId"])
+        self.assertEqual(self.out, [])
+        self.assertEqual(self.engine.acksReceived, [hello["messageId"]])
 
-    def test_retransmittedWelcomeIsADuplicate(self) -> None:
-        self.makeEngine().connected()
-        welcome = self.game("welcome", sessionId=SESSION, serverVersion="game-1.0")
-        self.engine.received(copy.deepcopy(welcome))
-        self.assertEqual(
-            [(m["type"], m.get("duplicate")) for m in self.engine.sent[1:]],
-            [("ack", None), ("capacity.update", None), ("ack", True)],
-        )
-        self.assertEqual(self.engine.duplicates, [welcome["messageId"]])
-
-    def test_unknownAndEngineOnlyTypes(self) -> None:
+    def test_duplicateAckedAndIgnored(self) -> None:
+        """
+        app.rs transport_message: a messageId seen before is acked with
+        C{duplicate: true} and not handled again.
+        """
         self.establish()
-        for kind, words in [("reply.teleport", "unknown"), ("reply.completed", "RPEngine")]:
-            envelope = Envelope.build(kind, SESSION, requestId="r1").fields
-            self.assertProtocolError(envelope, words)
+        cancel = self.send("request.cancel", requestId="r1")
+        self.engine.received(dict(cancel))
+        self.assertEqual(self.types(), ["ack", "reply.cancelled", "ack"])
+        self.assertEqual(self.out[2]["acknowledgedMessageId"], cancel["messageId"])
+        self.assertIs(self.out[2]["duplicate"], True)
+        self.assertEqual(self.engine.duplicates, [cancel["messageId"]])
 
-    def test_dropAcks(self) -> None:
-        self.establish(dropAcks=True)
-        self.request()
-        self.clock.advance(0)
-        self.assertEqual(self.sent("ack"), [])
-        self.assertEqual(len(self.sent("reply.completed")), 1)
-
-    def assertProtocolError(self, envelope: dict[str, Any], words: str) -> None:
-        before = len(self.engine.sent)
-        self.engine.received(envelope)
-        [error] = self.engine.sent[before:]
-        self.assertEqual(error["type"], "request.error")
-        self.assertEqual(error["code"], "request_failed")
-        self.assertIs(error["retryable"], False)
-        self.assertIn(words, error["message"])
-        messageId = envelope.get("messageId")
-        if messageId:
-            self.assertEqual(error["sourceMessageId"], messageId)
-        else:
-            self.assertNotIn("sourceMessageId", error)
-        self.assertEqual(self.engine.protocolErrors[-1], (messageId, error["message"]))
-
-    def test_wrongSessionId(self) -> None:
+    def test_duplicateWindowSurvivesReconnect(self) -> None:
+        """
+        app.rs transport_closed clears the session and cards but not the
+        seen messageIds: a message retransmitted on a new connection is
+        still a duplicate.
+        """
         self.establish()
-        envelope = Envelope.build("request.cancel", "other-session", requestId="r1").fields
-        self.assertProtocolError(envelope, "sessionId")
+        cancel = self.send("request.cancel", requestId="r1")
+        self.engine.disconnected()
+        self.engine.connected()
+        self.send("welcome", serverVersion="again")
+        self.out.clear()
+        self.engine.received(dict(cancel))
+        self.assertEqual(self.types(), ["ack"])
+        self.assertIs(self.out[0]["duplicate"], True)
 
-    def test_wrongProtocolAndVersion(self) -> None:
+    def test_duplicateWindowIs2000(self) -> None:
+        """
+        app.rs transport_message keeps the last 2,000 messageIds.
+        """
         self.establish()
-        wrong = Envelope.build("request.cancel", SESSION, requestId="r1").fields
-        self.assertProtocolError(dict(wrong, protocol="other.protocol"), "protocol must be")
-        self.assertProtocolError(dict(wrong, protocolVersion=2), "protocolVersion")
-        self.assertProtocolError(dict(wrong, protocolVersion="3"), "protocolVersion")
+        first = self.send("no.such.type")
+        for _ in range(1999):
+            self.send("no.such.type")
+        self.engine.received(dict(first))
+        self.assertIs(self.out[-1]["duplicate"], True)
+        self.send("no.such.type")
+        self.out.clear()
+        self.engine.received(dict(first))
+        self.assertEqual(self.types(), ["ack"])
+        self.assertNotIn("duplicate", self.out[0])
 
-    def test_missingMessageId(self) -> None:
+    def test_everyMessageIsAFullEnvelope(self) -> None:
         self.establish()
-        envelope = Envelope.build("request.cancel", SESSION, requestId="r1").fields
-        del envelope["messageId"]
-        self.assertProtocolError(envelope, "messageId")
-        self.assertEqual(len(self.sent("ack")), 1)  # the welcome's only
-
-    def test_messageBeforeWelcome(self) -> None:
-        self.makeEngine().connected()
-        envelope = Envelope.build("request.cancel", None, requestId="r1").fields
-        self.assertProtocolError(envelope, "before welcome")
-        self.assertIsNone(self.engine.sessionId)
-
-    def test_welcomeTimeout(self) -> None:
-        engine = self.makeEngine()
-        engine.connected()
-        self.clock.advance(4.9)
-        self.assertNoResult(engine.closed)
-        self.clock.advance(0.2)
-        self.successResultOf(engine.closed)
-        self.assertIn("no welcome", engine.protocolErrors[-1][1])
+        self.request("r1")
+        self.advance()
+        for message in self.out:
+            self.assertTrue(ENVELOPE_KEYS <= set(message), message["type"])
+            self.assertEqual(message["sessionId"], SESSION)
+        ids = [m["messageId"] for m in self.out]
+        self.assertEqual(len(ids), len(set(ids)))
 
 
 class CardTests(EngineTestMixin, SynchronousTestCase):
-    def sync(self, card: dict[str, Any]) -> dict[str, Any]:
-        return self.game("character.sync", integrationId="my-game", characterId="ayla", card=card)
-
-    def test_hashMatchesMiddleware(self) -> None:
-        """
-        The simulator's own RFC 8785 hash agrees with rpmiddleware.cards.
-        """
-        card = makeCard(extensions={"b": 1e21, "a": [1.5, "ü", {"z": None}]})
-        self.assertEqual(simulatorHash(card), canonicalHash(card))
-
-    def test_snapshotThenReference(self) -> None:
-        self.establish()
-        targetHash = canonicalHash(self.card)
-        transfer = snapshot(self.card)
-        self.sync(transfer)
-        [synced] = self.sent("character.synced")
-        self.assertEqual(
-            (synced["integrationId"], synced["characterId"], synced["targetHash"]),
-            ("my-game", "ayla", targetHash),
+    def sync(
+        self, transfer: dict[str, Any], characterId: str = "ayla", integrationId: str = "my-game"
+    ) -> dict[str, Any]:
+        return self.send(
+            "character.sync", integrationId=integrationId, characterId=characterId, card=transfer
         )
-        self.request(card=reference(targetHash))
-        self.clock.advance(0)
-        self.assertEqual(self.errors(), [])
-        self.assertEqual(len(self.sent("reply.completed", requestId="r1")), 1)
-        size = len(json.dumps(transfer, separators=(",", ":"), ensure_ascii=False).encode())
-        self.assertEqual(self.engine.cardTransfers[0], ("snapshot", size))
-        self.assertEqual(self.engine.cardTransfers[1][0], "reference")
-        self.assertLess(self.engine.cardTransfers[1][1], 200)
 
-    def test_snapshotUnderAnotherName(self) -> None:
+    def test_synced(self) -> None:
+        """
+        app.rs character_sync: C{character.synced} with the source message,
+        the character and the hash (session.rs hash_value); a snapshot may
+        omit targetHash.
+        """
         self.establish()
-        transfer = snapshot(self.card)
-        transfer["document"] = transfer.pop("card")
-        self.sync(transfer)
-        self.assertEqual(len(self.sent("character.synced")), 1)
+        sync = self.sync(snapshot(self.card))
+        ack, synced = self.out
+        self.assertEqual(
+            {
+                k: synced[k]
+                for k in ("sourceMessageId", "integrationId", "characterId", "targetHash")
+            },
+            {
+                "sourceMessageId": sync["messageId"],
+                "integrationId": "my-game",
+                "characterId": "ayla",
+                "targetHash": canonicalHash(self.card),
+            },
+        )
 
-    def test_patch(self) -> None:
+    def test_snapshotWithWrongTargetHash(self) -> None:
+        """
+        session.rs resolve_value: a reconstructed hash that is not targetHash
+        is card_resync_required; app.rs request_error: requestId null for a
+        sync, retryable.
+        """
+        self.establish()
+        sync = self.sync(snapshot(self.card, "0" * 64))
+        error = self.only("request.error")
+        self.assertEqual(set(error), ERROR_KEYS)
+        self.assertIsNone(error["requestId"])
+        self.assertEqual(error["sourceMessageId"], sync["messageId"])
+        self.assertEqual((error["code"], error["retryable"]), ("card_resync_required", True))
+
+    def test_targetHashIsCaseInsensitive(self) -> None:
+        self.establish()
+        self.sync(snapshot(self.card, canonicalHash(self.card).upper()))
+        self.assertEqual(self.types(), ["ack", "character.synced"])
+
+    def test_referenceKeyedPerCharacter(self) -> None:
+        """
+        session.rs: the cache holds one card per integrationId + characterId;
+        a reference resolves only under the key it was cached for.
+        """
+        self.establish()
+        digest = canonicalHash(self.card)
+        self.sync(snapshot(self.card))
+        self.sync(reference(digest), characterId="bren")
+        self.sync(reference(digest), integrationId="other-game")
+        self.sync(reference(digest))
+        codes = [m.get("code") or m["type"] for m in self.out if m["type"] != "ack"]
+        self.assertEqual(
+            codes,
+            [
+                "character.synced",
+                "card_resync_required",
+                "card_resync_required",
+                "character.synced",
+            ],
+        )
+
+    def test_referenceToAnOlderCard(self) -> None:
+        """
+        session.rs: a snapshot replaces the character's card; a reference
+        to the one before is card_resync_required.
+        """
+        self.establish()
+        old = canonicalHash(self.card)
+        self.sync(snapshot(self.card))
+        self.sync(snapshot(makeCard(description="changed")))
+        self.sync(reference(old))
+        self.assertEqual(self.out[-1]["code"], "card_resync_required")
+
+    def test_patchKeyedPerCharacter(self) -> None:
+        """
+        session.rs: a patch applies to the card cached for its own key,
+        whose hash must be baseHash; the result must hash to targetHash.
+        """
+        self.establish()
+        base = canonicalHash(self.card)
+        patched = makeCard(description="Sie lacht — 笑う")
+        target = canonicalHash(patched)
+        operations = [{"op": "replace", "path": "/data/description", "value": "Sie lacht — 笑う"}]
+        self.sync(snapshot(self.card))
+        self.sync(patch(base, target, operations), characterId="bren")
+        self.assertEqual(self.out[-1]["code"], "card_resync_required")
+        self.sync(patch(base, target, operations))
+        self.assertEqual(self.out[-1]["type"], "character.synced")
+        self.assertEqual(self.out[-1]["targetHash"], target)
+        self.sync(reference(target))
+        self.assertEqual(self.out[-1]["type"], "character.synced")
+
+    def test_patchFailures(self) -> None:
+        """
+        session.rs: a stale base, a patch that does not apply, or a wrong
+        target are card_resync_required; a patched card that is no longer a
+        Character Card V2 is invalid_character_card, not retryable.
+        """
+        self.establish()
+        base = canonicalHash(self.card)
+        self.sync(snapshot(self.card))
+        target = canonicalHash(makeCard(description="x"))
+        replace = [{"op": "replace", "path": "/data/description", "value": "x"}]
+        self.sync(patch("f" * 64, target, replace))
+        self.sync(patch(base, target, [{"op": "test", "path": "/data/name", "value": "Nope"}]))
+        self.sync(patch(base, "0" * 64, replace))
+        self.sync(patch(base, target, [{"op": "remove", "path": "/data/name"}]))
+        errors = [(m["code"], m["retryable"]) for m in self.of("request.error")]
+        self.assertEqual(
+            errors,
+            [("card_resync_required", True)] * 3 + [("invalid_character_card", False)],
+        )
+
+    def test_invalidSnapshot(self) -> None:
+        self.establish()
+        self.sync(snapshot(makeCard(name="   ")))
+        self.assertEqual(self.out[-1]["code"], "invalid_character_card")
+        self.assertIs(self.out[-1]["retryable"], False)
+
+    def test_cacheClearedByWelcomeAndByReconnect(self) -> None:
+        """
+        app.rs: the card cache is cleared on C{welcome} and when the
+        connection closes.
+        """
+        self.establish()
+        digest = canonicalHash(self.card)
+        self.sync(snapshot(self.card))
+        self.send("welcome", serverVersion="again")
+        self.sync(reference(digest))
+        self.assertEqual(self.out[-1]["code"], "card_resync_required")
+        self.sync(snapshot(self.card))
+        self.engine.disconnected()
+        self.engine.connected()
+        self.send("welcome", serverVersion="again")
+        self.sync(reference(digest))
+        self.assertEqual(self.out[-1]["code"], "card_resync_required")
+
+    def test_requestResolvesItsCard(self) -> None:
+        """
+        app.rs accept_reply: reply.accepted names the resolved card hash; a
+        card error is answered with the requestId and may be retried under
+        the same requestId.
+        """
+        self.establish()
+        digest = canonicalHash(self.card)
+        request = self.request("r1", card=reference(digest))
+        error = self.only("request.error")
+        self.assertEqual(
+            (error["requestId"], error["sourceMessageId"], error["code"]),
+            ("r1", request["messageId"], "card_resync_required"),
+        )
+        self.request("r1")
+        accepted = self.only("reply.accepted")
+        self.assertEqual(accepted["resolvedCardHash"], digest)
+
+    def test_transfersLogged(self) -> None:
         self.establish()
         self.sync(snapshot(self.card))
-        changed = copy.deepcopy(self.card)
-        changed["data"]["personality"] = "Warm, wary of strangers."
-        changed["data"]["tags"].append("quest-giver")
-        patch = jsonpatch.make_patch(self.card, changed).patch
-        self.sync(
-            {
-                "format": "chara_card_v2",
-                "mode": "patch",
-                "baseHash": canonicalHash(self.card),
-                "targetHash": canonicalHash(changed),
-                "patch": patch,
-            }
+        self.sync(reference(canonicalHash(self.card)))
+        self.assertEqual([mode for mode, _ in self.engine.cardTransfers], ["snapshot", "reference"])
+        self.assertGreater(self.engine.cardTransfers[0][1], self.engine.cardTransfers[1][1])
+
+
+class PatchTests(SynchronousTestCase):
+    """
+    RFC 6902 as json_core.rs apply_patch_value applies it.
+    """
+
+    def test_operations(self) -> None:
+        document = {"a": [1, 2], "b": {"c": 1}}
+        result = applyPatch(
+            document,
+            [
+                {"op": "add", "path": "/a/1", "value": 3},
+                {"op": "add", "path": "/a/-", "value": 4},
+                {"op": "move", "from": "/b/c", "path": "/d"},
+                {"op": "copy", "from": "/a/0", "path": "/e"},
+                {"op": "test", "path": "/d", "value": 1},
+                {"op": "replace", "path": "/b", "value": "x"},
+                {"op": "remove", "path": "/a/0"},
+            ],
         )
-        self.assertEqual(
-            [s["targetHash"] for s in self.sent("character.synced")],
-            [canonicalHash(self.card), canonicalHash(changed)],
-        )
-        self.assertEqual(self.engine.cards.cards[canonicalHash(changed)], changed)
-        self.request(card=reference(canonicalHash(changed)))
-        self.assertEqual(self.errors(), [])
-        self.assertEqual([mode for mode, _ in self.engine.cardTransfers][:2], ["snapshot", "patch"])
+        self.assertEqual(result, {"a": [3, 2, 4], "b": "x", "d": 1, "e": 1})
 
-    def assertError(self, code: str, retryable: bool, words: str) -> dict[str, Any]:
-        [error] = self.errors()
-        self.assertEqual(error["code"], code)
-        self.assertIs(error["retryable"], retryable)
-        self.assertIn(words, error["message"])
-        return error
+    def test_failures(self) -> None:
+        for operations in (
+            [{"op": "test", "path": "/a", "value": 1.0}],
+            [{"op": "test", "path": "/a", "value": True}],
+            [{"op": "replace", "path": "/missing", "value": 1}],
+            [{"op": "add", "path": "/list/01", "value": 1}],
+            [{"op": "add", "path": "/list/3", "value": 1}],
+            [{"op": "remove", "path": "/list/2"}],
+            [{"op": "frobnicate", "path": "/a"}],
+            [{"op": "add", "path": "a", "value": 1}],
+        ):
+            with self.assertRaises(PatchFailed, msg=operations):
+                applyPatch({"a": 1, "list": [0, 1]}, operations)
 
-    def test_unknownReference(self) -> None:
-        self.establish()
-        sent = self.request(card=reference("ab" * 32))
-        error = self.assertError("card_resync_required", True, "snapshot")
-        self.assertEqual(error["requestId"], "r1")
-        self.assertEqual(error["sourceMessageId"], sent["messageId"])
-        self.assertEqual(self.sent("reply.accepted"), [])
-
-    def test_resyncRetryUnderSameRequestId(self) -> None:
+    def test_storeDefaultsToOneKey(self) -> None:
         """
-        card_resync_required is retryable: the same requestId with a
-        snapshot is accepted, not a duplicate_request.
+        The store alone (as benchmarks use it) keys by empty ids.
         """
-        self.establish()
-        self.request(card=reference("ab" * 32))
-        self.request(card=snapshot(self.card))
-        self.clock.advance(0)
-        self.assertEqual([e["code"] for e in self.errors()], ["card_resync_required"])
-        self.assertEqual(self.engine.processed["r1"], 1)
-
-    def test_patchAgainstUnknownBase(self) -> None:
-        self.establish()
-        self.sync(
-            {
-                "format": "chara_card_v2",
-                "mode": "patch",
-                "baseHash": "cd" * 32,
-                "targetHash": canonicalHash(self.card),
-                "patch": [],
-            }
-        )
-        self.assertError("card_resync_required", True, "baseHash")
-
-    def test_snapshotWithWrongHash(self) -> None:
-        self.establish()
-        self.request(card=snapshot(self.card, targetHash="0" * 64))
-        self.assertError("invalid_character_card", False, "targetHash does not match")
-        self.assertEqual(self.engine.cards.cards, {})
-
-    def test_patchWithWrongTarget(self) -> None:
-        self.establish()
-        self.sync(snapshot(self.card))
-        self.sync(
-            {
-                "format": "chara_card_v2",
-                "mode": "patch",
-                "baseHash": canonicalHash(self.card),
-                "targetHash": canonicalHash(self.card),
-                "patch": [{"op": "replace", "path": "/data/name", "value": "Brann"}],
-            }
-        )
-        self.assertError("invalid_character_card", False, "targetHash does not match")
-
-    def test_invalidCardNamesTheField(self) -> None:
-        self.establish()
+        store = SessionCardStore()
         card = makeCard()
-        del card["data"]["first_mes"]
-        self.request(card=snapshot(card))
-        self.assertError("invalid_character_card", False, "data.first_mes")
-
-    def test_cacheBelongsToOneSession(self) -> None:
-        engine = self.establish()
-        self.sync(snapshot(self.card))
-        engine.disconnected()
-        engine.connected()
-        self.game("welcome", sessionId="session-2", serverVersion="game-1.0")
-        self.game(
-            "reply.request",
-            sessionId="session-2",
-            requestId="r1",
-            integrationId="my-game",
-            characterId="ayla",
-            event={"text": "Hi"},
-            card=reference(canonicalHash(self.card)),
-        )
-        self.assertEqual([e["code"] for e in self.errors()], ["card_resync_required"])
+        digest, document = store.resolve(snapshot(card))
+        self.assertEqual(digest, canonicalHash(card))
+        self.assertEqual(store.resolve(reference(digest)), (digest, document))
 
 
-class ReplyTests(EngineTestMixin, SynchronousTestCase):
-    def test_textAndAudioReply(self) -> None:
+class RequestTests(EngineTestMixin, SynchronousTestCase):
+    def test_accepted(self) -> None:
+        """
+        app.rs accept_reply: ack, reply.accepted with the queue depth it
+        makes, then capacity.update, then start_next_reply's.
+        """
         self.establish()
-        self.request()
-        self.clock.advance(0)
-        stream = self.stream("r1")
-        types = [m["type"] for m in stream]
-        expected = defaultReplyText(
-            {"event": {"text": "Hello there"}, "player": {"displayName": "Robin"}}
-        )
-
-        self.assertEqual(types[0], "reply.accepted")
-        self.assertNotIn("transcript", stream[0])
-        self.assertEqual(types[-2:], ["reply.audio.completed", "reply.completed"])
-        self.assertEqual(types.count("reply.completed"), 1)
-        self.assertEqual(types.count("reply.audio.start"), 1)
-        self.assertLess(types.index("reply.audio.start"), types.index("reply.audio.chunk"))
-        # Speech starts while the text is still being generated.
-        self.assertLess(types.index("reply.audio.chunk"), types.index("reply.text.completed"))
-        lastDelta = max(i for i, t in enumerate(types) if t == "reply.text.delta")
-        lastChunk = max(i for i, t in enumerate(types) if t == "reply.audio.chunk")
-        self.assertLess(lastDelta, types.index("reply.text.completed"))
-        self.assertEqual(types.index("reply.audio.completed"), lastChunk + 1)
-        self.assertGreater(types.index("reply.completed"), types.index("reply.text.completed"))
-
-        deltas = [m for m in stream if m["type"] == "reply.text.delta"]
-        self.assertEqual([d["sequence"] for d in deltas], list(range(len(deltas))))
-        [completed] = [m for m in stream if m["type"] == "reply.text.completed"]
-        self.assertEqual("".join(d["text"] for d in deltas), completed["text"])
-        self.assertEqual(completed["text"], expected)
-        self.assertIn("Hello there", completed["text"])
-        self.assertEqual(completed["stats"]["tokens"], len(deltas))
-
-        [start] = [m for m in stream if m["type"] == "reply.audio.start"]
+        self.request("r1")
+        ack, accepted, capacity, again = self.out
+        self.assertEqual(ack["type"], "ack")
         self.assertEqual(
-            (start["format"], start["sampleRate"], start["channels"]), ("pcm_s16le", 44100, 1)
+            {k: accepted[k] for k in ("type", "requestId", "eventId", "queueDepth")},
+            {"type": "reply.accepted", "requestId": "r1", "eventId": "event-r1", "queueDepth": 1},
         )
-        chunks = [m for m in stream if m["type"] == "reply.audio.chunk"]
-        self.assertEqual([c["sequence"] for c in chunks], list(range(len(chunks))))
-        sentences = expected.replace(". ", ".\n").split("\n")
-        self.assertEqual(len(sentences), 2)
-        self.assertEqual(
-            sorted({c["segmentSequence"] for c in chunks}), list(range(len(sentences)))
-        )
-        totalBytes = 0
-        for segment, sentence in enumerate(sentences):
-            mine = [c for c in chunks if c["segmentSequence"] == segment]
-            self.assertEqual([c["chunkSequence"] for c in mine], list(range(len(mine))))
-            self.assertEqual([c["final"] for c in mine], [False] * (len(mine) - 1) + [True])
-            pcm = b"".join(base64.b64decode(c["data"]) for c in mine)
-            totalBytes += len(pcm)
-            self.assertEqual(
-                [c["samples"] * 2 for c in mine], [len(base64.b64decode(c["data"])) for c in mine]
-            )
-            self.assertTrue(all(c["samples"] == 4410 for c in mine[:-1]))
-            self.assertEqual(len(pcm) // 2, round(len(sentence) * 0.05 * 44100))
-            samples = pcm16Samples(pcm).astype(np.float64)
-            spectrum = np.abs(np.fft.rfft(samples))
-            peak = np.fft.rfftfreq(len(samples), 1 / 44100)[int(np.argmax(spectrum))]
-            self.assertAlmostEqual(peak, 220 + 20 * segment, delta=1.0)
-            self.assertLess(np.max(np.abs(samples)), 0.31 * 32768)
-            self.assertGreater(np.max(np.abs(samples)), 0.29 * 32768)
+        self.assertEqual(accepted["resolvedCardHash"], canonicalHash(self.card))
+        self.assertEqual((capacity["type"], capacity["queueDepth"]), ("capacity.update", 1))
+        self.assertEqual((again["type"], again["queueDepth"]), ("capacity.update", 1))
 
-        [audioDone] = [m for m in stream if m["type"] == "reply.audio.completed"]
-        self.assertEqual(audioDone["segments"], len(sentences))
-        self.assertEqual(audioDone["chunks"], len(chunks))
-        self.assertEqual(audioDone["bytes"], totalBytes)
-        self.assertAlmostEqual(audioDone["durationMs"], totalBytes / 2 / 44.1)
-        self.assertEqual(self.engine.processed, {"r1": 1})
-        self.assertEqual(self.engine.completed, ["r1"])
-        self.assertEqual([c["queueDepth"] for c in self.sent("capacity.update")], [0, 1, 0])
-
-    def test_textOnlyReply(self) -> None:
+    def test_capacityUpdatesPerRequest(self) -> None:
+        """
+        app.rs publish_capacity is called after accepting, after starting,
+        after completing and when the queue runs empty -- four updates for
+        one request on an idle engine, none coalesced.
+        """
         self.establish()
-        self.request(output=TEXT_ONLY)
-        self.clock.advance(0)
-        types = [m["type"] for m in self.stream("r1")]
-        self.assertFalse([t for t in types if t.startswith("reply.audio")])
-        self.assertEqual(types[0], "reply.accepted")
-        self.assertEqual(types[-2:], ["reply.text.completed", "reply.completed"])
+        self.request("r1", output=TEXT_ONLY)
+        self.advance()
+        self.assertEqual(self.depths(), [1, 1, 0, 0])
+        completed = self.types().index("reply.completed")
+        self.assertEqual(self.types()[completed + 1 :], ["capacity.update", "capacity.update"])
 
-    def test_customReplyTextSeesTheRequest(self) -> None:
-        seen: list[dict[str, Any]] = []
+    def test_queueLimit(self) -> None:
+        """
+        app.rs preflight: 22 requests at once -- 20 accepted (QUEUE_LIMIT),
+        2 refused with capacity_exceeded, retryable; capacity says so.
+        """
+        self.establish()
+        for i in range(22):
+            self.request(f"r{i}")
+        accepted = self.of("reply.accepted")
+        self.assertEqual([m["queueDepth"] for m in accepted], list(range(1, 21)))
+        errors = self.of("request.error")
+        self.assertEqual([m["requestId"] for m in errors], ["r20", "r21"])
+        self.assertEqual(
+            {(m["code"], m["retryable"]) for m in errors}, {("capacity_exceeded", True)}
+        )
+        last = self.of("capacity.update")[-1]
+        self.assertEqual((last["queueDepth"], last["acceptingRequests"]), (20, False))
+        self.advance()
+        self.assertEqual(len(self.engine.completed), 20)
+        self.assertEqual(self.engine.completed, [f"r{i}" for i in range(20)])
 
-        def reply(request: dict[str, Any]) -> str:
-            seen.append(request)
-            return "One. Two!"
+    def test_preflightOrder(self) -> None:
+        """
+        app.rs preflight: duplicate_request, then service_not_started, then
+        capacity_exceeded, and only then the card.
+        """
+        self.establish(queueLimit=1)
+        self.request("r1")
+        self.request("r1", card=reference("0" * 64))
+        self.request("r2", card=reference("0" * 64))
+        self.engine.options.serviceStarted = False
+        self.request("r1")
+        self.request("r3", card=reference("0" * 64))
+        self.assertEqual(
+            [(m["requestId"], m["code"]) for m in self.of("request.error")],
+            [
+                ("r1", "duplicate_request"),
+                ("r2", "capacity_exceeded"),
+                ("r1", "duplicate_request"),
+                ("r3", "service_not_started"),
+            ],
+        )
+        for error in self.of("request.error"):
+            self.assertEqual(set(error), ERROR_KEYS)
+            self.assertIs(error["retryable"], error["code"] == "capacity_exceeded")
 
-        self.establish(replyText=reply)
-        self.request(output=TEXT_ONLY, text="Knock knock")
-        self.clock.advance(0)
-        self.assertEqual(seen[0]["event"], {"text": "Knock knock"})
-        deltas = self.sent("reply.text.delta")
-        self.assertEqual([d["text"] for d in deltas], ["One. ", "Two!"])
+    def test_requestIdReusableAfterCompletion(self) -> None:
+        self.establish()
+        self.request("r1", output=TEXT_ONLY)
+        self.advance()
+        self.request("r1", output=TEXT_ONLY)
+        self.advance()
+        self.assertEqual(self.engine.processed["r1"], 2)
+
+    def test_setAccepting(self) -> None:
+        """
+        app.rs publish_capacity: acceptingRequests is ready && depth < limit.
+        """
+        self.establish()
+        self.engine.setAccepting(False)
+        self.assertFalse(self.out[-1]["acceptingRequests"])
+        self.request("r1")
+        self.assertEqual(self.out[-1]["code"], "service_not_started")
+        self.engine.setAccepting(True)
+        self.assertTrue(self.out[-1]["acceptingRequests"])
+
+    def test_unsupportedLanguage(self) -> None:
+        """
+        app.rs start_next_reply: the output language must be one of the
+        speech languages even for text; the request is accepted first, then
+        fails, and the next one starts.
+        """
+        self.establish()
+        self.request("r1", output={"modalities": ["text"], "language": "xx"})
+        self.request("r2", output=TEXT_ONLY)
+        self.advance()
+        self.assertEqual(self.forRequest("r1"), ["reply.accepted", "request.error"])
+        self.assertEqual(self.only("request.error")["code"], "unsupported_language")
+        self.assertEqual(self.engine.completed, ["r2"])
+
+    def test_failedAtStartStaysAccepted(self) -> None:
+        """
+        app.rs start_next_reply does not forget a request that fails there:
+        its requestId stays taken.
+        """
+        self.establish()
+        self.request("r1", output={"modalities": ["text"], "language": "xx"})
+        self.out.clear()
+        self.request("r1", output=TEXT_ONLY)
+        self.assertEqual(self.out[-1]["code"], "duplicate_request")
+
+    def test_unsupportedVoice(self) -> None:
+        """
+        app.rs start_next_reply, supported_voice: F1-F5 and M1-M5 only.
+        """
+        self.establish()
+        output = {**SPEECH, "audio": {"model": MODEL, "voice": "F9"}}
+        self.request("r1", output=output)
+        self.assertEqual(self.only("request.error")["code"], "unsupported_voice")
+        self.request("r2", output={**SPEECH, "audio": {"model": MODEL, "voice": "M5"}})
+        self.advance()
+        self.assertIn("r2", self.engine.completed)
+
+    def test_unparsableResponseProcessing(self) -> None:
+        """
+        app.rs start_next_reply: response processing that does not parse
+        is invalid_request (the envelope check leaves patterns Python
+        cannot compile to this point).
+        """
+        self.establish()
+        rule = {**EMOTION_RULE, "matcher": {"type": "regex", "pattern": "(unclosed"}}
+        output = {**TEXT_ONLY, "responseProcessing": {"mode": "buffered", "rules": [rule]}}
+        self.request("r1", output=output)
+        self.assertEqual(self.only("request.error")["code"], "invalid_request")
+
+    def test_spokenRequest(self) -> None:
+        """
+        app.rs start_next_reply and stt_completed: a recording is
+        transcribed, then the reply is generated from the transcript.
+        """
+        self.establish()
+        self.request("r1", None, output=TEXT_ONLY, event=audioEvent(1.0))
+        self.advance()
+        completed = self.only("reply.text.completed")
+        self.assertIn("simulated transcript of 1.00 s of audio", completed["text"])
+
+    def test_sttModelNotInstalled(self) -> None:
+        """
+        app.rs start_next_reply: a recording in a language whose model is
+        not installed fails with stt_model_not_installed.
+        """
+        self.establish()
+        self.request("r1", None, output=TEXT_ONLY, event=audioEvent(1.0, language="ja"))
+        self.assertEqual(self.only("request.error")["code"], "stt_model_not_installed")
+        self.engine.options.installedSttLanguages = ("en", "ja")
+        self.request("r2", None, output=TEXT_ONLY, event=audioEvent(1.0, language="ja"))
+        self.advance()
+        self.assertEqual(self.engine.completed, ["r2"])
+
+    def test_nothingRecognised(self) -> None:
+        """
+        app.rs begin_gemma: no text and an empty transcript is
+        request_failed.
+        """
+        self.establish(audioTranscript="")
+        self.request("r1", None, output=TEXT_ONLY, event=audioEvent(1.0))
+        self.advance()
+        self.assertEqual(self.only("request.error")["code"], "request_failed")
 
     def test_failingGeneration(self) -> None:
         """
-        A replyText that raises ends that request with request_failed; the
-        queue goes on with the next one.
+        app.rs operation_failed and fail_active: a failed generation ends
+        the request with request_failed and the next one starts.
         """
 
         def reply(request: dict[str, Any]) -> str:
@@ -539,300 +816,685 @@ class ReplyTests(EngineTestMixin, SynchronousTestCase):
             return "Fine."
 
         self.establish(replyText=reply)
-        self.request("r1", output=TEXT_ONLY)
-        self.request("r2", output=TEXT_ONLY)
-        self.clock.advance(0)
-        [error] = self.errors()
-        self.assertEqual((error["code"], error["requestId"]), ("request_failed", "r1"))
-        self.assertIn("model crashed", error["message"])
+        self.request("r1")
+        self.request("r2")
+        self.advance()
+        error = self.only("request.error")
+        self.assertEqual((error["requestId"], error["code"]), ("r1", "request_failed"))
         self.assertEqual(self.engine.completed, ["r2"])
-        self.assertEqual(self.engine.queueDepth, 0)
 
-    def test_spokenRequestHasTranscript(self) -> None:
+
+class StreamTests(EngineTestMixin, SynchronousTestCase):
+    def test_textAndAudio(self) -> None:
+        """
+        app.rs gemma_delta, gemma_completed, tts_completed,
+        complete_if_ready; src/socket-adapter.ts: deltas with a zero-based
+        sequence, the completed text, speech per sentence in 32 KiB chunks
+        numbered globally and within the segment, the totals, then
+        reply.completed with the modalities.
+        """
         self.establish()
-        self.request(event=audioEvent(1.2))
-        self.clock.advance(0)
-        [accepted] = self.sent("reply.accepted")
-        self.assertEqual(accepted["transcript"], "(simulated transcript of 1.20 s of audio)")
-        self.assertIn(accepted["transcript"], self.sent("reply.text.completed")[0]["text"])
+        self.request("r1", "Over the hills")
+        self.advance()
+        messages = [m for m in self.out if m.get("requestId") == "r1"]
+        kinds = self.types(messages)
+        self.assertEqual(kinds[0], "reply.accepted")
+        self.assertEqual(kinds[-2:], ["reply.audio.completed", "reply.completed"])
+        text = defaultReplyText({"event": {"text": "Over the hills"}})
+        deltas = [m for m in messages if m["type"] == "reply.text.delta"]
+        self.assertEqual([m["sequence"] for m in deltas], list(range(len(deltas))))
+        self.assertEqual("".join(m["delta"] for m in deltas), text)
+        completed = self.only("reply.text.completed")
+        self.assertEqual(
+            set(completed) - ENVELOPE_KEYS, {"requestId", "text", "tokenCount", "elapsedMs"}
+        )
+        self.assertEqual(completed["text"], text)
+        self.assertEqual(completed["tokenCount"], len(text.split()))
+
+        [start] = [m for m in messages if m["type"] == "reply.audio.start"]
+        self.assertEqual(
+            (start["format"], start["sampleRate"], start["channels"]), ("pcm_s16le", 44100, 1)
+        )
+        chunks = [m for m in messages if m["type"] == "reply.audio.chunk"]
+        self.assertLess(kinds.index("reply.audio.start"), kinds.index("reply.audio.chunk"))
+        # Sentence one is spoken while the second is still being generated.
+        self.assertLess(kinds.index("reply.audio.chunk"), kinds.index("reply.text.completed"))
+        self.assertEqual([c["sequence"] for c in chunks], list(range(len(chunks))))
+        segments: dict[int, list[dict[str, Any]]] = {}
+        for chunk in chunks:
+            segments.setdefault(chunk["segmentSequence"], []).append(chunk)
+        self.assertEqual(sorted(segments), [0, 1])
+        totalBytes = 0
+        for parts in segments.values():
+            self.assertEqual([c["segmentChunkSequence"] for c in parts], list(range(len(parts))))
+            self.assertEqual({c["segmentChunkCount"] for c in parts}, {len(parts)})
+            sizes = [len(base64.b64decode(c["data"])) for c in parts]
+            self.assertEqual(set(sizes[:-1]), {32 * 1024})
+            self.assertLessEqual(sizes[-1], 32 * 1024)
+            totalBytes += sum(sizes)
+        audio = self.only("reply.audio.completed")
+        self.assertEqual(
+            {k: audio[k] for k in ("chunkCount", "totalBytes", "segmentCount")},
+            {"chunkCount": len(chunks), "totalBytes": totalBytes, "segmentCount": 2},
+        )
+        self.assertAlmostEqual(audio["durationSeconds"], totalBytes / 2 / 44100)
+        self.assertEqual(audio["elapsedMs"], 0.0)
+        self.assertEqual(self.only("reply.completed")["modalities"], ["text", "audio"])
+
+    def test_chunking(self) -> None:
+        """
+        src/socket-adapter.ts sendAudioSegment: a segment of 100,000 bytes
+        goes as 32 KiB, 32 KiB, 32 KiB and the rest.
+        """
+        self.establish(
+            replyText=lambda request: "Hello there friend.",
+            secondsPerCharacter=50000 / 44100 / len("Hello there friend."),
+        )
+        self.request("r1")
+        self.advance()
+        chunks = self.of("reply.audio.chunk")
+        sizes = [len(base64.b64decode(c["data"])) for c in chunks]
+        self.assertEqual(sizes, [32768, 32768, 32768, 100000 - 3 * 32768])
+        self.assertEqual([c["segmentChunkCount"] for c in chunks], [4] * 4)
+
+    def test_textOnly(self) -> None:
+        self.establish()
+        self.request("r1", output=TEXT_ONLY)
+        self.advance()
+        self.assertEqual(
+            sorted(set(self.forRequest("r1"))),
+            ["reply.accepted", "reply.completed", "reply.text.completed", "reply.text.delta"],
+        )
+        self.assertEqual(self.only("reply.completed")["modalities"], ["text"])
+
+    def test_expressionTagsHidden(self) -> None:
+        """
+        text.rs DisplayTextStreamCore and synthesis_text: tags never reach
+        the display text, and speech drops tags the voice does not know.
+        """
+        self.establish(replyText=lambda request: "Hi <laugh>there. Bye <si gh>now.")
+        self.request("r1")
+        self.advance()
+        deltas = "".join(m["delta"] for m in self.of("reply.text.delta"))
+        self.assertEqual(deltas, "Hi there. Bye now.")
+        self.assertEqual(self.only("reply.text.completed")["text"], "Hi there. Bye now.")
+        self.assertEqual(self.only("reply.audio.completed")["segmentCount"], 2)
+
+    def test_audioWithoutSegments(self) -> None:
+        """
+        app.rs complete_if_ready: audio asked for but nothing to say --
+        reply.audio.start is still sent, then empty totals.
+        """
+        self.establish(replyText=lambda request: "<laugh>")
+        self.request("r1")
+        self.advance()
+        kinds = self.forRequest("r1")
+        self.assertEqual(
+            kinds[-4:],
+            [
+                "reply.text.completed",
+                "reply.audio.start",
+                "reply.audio.completed",
+                "reply.completed",
+            ],
+        )
+        audio = self.only("reply.audio.completed")
+        self.assertEqual(
+            (audio["chunkCount"], audio["totalBytes"], audio["segmentCount"]), (0, 0, 0)
+        )
+
+    def test_responseProcessing(self) -> None:
+        """
+        app.rs gemma_delta/gemma_completed with text.rs ResponseProcessing:
+        buffered -- no deltas; the completed text without the removed
+        match, extractedContent by rule id; speech of the processed text
+        only after the text is complete.
+        """
+        self.establish(replyText=lambda request: "Keep moving. Stay low.<fear_anxious>  \n")
+        output = {**SPEECH, "responseProcessing": {"mode": "buffered", "rules": [EMOTION_RULE]}}
+        self.request("r1", output=output)
+        self.advance()
+        self.assertEqual(self.of("reply.text.delta"), [])
+        completed = self.only("reply.text.completed")
+        self.assertEqual(completed["text"], "Keep moving. Stay low.")
+        self.assertEqual(completed["extractedContent"], {"emotion": ["fear_anxious"]})
+        kinds = self.forRequest("r1")
+        self.assertLess(kinds.index("reply.text.completed"), kinds.index("reply.audio.start"))
+        self.assertEqual(self.only("reply.audio.completed")["segmentCount"], 2)
 
     def test_tokensPerSecond(self) -> None:
-        self.establish(tokensPerSecond=4)
-        self.request(output=TEXT_ONLY)
-        self.clock.advance(0)
-        self.assertEqual(len(self.sent("reply.accepted")), 1)
-        self.assertEqual(len(self.sent("reply.text.delta")), 0)
-        self.clock.advance(0.25)
-        self.assertEqual(len(self.sent("reply.text.delta")), 1)
-        self.clock.advance(0.5)
-        self.assertEqual(len(self.sent("reply.text.delta")), 3)
-        reply = defaultReplyText(
-            {"event": {"text": "Hello there"}, "player": {"displayName": "Robin"}}
-        )
-        tokens = len(tokenize(reply))
-        self.clock.advance(tokens / 4 - 0.75 - 0.01)
-        self.assertEqual(self.sent("reply.text.completed"), [])
-        self.clock.advance(0.01)
-        [completed] = self.sent("reply.text.completed")
-        self.assertEqual(completed["stats"]["durationMs"], tokens / 4 * 1000)
-        self.clock.advance(0)
-        self.assertEqual(len(self.sent("reply.completed")), 1)
+        self.establish(tokensPerSecond=10.0)
+        self.request("r1", output=TEXT_ONLY)
+        self.advance()
+        self.assertEqual(len(self.of("reply.text.delta")), 0)
+        self.advance(0.1)
+        self.assertEqual(len(self.of("reply.text.delta")), 1)
+        self.advance(10)
+        tokens = self.only("reply.text.completed")["tokenCount"]
+        self.assertEqual(self.only("reply.text.completed")["elapsedMs"], tokens * 100.0)
+
+    def test_bigClockStepGivesSameFigures(self) -> None:
+        self.establish(tokensPerSecond=10.0, audioRealtime=True)
+        self.request("r1")
+        self.advance(100)
+        completed = self.only("reply.text.completed")
+        audio = self.only("reply.audio.completed")
+        self.assertEqual(completed["elapsedMs"], completed["tokenCount"] * 100.0)
+        self.assertAlmostEqual(audio["elapsedMs"], audio["durationSeconds"] * 1000.0, places=3)
 
     def test_audioRealtime(self) -> None:
+        """
+        With audioRealtime a sentence takes as long to synthesise as it
+        plays: the reply ends after the last sentence's playing time.
+        """
         self.establish(audioRealtime=True)
-        self.request()
-        self.clock.advance(0)
-        self.assertEqual(len(self.sent("reply.audio.chunk")), 1)
-        self.assertEqual(len(self.sent("reply.text.completed")), 1)
-        self.clock.advance(0.1)
-        self.assertEqual(len(self.sent("reply.audio.chunk")), 2)
-        self.clock.advance(10)
-        self.assertEqual(len(self.sent("reply.completed")), 1)
-
-    def test_cancelMidStream(self) -> None:
-        self.establish(tokensPerSecond=10)
-        self.request()
-        self.clock.advance(0)
-        self.clock.advance(0.35)
-        self.assertEqual(len(self.sent("reply.text.delta")), 3)
-        cancel = self.game("request.cancel", requestId="r1")
-        self.assertEqual(self.sent("ack")[-1]["sourceMessageId"], cancel["messageId"])
-        self.assertEqual(self.engine.sent[-2]["type"], "reply.cancelled")
-        self.assertEqual(self.engine.sent[-1]["type"], "capacity.update")
-        before = len(self.engine.sent)
-        self.clock.advance(60)
-        self.assertEqual(len(self.engine.sent), before)
-        self.assertEqual(self.engine.cancelled, ["r1"])
-        self.assertEqual(self.sent("reply.completed"), [])
-        self.assertEqual(self.clock.getDelayedCalls(), [])
-
-    def test_cancelQueued(self) -> None:
-        self.establish(tokensPerSecond=10)
         self.request("r1")
-        self.request("r2")
-        self.game("request.cancel", requestId="r2")
-        self.clock.advance(60)
-        self.assertEqual([m["type"] for m in self.stream("r2")], ["reply.cancelled"])
-        self.assertEqual(self.engine.processed, {"r1": 1})
-
-    def test_cancelUnknown(self) -> None:
-        self.establish()
-        self.game("request.cancel", requestId="nope")
-        [error] = self.errors()
-        self.assertEqual((error["code"], error["requestId"]), ("request_failed", "nope"))
+        self.advance()
+        self.assertEqual(self.of("reply.completed"), [])
+        self.advance(60)
+        audio = self.only("reply.audio.completed")
+        self.assertGreater(audio["elapsedMs"], 0)
+        self.assertEqual(len(self.of("reply.completed")), 1)
 
     def test_queueInOrder(self) -> None:
+        """
+        app.rs start_next_reply: one reply at a time, first in first out.
+        """
         self.establish()
-        for requestId in ("r1", "r2", "r3"):
-            self.request(requestId, output=TEXT_ONLY)
-        self.clock.advance(0)
-        order = [
-            (m["type"], m["requestId"])
-            for m in self.engine.sent
-            if m["type"].startswith("reply.") and m["type"] in ("reply.accepted", "reply.completed")
-        ]
+        for i in range(3):
+            self.request(f"r{i}", output=TEXT_ONLY)
+        self.advance()
+        starts = [m["requestId"] for m in self.of("reply.text.delta") if m["sequence"] == 0]
+        self.assertEqual(starts, ["r0", "r1", "r2"])
+        self.assertEqual(self.engine.completed, ["r0", "r1", "r2"])
+        firstDone = self.types().index("reply.completed")
         self.assertEqual(
-            order,
-            [(t, r) for r in ("r1", "r2", "r3") for t in ("reply.accepted", "reply.completed")],
+            {m["requestId"] for m in self.out[:firstDone] if m["type"] == "reply.text.delta"},
+            {"r0"},
         )
-        self.assertEqual(self.engine.processed, {"r1": 1, "r2": 1, "r3": 1})
 
-    def test_concurrency(self) -> None:
-        self.establish(concurrency=2, tokensPerSecond=10)
-        for requestId in ("r1", "r2", "r3"):
-            self.request(requestId, output=TEXT_ONLY)
-        self.clock.advance(0)
-        self.assertEqual([m["requestId"] for m in self.sent("reply.accepted")], ["r1", "r2"])
+    def test_concurrencyExtension(self) -> None:
+        self.establish(concurrency=2)
+        for i in range(3):
+            self.request(f"r{i}", output=TEXT_ONLY)
+        self.advance()
+        firstDone = self.types().index("reply.completed")
+        self.assertEqual(
+            {m["requestId"] for m in self.out[:firstDone] if m["type"] == "reply.text.delta"},
+            {"r0", "r1"},
+        )
 
-    def test_capacityExceeded(self) -> None:
-        self.establish(queueLimit=2, tokensPerSecond=10)
+
+class CancelTests(EngineTestMixin, SynchronousTestCase):
+    def test_cancelActiveMidStream(self) -> None:
+        """
+        app.rs cancel_request: an active reply is cancelled with
+        requested_by_game, nothing more is sent for it, capacity is
+        published and the next one starts.
+        """
+        self.establish(tokensPerSecond=10.0)
+        self.request("r1")
+        self.request("r2", output=TEXT_ONLY)
+        self.advance(0.35)
+        self.assertEqual(len(self.of("reply.text.delta", requestId="r1")), 3)
+        self.out.clear()
+        self.send("request.cancel", requestId="r1")
+        self.assertEqual(self.types()[:3], ["ack", "reply.cancelled", "capacity.update"])
+        self.assertEqual(self.out[1]["reason"], "requested_by_game")
+        self.advance(100)
+        self.assertEqual([t for t in self.forRequest("r1")], ["reply.cancelled"])
+        self.assertEqual(self.engine.completed, ["r2"])
+        self.assertEqual(self.engine.cancelled, ["r1"])
+
+    def test_cancelQueued(self) -> None:
+        self.establish()
+        self.request("r1", output=TEXT_ONLY)
+        self.request("r2", output=TEXT_ONLY)
+        self.out.clear()
+        self.send("request.cancel", requestId="r2")
+        self.assertEqual(self.types(), ["ack", "reply.cancelled", "capacity.update"])
+        self.assertEqual(self.out[2]["queueDepth"], 1)
+        self.advance()
+        self.assertEqual(self.engine.completed, ["r1"])
+
+    def test_cancelUnknown(self) -> None:
+        """
+        app.rs cancel_request: an id that is not queued, active or
+        capturing gets reason not_active -- also one that has finished.
+        """
+        self.establish()
+        self.send("request.cancel", requestId="nobody")
+        self.request("r1", output=TEXT_ONLY)
+        self.advance()
+        self.send("voice.capture.cancel", requestId="r1")
+        cancelled = self.of("reply.cancelled")
+        self.assertEqual(
+            [(m["requestId"], m["reason"]) for m in cancelled],
+            [("nobody", "not_active"), ("r1", "not_active")],
+        )
+        self.assertEqual(self.engine.cancelled, [])
+
+    def test_captureCancelCancelsAReply(self) -> None:
+        """
+        app.rs: voice.capture.cancel and request.cancel are the same.
+        """
+        self.establish()
+        self.request("r1", output=TEXT_ONLY)
+        self.send("voice.capture.cancel", requestId="r1")
+        self.assertEqual(self.only("reply.cancelled")["reason"], "requested_by_game")
+
+    def test_connectionLost(self) -> None:
+        """
+        app.rs transport_closed and cancel_all: everything is cancelled
+        with connection_lost, which cannot be delivered.
+        """
+        self.establish()
+        self.capture("v1")
         self.request("r1")
         self.request("r2")
-        self.request("r3")
-        [error] = self.errors()
-        self.assertEqual(
-            (error["code"], error["retryable"], error["requestId"]),
-            ("capacity_exceeded", True, "r3"),
-        )
-        updates = [(c["acceptingRequests"], c["queueDepth"]) for c in self.sent("capacity.update")]
-        self.assertEqual(updates, [(True, 0), (True, 1), (False, 2)])
-        self.runFor(10)
-        self.assertEqual(self.engine.completed, ["r1", "r2"])
-        self.assertEqual(self.sent("capacity.update")[-1]["acceptingRequests"], True)
-        self.assertNotIn("r3", self.engine.processed)
-
-    def test_setAccepting(self) -> None:
-        self.establish()
-        self.engine.setAccepting(False)
-        self.assertEqual(self.engine.sent[-1]["type"], "capacity.update")
-        self.assertIs(self.engine.sent[-1]["acceptingRequests"], False)
-        self.request()
-        self.assertEqual(self.errors()[0]["code"], "capacity_exceeded")
-        self.engine.setAccepting(True)
-        self.request()
-        self.clock.advance(0)
-        self.assertEqual(self.engine.processed, {"r1": 1})
-
-    def test_disconnectMidTurn(self) -> None:
-        self.establish(tokensPerSecond=10)
-        self.request()
-        self.clock.advance(0.2)
-        before = len(self.engine.sent)
+        self.out.clear()
         self.engine.disconnect()
+        self.assertEqual(self.out, [])
+        self.assertEqual(
+            self.engine.cancellations,
+            [("r2", "connection_lost"), ("r1", "connection_lost"), ("v1", "connection_lost")],
+        )
+        self.assertEqual(self.engine.queueDepth, 0)
         self.successResultOf(self.engine.closed)
-        self.clock.advance(60)
-        self.assertEqual(len(self.engine.sent), before)
-        self.assertEqual(self.clock.getDelayedCalls(), [])
+        self.advance(100)
+        self.assertEqual(self.out, [])
 
-
-class RequestCheckTests(EngineTestMixin, SynchronousTestCase):
-    def assertRejected(
-        self,
-        code: str,
-        words: str,
-        retryable: bool = False,
-        options: dict[str, Any] | None = None,
-        **request: Any,
-    ) -> None:
-        self.establish(**(options or {}))
-        self.request(**request)
-        self.clock.advance(0)
-        [error] = self.errors()
-        self.assertEqual((error["code"], error["retryable"]), (code, retryable))
-        self.assertIn(words, error["message"])
-        self.assertEqual(error["requestId"], "r1")
-        self.assertEqual(self.sent("reply.accepted"), [])
-        self.assertEqual(len(self.sent("ack")), 2)
-
-    def test_unsupportedVoice(self) -> None:
-        self.assertRejected("unsupported_voice", "F9", output=dict(SPEECH, audio={"voice": "F9"}))
-
-    def test_unsupportedOutputLanguage(self) -> None:
-        self.assertRejected("unsupported_language", "xx", output=dict(SPEECH, language="xx"))
-
-    def test_textOutputHasNoLanguageCheck(self) -> None:
+    def test_stopService(self) -> None:
+        """
+        app.rs stop_service: everything cancelled with service_stopped,
+        delivered, then the connection closes.
+        """
         self.establish()
-        self.request(output={"modalities": ["text"], "language": "xx"})
-        self.assertEqual(self.errors(), [])
-
-    def test_wrongSpeechModel(self) -> None:
-        self.assertRejected(
-            "request_failed", "model", output=dict(SPEECH, audio={"voice": "M1", "model": "other"})
-        )
-
-    def test_unsupportedInputLanguage(self) -> None:
-        self.assertRejected("unsupported_language", "fr", event=audioEvent(1, language="fr"))
-
-    def test_audioLongerThan30Seconds(self) -> None:
-        self.assertRejected("request_failed", "audio longer than 30 s", event=audioEvent(30.5))
-
-    def test_wrongSampleRate(self) -> None:
-        self.assertRejected("request_failed", "sampleRate", event=audioEvent(1, sampleRate=44100))
-
-    def test_wrongAudioFormat(self) -> None:
-        self.assertRejected("request_failed", "format", event=audioEvent(1, format="mp3"))
-
-    def test_stereoAudio(self) -> None:
-        self.assertRejected("request_failed", "channels", event=audioEvent(1, channels=2))
-
-    def test_badBase64(self) -> None:
-        self.assertRejected("request_failed", "base64", event=audioEvent(1, data="not base64!"))
-
-    def test_float32AudioAccepted(self) -> None:
-        self.establish()
-        data = base64.b64encode(inputRecording(2.0, "pcm_f32le")).decode()
-        self.request(event=audioEvent(1, format="pcm_f32le", data=data))
-        self.clock.advance(0)
-        self.assertEqual(self.errors(), [])
-        self.assertIn("2.00 s", self.sent("reply.accepted")[0]["transcript"])
-
-    def test_eventNeedsTextOrAudio(self) -> None:
-        self.assertRejected("request_failed", "text or audio", event={})
-
-    def test_serviceNotStarted(self) -> None:
-        self.assertRejected(
-            "service_not_started", "not started", retryable=True, options={"serviceStarted": False}
-        )
-        self.engine.options.serviceStarted = True
-        self.request()
-        self.clock.advance(0)
-        self.assertEqual(self.engine.processed, {"r1": 1})
-
-    def test_duplicateRequest(self) -> None:
-        self.establish()
-        self.request()
-        self.request()
-        [error] = self.errors()
-        self.assertEqual((error["code"], error["requestId"]), ("duplicate_request", "r1"))
-        self.clock.advance(0)
-        self.assertEqual(self.engine.processed, {"r1": 1})
+        self.request("r1")
+        self.out.clear()
+        self.engine.stopService()
+        self.assertEqual(self.types(), ["reply.cancelled"])
+        self.assertEqual(self.out[0]["reason"], "service_stopped")
+        self.successResultOf(self.engine.closed)
 
 
 class VoiceCaptureTests(EngineTestMixin, SynchronousTestCase):
-    def capture(self, **extra: Any) -> dict[str, Any]:
-        return self.request(kind="voice.capture.start", **extra)
-
-    def states(self) -> list[str]:
-        return [m["state"] for m in self.sent("voice.capture.state")]
+    def states(self) -> list[tuple[str, float, bool, str | None]]:
+        return [
+            (m["state"], m["seconds"], m["autoEndEnabled"], m["message"])
+            for m in self.of("voice.capture.state")
+        ]
 
     def test_captureFlow(self) -> None:
-        self.establish(captureSpeechSeconds=1.0)
-        start = self.capture()
-        self.assertEqual(self.sent("ack")[-1]["sourceMessageId"], start["messageId"])
-        self.assertEqual(self.states(), ["listening"])
-        self.clock.advance(0)
-        self.assertEqual(self.states(), ["listening", "speaking"])
-        self.clock.advance(0.9)
-        levels = self.sent("voice.capture.level", requestId="r1")
-        self.assertGreaterEqual(len(levels), 3)
-        self.assertTrue(all(0.0 <= m["level"] <= 1.0 for m in levels))
-        self.assertEqual(self.sent("reply.accepted"), [])
-        self.clock.advance(0.1)
-        self.assertEqual(self.states(), ["listening", "speaking", "processing"])
-        self.clock.advance(0)
-        types = [m["type"] for m in self.stream("r1")]
-        processing = max(
-            i for i, m in enumerate(self.stream("r1")) if m.get("state") == "processing"
+        """
+        app.rs accept_capture, capture_state, capture_level, stop_capture,
+        stt_completed; src/browser-voice-capture.ts: accepted with the depth
+        counting the capture, listening / speech_started / speech_ended
+        (which stops the capture), levels every 0.1 s while capturing, then
+        the transcript becomes a reply of its own.
+        """
+        self.establish()
+        start = self.capture("v1")
+        ack, accepted, capacity = self.out
+        self.assertEqual((accepted["type"], accepted["queueDepth"]), ("reply.accepted", 1))
+        self.assertEqual((capacity["type"], capacity["queueDepth"]), ("capacity.update", 1))
+        self.advance(0.55)
+        self.assertEqual(
+            self.states(), [("listening", 0.0, True, None), ("speech_started", 0.5, True, None)]
         )
-        self.assertEqual(types[processing + 1], "reply.accepted")
-        self.assertEqual(types[-1], "reply.completed")
-        [accepted] = self.sent("reply.accepted")
-        self.assertEqual(accepted["transcript"], "(simulated transcript of 1.00 s of speech)")
-        self.assertEqual(self.engine.processed, {"r1": 1})
+        levels = self.of("voice.capture.level")
+        self.assertEqual([m["seconds"] for m in levels], [0.1, 0.2, 0.3, 0.4, 0.5])
+        for level in levels:
+            self.assertEqual(set(level) - ENVELOPE_KEYS, {"requestId", "seconds", "peak", "rms"})
+        self.assertLess(levels[0]["peak"], levels[-1]["peak"])
+        self.advance(1)
+        self.assertEqual(self.states()[-1], ("speech_ended", 1.4, True, None))
+        self.assertEqual(self.of("voice.capture.level")[-1]["seconds"], 1.4)
+        self.advance(10)
+        self.assertEqual(self.of("voice.capture.transcript"), [])
+        self.assertEqual(self.of("reply.accepted")[1:], [])
+        self.assertIn("of 1.00 s of speech", self.only("reply.text.completed")["text"])
+        self.assertEqual(self.engine.completed, ["v1"])
+        self.assertEqual(self.engine.processed["v1"], 1)
+        self.assertEqual(start["requestId"], "v1")
+        self.assertEqual(self.depths()[-1], 0)
 
-    def test_stopEndsSpeechEarly(self) -> None:
-        self.establish(captureSpeechSeconds=5.0)
-        self.capture()
-        self.clock.advance(0)
-        self.clock.advance(0.5)
-        self.game("voice.capture.stop", requestId="r1")
-        self.assertEqual(self.states()[-1], "processing")
-        self.clock.advance(0)
-        self.assertIn("0.50 s of speech", self.sent("reply.accepted")[0]["transcript"])
-        self.assertEqual(len(self.sent("reply.completed")), 1)
+    def test_stopWhileSpeaking(self) -> None:
+        """
+        app.rs stop_capture: a capture still capturing stops when the game
+        says so, the player mid-sentence; what was heard is transcribed.
+        """
+        self.establish(captureTakes=[PlayerTake(silenceSeconds=0.3, speechSeconds=5.0)])
+        self.capture("v1", returnTranscript=True)
+        self.advance(1.0)
+        self.send("voice.capture.stop", requestId="v1")
+        levels = len(self.of("voice.capture.level"))
+        self.advance(0.5)
+        self.assertEqual(len(self.of("voice.capture.level")), levels)
+        self.assertNotIn("speech_ended", [s[0] for s in self.states()])
+        self.assertEqual(
+            self.only("voice.capture.transcript")["text"],
+            "(simulated transcript of 0.70 s of speech)",
+        )
+
+    def test_stopOnlyWhileCapturing(self) -> None:
+        """
+        app.rs stop_capture ignores a capture that is no longer capturing,
+        and an unknown one: just the ack.
+        """
+        self.establish(transcriptionSeconds=1.0)
+        self.capture("v1")
+        self.advance(1.5)
+        self.out.clear()
+        self.send("voice.capture.stop", requestId="v1")
+        self.send("voice.capture.stop", requestId="nobody")
+        self.assertEqual(self.types(), ["ack", "ack"])
+
+    def test_transcriptOnlyWhenAsked(self) -> None:
+        """
+        app.rs stt_completed: voice.capture.transcript only with
+        returnTranscript true, before the reply.
+        """
+        self.establish(captureTakes=[PlayerTake(transcript="Open the gate")])
+        self.capture("v1", returnTranscript=True)
+        self.advance(10)
+        transcript = self.only("voice.capture.transcript")
+        self.assertEqual(
+            {k: transcript[k] for k in ("requestId", "text", "language")},
+            {"requestId": "v1", "text": "Open the gate", "language": "en"},
+        )
+        self.assertIn("elapsedMs", transcript)
+        kinds = self.forRequest("v1")
+        self.assertLess(kinds.index("voice.capture.transcript"), kinds.index("reply.text.delta"))
+        self.assertIn("Open the gate", self.only("reply.text.completed")["text"])
+
+    def test_emptySpeech(self) -> None:
+        """
+        app.rs stt_completed: nothing recognised and silenceBehavior
+        "error" (the default) is empty_speech, after the (empty) transcript
+        when asked.
+        """
+        self.establish(captureTakes=[PlayerTake(transcript="")])
+        start = self.capture("v1", returnTranscript=True)
+        self.advance(10)
+        self.assertEqual(self.only("voice.capture.transcript")["text"], "")
+        error = self.only("request.error")
+        self.assertEqual(
+            (error["requestId"], error["sourceMessageId"], error["code"], error["retryable"]),
+            ("v1", start["messageId"], "empty_speech", False),
+        )
+        self.assertEqual(self.engine.queueDepth, 0)
+        self.assertEqual(self.depths()[-1], 0)
+
+    def test_restartWhenNothingRecognised(self) -> None:
+        """
+        app.rs stt_completed with silenceBehavior "restart": nothing
+        recognised -- state listening with RPEngine's message, capacity,
+        and the capture listens again for the next take.
+        """
+        takes = [PlayerTake(transcript=""), PlayerTake(transcript="Second try")]
+        self.establish(captureTakes=takes)
+        self.capture("v1", silenceBehavior="restart", returnTranscript=True)
+        self.advance(1.45)
+        kinds = self.types()
+        ended = next(i for i, m in enumerate(self.out) if m.get("state") == "speech_ended")
+        self.assertEqual(
+            kinds[ended + 1 : ended + 4],
+            ["voice.capture.state", "capacity.update", "voice.capture.state"],
+        )
+        self.assertEqual(
+            self.states()[3:5],
+            [
+                ("listening", 0, True, "No speech was recognized; listening again."),
+                ("listening", 0.0, True, None),
+            ],
+        )
+        self.assertEqual(self.of("request.error"), [])
+        self.advance(10)
+        self.assertEqual([m["text"] for m in self.of("voice.capture.transcript")], ["Second try"])
+        self.assertEqual(self.engine.completed, ["v1"])
+
+    def test_noSpeechWithin8Seconds(self) -> None:
+        """
+        src/browser-voice-capture.ts and worker.rs: no speech within 8 s
+        fails the capture (app.rs capture_failed: request_failed).
+        """
+        self.establish(captureTakes=[PlayerTake(speechSeconds=None)])
+        self.capture("v1")
+        self.advance(7.95)
+        self.assertEqual(self.of("request.error"), [])
+        self.advance(0.1)
+        error = self.only("request.error")
+        self.assertEqual((error["requestId"], error["code"]), ("v1", "request_failed"))
+        self.assertEqual(self.types()[-1], "capacity.update")
+        self.assertEqual(self.engine.queueDepth, 0)
+        levels = len(self.of("voice.capture.level"))
+        self.advance(5)
+        self.assertEqual(len(self.of("voice.capture.level")), levels)
+
+    def test_noSpeechRestart(self) -> None:
+        """
+        src/browser-voice-capture.ts restartSilentCapture: with
+        silenceBehavior "restart" a silent window is discarded and the
+        browser listens again.
+        """
+        takes = [PlayerTake(speechSeconds=None), PlayerTake(transcript="Finally")]
+        self.establish(captureTakes=takes)
+        self.capture("v1", silenceBehavior="restart")
+        self.advance(8.05)
+        self.assertEqual([s[0] for s in self.states()], ["listening", "listening", "listening"])
+        self.assertIsNotNone(self.states()[1][3])
+        self.advance(10)
+        self.assertEqual(self.of("request.error"), [])
+        self.assertIn("Finally", self.only("reply.text.completed")["text"])
+
+    def test_heldAtThirtySeconds(self) -> None:
+        """
+        src/browser-voice-capture.ts holdAtLimit: after 30 s the recording
+        stops (listening, auto end off) and waits for stop or cancel.
+        """
+        self.establish(captureSpeechSeconds=60.0)
+        self.capture("v1", returnTranscript=True)
+        self.advance(30.05)
+        self.assertEqual(self.states()[-1][:3], ("listening", 30.0, False))
+        levels = len(self.of("voice.capture.level"))
+        self.advance(5)
+        self.assertEqual(len(self.of("voice.capture.level")), levels)
+        self.send("voice.capture.stop", requestId="v1")
+        self.advance()
+        self.assertEqual(
+            self.only("voice.capture.transcript")["text"],
+            "(simulated transcript of 29.70 s of speech)",
+        )
+
+    def test_oneCaptureAtATime(self) -> None:
+        """
+        app.rs preflight for voice: microphone_not_enabled, then
+        voice_capture_active; a capture counts in the queue depth.
+        """
+        self.establish()
+        self.capture("v1")
+        self.capture("v2")
+        self.assertEqual(self.out[-1]["code"], "voice_capture_active")
+        self.request("r1")
+        self.assertEqual(self.of("reply.accepted")[-1]["queueDepth"], 2)
+        self.engine.options.microphoneEnabled = False
+        self.capture("v3")
+        self.assertEqual(self.out[-1]["code"], "microphone_not_enabled")
+
+    def test_captureQueuedBehindReply(self) -> None:
+        """
+        A transcript becomes a queued reply (app.rs stt_completed) and is
+        answered after the replies before it.
+        """
+        self.establish(tokensPerSecond=1.0)
+        self.request("r1", output=TEXT_ONLY)
+        self.capture("v1")
+        self.walk(3)
+        self.assertEqual(self.engine.queueDepth, 2)
+        self.walk(30)
+        self.assertEqual(self.engine.completed, ["r1", "v1"])
 
     def test_cancelCapture(self) -> None:
+        """
+        app.rs cancel_request: a capture is cancelled, nothing more comes
+        from the microphone.
+        """
         self.establish()
-        self.capture()
-        self.clock.advance(0.3)
-        self.game("voice.capture.cancel", requestId="r1")
-        self.assertEqual(self.states()[-1], "idle")
-        self.assertEqual(self.sent("reply.cancelled", requestId="r1")[0]["requestId"], "r1")
-        self.clock.advance(10)
-        self.assertEqual(self.sent("reply.accepted"), [])
-        self.assertEqual(self.engine.cancelled, ["r1"])
+        self.capture("v1")
+        self.advance(0.25)
+        self.out.clear()
+        self.send("voice.capture.cancel", requestId="v1")
+        self.assertEqual(self.types(), ["ack", "reply.cancelled", "capacity.update"])
+        self.assertEqual(self.out[1]["reason"], "requested_by_game")
+        self.advance(20)
+        self.assertEqual(self.types()[3:], [])
+        self.capture("v2")
+        self.assertEqual(self.of("reply.accepted")[-1]["requestId"], "v2")
 
-    def test_microphoneNotEnabled(self) -> None:
-        self.establish(microphoneEnabled=False)
-        self.capture()
-        [error] = self.errors()
-        self.assertEqual((error["code"], error["requestId"]), ("microphone_not_enabled", "r1"))
-        self.assertEqual(self.states(), [])
+    def test_stopBeforeSpeaking(self) -> None:
+        """
+        src/browser-voice-capture.ts finalize: a recording with nothing
+        audible fails the capture (app.rs capture_failed: request_failed).
+        """
+        self.establish()
+        self.capture("v1")
+        self.advance(0.1)
+        self.send("voice.capture.stop", requestId="v1")
+        self.advance()
+        self.assertEqual(self.only("request.error")["code"], "request_failed")
+
+
+class LogTests(EngineTestMixin, SynchronousTestCase):
+    def test_logs(self) -> None:
+        """
+        The logs other code reads: processed, completed, cancelled,
+        duplicates, protocolErrors, cardTransfers, receivedMessages, sent.
+        """
+        self.establish(tokensPerSecond=10.0)
+        request = self.request("r1", output=TEXT_ONLY)
+        self.request("r2", output=TEXT_ONLY)
+        self.engine.received(dict(request))
+        self.send("request.cancel", requestId="r2")
+        self.engine.receivedFrame("{")
+        self.advance(100)
+        self.assertEqual(self.engine.processed, {"r1": 1})
+        self.assertEqual(self.engine.completed, ["r1"])
+        self.assertEqual(self.engine.cancelled, ["r2"])
+        self.assertEqual(self.engine.duplicates, [request["messageId"]])
+        self.assertEqual(len(self.engine.protocolErrors), 1)
+        self.assertEqual([mode for mode, _ in self.engine.cardTransfers][-2:], ["snapshot"] * 2)
+        self.assertIsNone(self.engine.receivedMessages[-1])
+        self.assertEqual(
+            self.engine.sentOfType("reply.completed", requestId="r1")[0]["requestId"], "r1"
+        )
+        # hello, the welcome's ack and the first capacity.update came before.
+        self.assertEqual(len(self.engine.sent), len(self.out) + 3)
+
+
+class ResponseTextTests(SynchronousTestCase):
+    """
+    text.rs, approximated in Python.
+    """
+
+    def test_displayText(self) -> None:
+        self.assertEqual(displayText("Hi <laugh>there"), "Hi there")
+        stream = DisplayTextStream()
+        self.assertEqual(stream.push("Hi <la"), "Hi ")
+        self.assertEqual(stream.push("ugh>there"), "there")
+        self.assertEqual(stream.push(" <unfinished"), " ")
+        self.assertEqual(stream.finish(), "")
+
+    def test_synthesisText(self) -> None:
+        self.assertEqual(synthesisText("A <Laugh> b > c"), "A  b  c")
+        self.assertEqual(synthesisText("A <laugh> b", frozenset({"laugh"})), "A <laugh> b")
+        self.assertEqual(synthesisText("A <open"), "A ")
+
+    def test_sentences(self) -> None:
+        blocks = sentenceBlocks("The value is 3.14 today. Next sentence", True)
+        self.assertEqual(
+            [b.strip() for b, _ in blocks], ["The value is 3.14 today.", "Next sentence"]
+        )
+        blocks = sentenceBlocks("他说：“你好！”然后离开。下一句", True)
+        self.assertEqual([b.strip() for b, _ in blocks], ["他说：“你好！”", "然后离开。", "下一句"])
+        blocks = sentenceBlocks("Use a tool, e.g. a hammer. Then stop.", True)
+        self.assertEqual(len(blocks), 2)
+
+    def test_chunker(self) -> None:
+        chunker = SpeechChunker()
+        self.assertEqual(chunker.update("Hi. Next", False), [(0, "Hi.")])
+        self.assertEqual(chunker.update("Hi. Next one! And", False), [(1, "Next one!")])
+        self.assertEqual(chunker.update("Hi. Next one! And more", True), [(2, "And more")])
+        with self.assertRaises(ValueError):
+            chunker.update("Changed", True)
+
+    def process(self, rules: list[dict[str, Any]], source: str) -> Any:
+        processing = ResponseProcessing.parse({"mode": "buffered", "rules": rules})
+        assert processing is not None
+        return processing.process(source)
+
+    def test_occurrencesAndRemovals(self) -> None:
+        def rule(ruleId: str, occurrence: str, remove: str, where: list[str]) -> dict[str, Any]:
+            return {
+                "id": ruleId,
+                "matcher": {"type": "regex", "pattern": r"\[(\w+)\]"},
+                "captureGroup": 1,
+                "occurrence": occurrence,
+                "remove": remove,
+                "removeFrom": where,
+            }
+
+        source = "a[x] b[y] c[z]"
+        result = self.process([rule("first", "first", "match", ["text"])], source)
+        self.assertEqual((result.text, result.audio), ("a b[y] c[z]", source))
+        self.assertEqual(result.extracted, {"first": ["x"]})
+        result = self.process([rule("last", "last", "capture", ["audio"])], source)
+        self.assertEqual((result.text, result.audio), (source, "a[x] b[y] c[]"))
+        result = self.process([rule("all", "all", "none", [])], source)
+        self.assertEqual(result.extracted, {"all": ["x", "y", "z"]})
+        result = self.process([rule("all", "all", "match", ["text"])], "[a]" * 70)
+        self.assertEqual(len(result.extracted["all"]), 64)
+        self.assertEqual(result.text, "[a]" * 6)
+
+    def test_overlapsAndUnicode(self) -> None:
+        """
+        text.rs: overlapping removals are merged; offsets work on any text.
+        """
+        rules = [
+            {
+                "id": "outer",
+                "matcher": {"type": "regex", "pattern": r"控制：\[([^]]+)\]"},
+                "captureGroup": 1,
+                "occurrence": "all",
+                "remove": "match",
+                "removeFrom": ["text"],
+            },
+            {
+                "id": "inner",
+                "matcher": {"type": "regex", "pattern": r"\[([^]]+)\]"},
+                "captureGroup": 1,
+                "occurrence": "all",
+                "remove": "capture",
+                "removeFrom": ["text"],
+            },
+        ]
+        result = self.process(rules, "你好。控制：[撤退]继续。控制：[躲藏]")
+        self.assertEqual(result.text, "你好。继续。")
+        self.assertEqual(result.extracted, {"outer": ["撤退", "躲藏"], "inner": ["撤退", "躲藏"]})
+
+    def test_dollarIsEndOfText(self) -> None:
+        """
+        Rust's C{$} without the m flag matches only at the very end.
+        """
+        rule = {**EMOTION_RULE, "matcher": {"type": "regex", "pattern": "b$"}, "captureGroup": 0}
+        self.assertEqual(self.process([rule], "ab\n").extracted["emotion"], [])
+        rule["matcher"] = {"type": "regex", "pattern": "b$", "flags": "m"}
+        self.assertEqual(self.process([rule], "ab\n").extracted["emotion"], ["b"])
 
 
 class LoopbackTests(TestCase):
     """
-    connectSimulator against a real game-side WebSocket listener.
+    One connection over a real loopback WebSocket.
     """
 
     @inlineCallbacks
@@ -842,6 +1504,7 @@ class LoopbackTests(TestCase):
         seen: dict[str, Any] = {"messages": []}
         established: Deferred[None] = Deferred()
         replied: Deferred[None] = Deferred()
+        refused: Deferred[None] = Deferred()
         serverClosed: Deferred[None] = Deferred()
 
         class GameSide(WebSocketServerProtocol):
@@ -861,6 +1524,8 @@ class LoopbackTests(TestCase):
                     established.callback(None)
                 if message["type"] == "reply.completed":
                     replied.callback(None)
+                if message.get("code") == "invalid_payload":
+                    refused.callback(None)
 
             def onClose(self, wasClean: bool, code: Any, reason: Any) -> None:
                 if not serverClosed.called:
@@ -880,33 +1545,36 @@ class LoopbackTests(TestCase):
         yield established
         hello, ack, capacity = seen["messages"]
         self.assertEqual(hello["type"], "hello")
-        self.assertEqual((ack["type"], ack["sourceMessageId"]), ("ack", seen["welcome"]))
+        self.assertIsNone(hello["sessionId"])
+        self.assertEqual((ack["type"], ack["acknowledgedMessageId"]), ("ack", seen["welcome"]))
         self.assertEqual(capacity["sessionId"], "loop-session")
         handle = engine.carrier.transport.getHandle()
         self.assertTrue(handle.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
 
-        # One whole turn across the wire: JSON, base64 audio and all.
-        card = makeCard()
+        # A frame RPEngine cannot read, then one whole turn across the wire.
+        seen["peer"].sendMessage(b"not json")
+        yield refused
         turn = Envelope.build(
             "reply.request",
             "loop-session",
             requestId="wire-1",
+            eventId="e1",
             integrationId="my-game",
             characterId="ayla",
             event={"text": "Over the wire"},
             output=SPEECH,
-            card=snapshot(card),
+            card=snapshot(makeCard()),
         )
         seen["peer"].sendMessage(turn.toBytes())
         yield replied
-        got = seen["messages"][3:]
-        self.assertEqual(got[0]["sourceMessageId"], turn.messageId)
-        deltas = [m["text"] for m in got if m["type"] == "reply.text.delta"]
+        got = seen["messages"][4:]
+        self.assertEqual(got[0]["acknowledgedMessageId"], turn.messageId)
+        deltas = [m["delta"] for m in got if m["type"] == "reply.text.delta"]
         self.assertIn("Over the wire", "".join(deltas))
         chunks = [m for m in got if m["type"] == "reply.audio.chunk"]
         self.assertEqual(
             sum(len(base64.b64decode(c["data"])) for c in chunks),
-            [m for m in got if m["type"] == "reply.audio.completed"][0]["bytes"],
+            [m for m in got if m["type"] == "reply.audio.completed"][0]["totalBytes"],
         )
         self.assertEqual(engine.processed, {"wire-1": 1})
 

@@ -110,7 +110,6 @@ class MicrophoneCapture:
         self._timers: list[IDelayedCall] = []
         self.take = PlayerTake()
         self._windowStart = 0.0
-        self._levelIndex = 0
         #: C{idle}, C{recording}, C{held} (at the 30 s limit), C{stopping}.
         self.state = "idle"
         self.windows = 0
@@ -145,7 +144,9 @@ class MicrophoneCapture:
         return max(0.0, min(until, begin + speech, MAX_CAPTURE_SECONDS) - begin)
 
     def _at(self, offset: float, f: Callable[..., None], *args: object) -> None:
-        when = self._windowStart + offset
+        # Rounded, so events of the same moment keep the order they were
+        # scheduled in.
+        when = round(self._windowStart + offset, 6)
         self._timers = [t for t in self._timers if t.active()]
         delay = max(0.0, when - self._clock.seconds())
         self._timers.append(self._clock.callLater(delay, f, *args))
@@ -162,43 +163,55 @@ class MicrophoneCapture:
         """
         Start a listening window (app.rs C{CaptureStart}); the detector
         reports C{listening} in the next reactor step (worker.rs start).
+
+        The whole window is scheduled now, on times from its start, so a
+        L{Clock} advanced in one big step still delivers levels and states
+        in the order they happen.
         """
         self._cancelTimers()
         self.take = self._nextTake()
         self.windows += 1
         self.state = "recording"
         self._windowStart = self._clock.seconds()
-        self._levelIndex = 0
         self._at(0.0, self._report, "listening", 0.0, True, None)
-        self._at(self._levelInterval, self._level)
+        events: list[tuple[float, Callable[..., None], tuple[object, ...]]] = []
         started = self._speechStart()
         if started is None:
-            self._at(NO_SPEECH_SECONDS, self._noSpeech)
-            return
-        self._at(started, self._report, "speech_started", started, True, None)
-        assert self.take.speechSeconds is not None
-        quiet = max(0.0, self.take.silenceSeconds) + self.take.speechSeconds + SILENCE_END_SECONDS
-        if quiet > MAX_CAPTURE_SECONDS:
-            self._at(MAX_CAPTURE_SECONDS, self._limit)
-        elif self.take.speechSeconds + 1e-9 >= MINIMUM_SPEECH_SECONDS:
-            self._at(quiet, self._report, "speech_ended", quiet, True, None)
+            events.append((NO_SPEECH_SECONDS, self._noSpeech, ()))
         else:
-            # Too short to count: the detector listens again (vad.rs), and
-            # with no speech detected any more the 8 s rule applies.
-            self._at(quiet, self._report, "listening", quiet, True, None)
-            self._at(max(quiet, NO_SPEECH_SECONDS), self._noSpeech)
+            events.append((started, self._report, ("speech_started", started, True, None)))
+            assert self.take.speechSeconds is not None
+            quiet = (
+                max(0.0, self.take.silenceSeconds) + self.take.speechSeconds + SILENCE_END_SECONDS
+            )
+            if quiet > MAX_CAPTURE_SECONDS:
+                events.append((MAX_CAPTURE_SECONDS, self._limit, ()))
+            elif self.take.speechSeconds + 1e-9 >= MINIMUM_SPEECH_SECONDS:
+                events.append((quiet, self._report, ("speech_ended", quiet, True, None)))
+            else:
+                # Too short to count: the detector listens again (vad.rs),
+                # and with no speech detected any more the 8 s rule applies.
+                events.append((quiet, self._report, ("listening", quiet, True, None)))
+                events.append((max(quiet, NO_SPEECH_SECONDS), self._noSpeech, ()))
+        # Levels until the window's last event, each before a state of the
+        # same moment.
+        end = events[-1][0]
+        index = 1
+        while index * self._levelInterval <= end + 1e-9:
+            self._at(index * self._levelInterval, self._level, index)
+            index += 1
+        for offset, f, args in events:
+            self._at(offset, f, *args)
 
     def _report(self, state: str, seconds: float, autoEnd: bool, message: str | None) -> None:
         self._events.captureState(self, state, _seconds(seconds), autoEnd, message)
 
-    def _level(self) -> None:
+    def _level(self, index: int) -> None:
         if self.state != "recording":
             return
-        self._levelIndex += 1
-        at = self._levelIndex * self._levelInterval
-        peak, rms = level(self._levelIndex, self._speaking(at - self._levelInterval / 2))
+        at = index * self._levelInterval
+        peak, rms = level(index, self._speaking(at - self._levelInterval / 2))
         self._events.captureLevel(self, _seconds(at), peak, rms)
-        self._at(at + self._levelInterval, self._level)
 
     def _noSpeech(self) -> None:
         if self.state != "recording":

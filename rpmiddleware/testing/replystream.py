@@ -96,7 +96,8 @@ class ReplyStream:
     M{i} is due at start + (i+1)/tokensPerSecond; with C{audioRealtime} a
     sentence takes as long to synthesise as it plays), so a reactor running
     late, or a L{Clock} advanced in one big step, delivers the same messages
-    and figures as a punctual one.
+    with the same figures as a punctual one (text and audio may interleave
+    differently).
 
     @param onFinished: called once, right after C{reply.completed} was
         sent; never after L{stop}.
