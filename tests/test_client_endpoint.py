@@ -13,7 +13,10 @@ from typing import Any
 import treq
 from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
+from twisted.trial.unittest import SynchronousTestCase
+from zope.interface import implementer
 
+from rpmiddleware.interfaces import IEnvelopePlugin
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import connectClient
 from tests.test_client_helpers import (
@@ -222,7 +225,7 @@ class CharacterAndConfigureTests(LiveClientCase):
         [request] = requestsOf(engine)
         self.assertEqual((request["characterId"], request["integrationId"]), ("bram", "tavern"))
         self.assertEqual(request["card"]["mode"], "snapshot")
-        self.assertEqual(request["card"]["card"], card)
+        self.assertEqual(request["card"]["snapshot"], card)
 
     @inlineCallbacks
     def test_characterCardHashedOnce(self) -> Any:
@@ -246,7 +249,7 @@ class CharacterAndConfigureTests(LiveClientCase):
 
     @inlineCallbacks
     def test_configureRefusedChangesNothing(self) -> Any:
-        engine = yield self.engine()
+        engine = yield self.engine(installedSttLanguages=("en", "ja"))
         client = yield self.client()
         client.send({"type": "configure", "output": {"voice": "M2", "language": "xx"}})
         error = yield client.next()
@@ -281,7 +284,7 @@ class DefaultCharacterTests(LiveClientCase):
         self.assertEqual(types(messages)[-1], "reply-complete")
         [request] = requestsOf(engine)
         self.assertEqual(request["characterId"], "bram")
-        self.assertEqual(request["card"]["card"]["data"]["name"], "Bram")
+        self.assertEqual(request["card"]["snapshot"]["data"]["name"], "Bram")
         # The Python API knows it too.
         self.assertEqual(self.middleware.character("bram")["data"]["name"], "Bram")
 
@@ -525,3 +528,454 @@ class ExpiryTests(LiveClientCase):
                 "historyRecovered": False,
             },
         )
+
+
+# Without sockets: one connection driven by hand on a Clock, RPEngine's
+# answers delivered at the game end of the chain in RPEngine's shapes.
+
+SCENE = {
+    "kind": "location",
+    "family": "tavern",
+    "label": "The Drowned Rat",
+    "sceneLine": "A smoky tavern at dusk.",
+    "priority": 2,
+}
+DIRECTIVE = {
+    "protocolVersion": 1,
+    "sceneContext": "Stay in the tavern.",
+    "autoEventGuide": "React briefly.",
+    "directUserGuide": "Answer the player.",
+}
+RULES = {
+    "mode": "buffered",
+    "rules": [
+        {
+            "id": "mood",
+            "matcher": {"type": "regex", "pattern": r"\[mood:(\w+)\]"},
+            "captureGroup": 1,
+            "occurrence": "last",
+            "remove": "match",
+            "removeFrom": ["text", "audio"],
+        }
+    ],
+}
+
+
+@implementer(IEnvelopePlugin)
+class Upstream:
+    """
+    The engine end of the chain, standing in for a connected RPEngine: it
+    keeps every envelope that would go to RPEngine, checks each with
+    RPEngine's own rules (the test fails on one RPEngine would refuse), and
+    sends nothing further.
+    """
+
+    name = "upstream"
+
+    def __init__(self) -> None:
+        self.envelopes: list[Any] = []
+
+    def envelopeToEngine(self, envelope: Any, context: Any) -> None:
+        from rpmiddleware.enginerules import checkEnvelope
+
+        checkEnvelope({**envelope.fields, "messageId": "m", "timestamp": "t"})
+        self.envelopes.append(envelope)
+        return None
+
+    def envelopeToGame(self, envelope: Any, context: Any) -> Any:
+        return envelope
+
+    def engineSessionStarted(self, session: Any, context: Any) -> None:
+        pass
+
+    def engineSessionEnded(self, session: Any, context: Any) -> None:
+        pass
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [dict(e.fields) for e in self.envelopes if e.type == kind]
+
+
+class ConnectionRig:
+    """
+    A middleware on a Clock whose chain ends in L{Upstream} (what would go
+    to RPEngine is kept there), and connections of its client endpoint with
+    fake writers.  RPEngine's answers are delivered at the game end.
+    """
+
+    def __init__(self, configure: Any = None) -> None:
+        from twisted.internet.task import Clock
+
+        from rpmiddleware.cards import CardHasher
+        from rpmiddleware.config import Settings
+        from rpmiddleware.middleware import Middleware, PluginServices
+        from rpmiddleware.timeline import Timeline
+        from tests.test_client_helpers import clockedEndpoint
+
+        self.clock = Clock()
+        self.settings = Settings()
+        if configure is not None:
+            configure(self.settings)
+        services = PluginServices(self.clock, self.settings, CardHasher(None), Timeline())
+        self.upstream = Upstream()
+        self.middleware = Middleware(self.clock, self.settings, [self.upstream], services)
+        self.endpoint = clockedEndpoint(self.middleware, self.settings, self.clock)
+
+    def connect(self, character: bool = True) -> tuple[Any, Any]:
+        from rpmiddleware.client.connection import ClientConnection
+        from tests.test_client_status import FakeClientWriter
+
+        writer = FakeClientWriter()
+        connection = ClientConnection(self.endpoint, writer, "tcp4:127.0.0.1:5000")
+        connection.opened()
+        if character:
+            self.say(connection, type="character", characterId="mira", card=exampleCard())
+        return connection, writer
+
+    def say(self, connection: Any, reply: Any = None, **message: Any) -> None:
+        connection.received(json.dumps(message).encode("utf-8"), False, reply)
+        self.clock.advance(0)
+
+    def answer(self, requestId: str, type: str, **fields: Any) -> None:
+        from rpmiddleware.envelope import Envelope
+
+        self.middleware.router.deliver(Envelope.build(type, "s", requestId=requestId, **fields))
+        self.clock.advance(0)
+
+
+def payload(writer: Any) -> list[dict[str, Any]]:
+    """
+    What a client was sent, less ready and capacity.
+    """
+    return [m for m in writer.sent if m["type"] not in ("ready", "capacity")]
+
+
+def lastError(writer: Any) -> dict[str, Any]:
+    errors = [m for m in writer.sent if m["type"] == "error"]
+    assert errors, "no error was sent"
+    return errors[-1]
+
+
+class ConfigureReachesRPEngineTests(SynchronousTestCase):
+    def test_everyOptionInRPEngineShape(self) -> None:
+        """
+        What configure sets reaches reply.request in RPEngine's shapes:
+        output.language, output.audio.processing.profile,
+        output.responseProcessing, player.displayName and the three prompt
+        fields.
+        """
+        rig = ConnectionRig()
+        connection, writer = rig.connect()
+        rig.say(
+            connection,
+            type="configure",
+            output={
+                "language": "de",
+                "voice": "M2",
+                "audioProcessing": "narrowband_voice",
+                "responseProcessing": RULES,
+            },
+            player={"displayName": "Ada"},
+            interactionMode="direct_user",
+            promptScene=SCENE,
+            promptDirective=DIRECTIVE,
+        )
+        self.assertEqual(payload(writer), [])
+        rig.say(connection, type="text", text="Hello")
+        [request] = rig.upstream.of("reply.request")
+        self.assertEqual(
+            request["output"],
+            {
+                "modalities": ["text", "audio"],
+                "language": "de",
+                "audio": {
+                    "model": "gemtavern-supertonic-3",
+                    "voice": "M2",
+                    "format": "pcm_s16le",
+                    "processing": {"profile": "narrowband_voice"},
+                },
+                "responseProcessing": RULES,
+            },
+        )
+        self.assertEqual(request["player"], {"displayName": "Ada"})
+        self.assertEqual(
+            (request["interactionMode"], request["promptScene"], request["promptDirective"]),
+            ("direct_user", SCENE, DIRECTIVE),
+        )
+        self.assertEqual(request["event"], {"text": "Hello"})
+
+    def test_refusedWithTheField(self) -> None:
+        """
+        A configure RPEngine's rules would refuse is refused at once with
+        INVALID_MESSAGE naming the field, and changes nothing.
+        """
+        rig = ConnectionRig()
+        connection, writer = rig.connect()
+        cases: list[tuple[dict[str, Any], str]] = [
+            (
+                {"promptScene": SCENE},
+                "configure.interactionMode is missing: interactionMode, promptScene and "
+                "promptDirective go together",
+            ),
+            (
+                {
+                    "interactionMode": "direct_user",
+                    "promptScene": {**SCENE, "priority": None},
+                    "promptDirective": DIRECTIVE,
+                    "output": {"voice": "F3"},
+                },
+                "configure.promptScene.priority must be a finite number",
+            ),
+            (
+                {"output": {"responseProcessing": {**RULES, "rules": []}}},
+                "configure.output.responseProcessing.rules must hold 1 to 8 rules",
+            ),
+        ]
+        for fields, words in cases:
+            rig.say(connection, type="configure", **fields)
+            error = lastError(writer)
+            self.assertEqual(
+                error,
+                {"type": "error", "code": "INVALID_MESSAGE", "message": words, "retryable": False},
+            )
+        self.assertEqual(connection.session.config, type(connection.session.config)())
+
+    def test_turnOptionsForOneTurn(self) -> None:
+        """
+        A text turn's options apply to it alone, over the session's
+        configuration; the next turn plays with the configuration again.
+        """
+        rig = ConnectionRig()
+        connection, writer = rig.connect()
+        rig.say(connection, type="configure", output={"language": "fr"})
+        rig.say(
+            connection,
+            type="text",
+            text="Hello",
+            options={
+                "output": {"modalities": ["text"], "responseProcessing": RULES},
+                "player": {"displayName": "Kai"},
+            },
+        )
+        rig.say(connection, type="text", text="Again")
+        first, second = rig.upstream.of("reply.request")
+        self.assertEqual(
+            first["output"],
+            {"modalities": ["text"], "language": "fr", "responseProcessing": RULES},
+        )
+        self.assertEqual(first["player"], {"displayName": "Kai"})
+        self.assertEqual(second["output"]["modalities"], ["text", "audio"])
+        self.assertEqual(second["output"]["language"], "fr")
+        self.assertNotIn("responseProcessing", second["output"])
+        self.assertEqual(second["player"], {"displayName": "Player"})
+
+    def test_badTurnOptionsRefused(self) -> None:
+        rig = ConnectionRig()
+        connection, writer = rig.connect()
+        rig.say(connection, type="text", text="Hello", options={"promptDirective": DIRECTIVE})
+        self.assertIn("text.options.interactionMode is missing", lastError(writer)["message"])
+        rig.say(connection, type="text", text="Hello", options={"bargeIn": False})
+        self.assertIn("text.options has unknown field 'bargeIn'", lastError(writer)["message"])
+        self.assertEqual(rig.upstream.of("reply.request"), [])
+        self.assertIsNone(connection.current)
+
+    def test_queuedTurnKeepsItsConfiguration(self) -> None:
+        """
+        A turn waiting behind another (barge-in off) plays with the
+        configuration in force when it was sent.
+        """
+        rig = ConnectionRig()
+        connection, writer = rig.connect()
+        rig.say(connection, type="configure", bargeIn=False, output={"voice": "M1"})
+        rig.say(connection, type="text", text="One")
+        rig.say(connection, type="text", text="Two")
+        rig.say(connection, type="configure", output={"voice": "M5"})
+        [first] = rig.upstream.of("reply.request")
+        rig.answer(first["requestId"], "reply.completed", modalities=["text", "audio"])
+        second = rig.upstream.of("reply.request")[1]
+        self.assertEqual(second["output"]["audio"]["voice"], "M1")
+
+
+class VoiceCaptureConnectionTests(SynchronousTestCase):
+    def start(self, rig: ConnectionRig, connection: Any, **fields: Any) -> dict[str, Any]:
+        rig.say(connection, type="voice-capture", action="start", **fields)
+        return rig.upstream.of("voice.capture.start")[-1]
+
+    def test_startAsksForTheTranscript(self) -> None:
+        """
+        voice.capture.start always asks for the transcript, and carries the
+        silenceBehavior of the turn, else of configure, else "error".
+        """
+        rig = ConnectionRig()
+        connection, writer = rig.connect()
+        request = self.start(rig, connection)
+        self.assertIs(request["returnTranscript"], True)
+        self.assertEqual(request["silenceBehavior"], "error")
+        rig.say(connection, type="voice-capture", action="cancel")
+        rig.say(connection, type="configure", silenceBehavior="restart")
+        self.assertEqual(self.start(rig, connection)["silenceBehavior"], "restart")
+        rig.say(connection, type="voice-capture", action="cancel")
+        request = self.start(rig, connection, silenceBehavior="error")
+        self.assertEqual(request["silenceBehavior"], "error")
+        rig.say(connection, type="voice-capture", action="cancel")
+        request = self.start(rig, connection, options={"output": {"language": "ja"}})
+        self.assertEqual(request["output"]["language"], "ja")
+        self.assertEqual(request["silenceBehavior"], "restart")
+
+    def test_secondCaptureRefusedHere(self) -> None:
+        """
+        A second voice-capture start while this client's capture runs is
+        refused at once, naming the turn; the capture goes on.  Once the
+        words are in (the reply is being made), a new capture barges in.
+        """
+        rig = ConnectionRig()
+        connection, writer = rig.connect()
+        first = self.start(rig, connection)["requestId"]
+        rig.answer(first, "reply.accepted", eventId="e", resolvedCardHash="h", queueDepth=0)
+        rig.answer(first, "voice.capture.state", state="speech_started", seconds=0.5)
+        rig.say(connection, type="voice-capture", action="start")
+        error = lastError(writer)
+        self.assertEqual(error["code"], "INVALID_MESSAGE")
+        self.assertEqual(
+            error["message"],
+            f"voice-capture start: a voice capture is already in progress (turn {first}); "
+            "send voice-capture stop or cancel first",
+        )
+        self.assertEqual(len(rig.upstream.of("voice.capture.start")), 1)
+        self.assertEqual(rig.upstream.of("voice.capture.cancel"), [])
+        self.assertIs(connection.current.id, first)
+        rig.answer(first, "voice.capture.state", state="speech_ended", seconds=1.5)
+        rig.say(connection, type="voice-capture", action="start")
+        self.assertEqual(len(rig.upstream.of("voice.capture.start")), 1, "still transcribing")
+        rig.answer(first, "voice.capture.transcript", text="Hi", language="en", elapsedMs=9.0)
+        second = self.start(rig, connection)["requestId"]
+        self.assertNotEqual(second, first)
+        self.assertEqual([c["requestId"] for c in rig.upstream.of("voice.capture.cancel")], [first])
+
+    def test_stopWhileThePlayerSpeaks(self) -> None:
+        """
+        stop goes upstream while the microphone is open (also while the
+        player speaks); once RPEngine ended the speech itself it has
+        nothing to do, and is not an error; with no capture it is refused.
+        """
+        rig = ConnectionRig()
+        connection, writer = rig.connect()
+        rig.say(connection, type="voice-capture", action="stop")
+        self.assertIn("no voice capture is in progress", lastError(writer)["message"])
+        turnId = self.start(rig, connection)["requestId"]
+        rig.answer(turnId, "voice.capture.state", state="speech_started", seconds=0.5)
+        rig.say(connection, type="voice-capture", action="stop")
+        [stop] = rig.upstream.of("voice.capture.stop")
+        self.assertEqual(stop["requestId"], turnId)
+        # RPEngine reports no speech_ended for a stopped capture: the
+        # client is told its speech ended now.
+        self.assertEqual(payload(writer)[-1], {"type": "speech-end", "turnId": turnId})
+        errors = len([m for m in writer.sent if m["type"] == "error"])
+        rig.answer(turnId, "voice.capture.state", state="speech_ended", seconds=1.0)
+        self.assertEqual([m["type"] for m in payload(writer)].count("speech-end"), 1)
+        rig.say(connection, type="voice-capture", action="stop")
+        self.assertEqual(len(rig.upstream.of("voice.capture.stop")), 1)
+        self.assertEqual(len([m for m in writer.sent if m["type"] == "error"]), errors)
+        # Silence with silenceBehavior "restart": listening again, stop works again.
+        rig.answer(turnId, "voice.capture.transcript", text="", language="en", elapsedMs=5.0)
+        rig.answer(turnId, "voice.capture.state", state="listening", seconds=0)
+        rig.say(connection, type="voice-capture", action="stop")
+        self.assertEqual(len(rig.upstream.of("voice.capture.stop")), 2)
+        # Cancelled, the capture is over for the client at once.
+        rig.say(connection, type="voice-capture", action="cancel")
+        self.assertEqual(payload(writer)[-1], {"type": "tts-cancelled", "turnId": turnId})
+        rig.say(connection, type="voice-capture", action="stop")
+        self.assertIn("no voice capture is in progress", lastError(writer)["message"])
+        self.assertEqual(len(rig.upstream.of("voice.capture.stop")), 2)
+
+    def test_captureToTheClient(self) -> None:
+        """
+        The whole capture as the client sees it, transcript included, then
+        the reply.
+        """
+        rig = ConnectionRig()
+        connection, writer = rig.connect()
+        turnId = self.start(rig, connection)["requestId"]
+        rig.answer(turnId, "reply.accepted", eventId="e", resolvedCardHash="h", queueDepth=0)
+        rig.answer(turnId, "voice.capture.state", state="listening", seconds=0, autoEndEnabled=True)
+        rig.answer(turnId, "voice.capture.level", seconds=0.1, peak=0.4, rms=0.1)
+        rig.answer(turnId, "voice.capture.state", state="speech_started", seconds=0.3)
+        rig.answer(turnId, "voice.capture.state", state="speech_ended", seconds=1.3)
+        rig.answer(turnId, "voice.capture.transcript", text="Hello", language="en", elapsedMs=5.0)
+        rig.answer(turnId, "reply.text.delta", sequence=0, delta="Hi.")
+        rig.answer(turnId, "reply.text.completed", text="Hi.", tokenCount=2, elapsedMs=40.0)
+        rig.answer(turnId, "reply.completed", modalities=["text"])
+        kinds = [m["type"] for m in payload(writer)]
+        self.assertEqual(
+            kinds,
+            [
+                "voice-state",
+                "voice-level",
+                "voice-state",
+                "speech-start",
+                "voice-state",
+                "speech-end",
+                "transcript",
+                "llm-chunk",
+                "llm-chunk",
+                "llm",
+                "reply-complete",
+            ],
+        )
+        self.assertEqual(payload(writer)[6]["text"], "Hello")
+        history = list(connection.session.history)
+        self.assertEqual(history[0]["text"], "Hello")
+        self.assertEqual(history[1]["text"], "Hi.")
+
+
+class TurnEndsTests(SynchronousTestCase):
+    def test_unknownCodeEndsTheTurn(self) -> None:
+        """
+        A turn RPEngine answers with a code this middleware does not know
+        is over for the client: the error, then the turn waiting behind it
+        starts (barge-in off).
+        """
+        rig = ConnectionRig()
+        connection, writer = rig.connect()
+        rig.say(connection, type="configure", bargeIn=False)
+        rig.say(connection, type="text", text="One")
+        rig.say(connection, type="text", text="Two")
+        [first] = rig.upstream.of("reply.request")
+        rig.answer(first["requestId"], "reply.accepted", eventId="e", queueDepth=1)
+        rig.answer(
+            first["requestId"],
+            "request.error",
+            sourceMessageId="m",
+            code="brand_new_code",
+            message="something new went wrong",
+            retryable=False,
+        )
+        error = lastError(writer)
+        self.assertEqual(
+            (error["code"], error["engineCode"], error["turnId"]),
+            ("INTERNAL_ERROR", "brand_new_code", first["requestId"]),
+        )
+        self.assertEqual(payload(writer)[-2]["type"], "tts-cancelled")
+        requests = rig.upstream.of("reply.request")
+        self.assertEqual(len(requests), 2)
+        self.assertEqual(requests[1]["event"], {"text": "Two"})
+        self.assertEqual(connection.current.id, requests[1]["requestId"])
+
+
+class DataChannelPingTests(SynchronousTestCase):
+    def test_pongOnTheChannelThePingCameBy(self) -> None:
+        """
+        A ping that came on the WebRTC data channel is answered there, and
+        not on the WebSocket; one on the WebSocket is answered there.
+        """
+        rig = ConnectionRig()
+        connection, writer = rig.connect(character=False)
+        channel: list[dict[str, Any]] = []
+        rig.say(connection, channel.append, type="ping", timestamp=17)
+        self.assertEqual(channel, [{"type": "pong", "timestamp": 17}])
+        self.assertEqual(payload(writer), [])
+        rig.say(connection, type="ping", timestamp=18)
+        self.assertEqual(payload(writer), [{"type": "pong", "timestamp": 18}])
+        self.assertEqual(len(channel), 1)
+        # Other answers to data-channel messages go the usual way.
+        rig.say(connection, channel.append, type="dance")
+        self.assertEqual(payload(writer)[-1]["code"], "INVALID_MESSAGE")

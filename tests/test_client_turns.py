@@ -741,6 +741,27 @@ class TurnTests(SynchronousTestCase):
         )
         self.assertIsNone(turn.outcome)
 
+    def test_stopCapture(self) -> None:
+        """
+        The client's stop: only while the microphone is open; speech the
+        client heard start is said to end (RPEngine sends no speech_ended
+        for a stopped capture), once.
+        """
+        turn, stream, send = self.turn(kind=VOICE)
+        state = "voice.capture.state"
+        stream.received(envelope(state, state="listening", seconds=0))
+        self.assertTrue(turn.stopCapture())
+        self.assertNotIn("speech-end", send.types())
+        self.assertFalse(turn.stopCapture())
+        turn, stream, send = self.turn(kind=VOICE)
+        stream.received(envelope(state, state="speech_started", seconds=0.4))
+        self.assertTrue(turn.stopCapture())
+        self.assertEqual(send.sent[-1], {"type": "speech-end", "turnId": REQUEST})
+        stream.received(envelope(state, state="speech_ended", seconds=0.6))
+        self.assertEqual(send.types().count("speech-end"), 1)
+        turn.cancel()
+        self.assertFalse(turn.stopCapture())
+
     def test_replyEndsCapturePhase(self) -> None:
         """
         Without a transcript (an RPEngine that sends none), the reply's

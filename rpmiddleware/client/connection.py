@@ -43,7 +43,7 @@ from rpmiddleware.client.errors import (
 from rpmiddleware.client.flow import SendGuard
 from rpmiddleware.client.messages import Attachment, InvalidMessage
 from rpmiddleware.client.playbook import PLAYBOOK_HANDLERS, sessionResumed
-from rpmiddleware.client.sessions import ClientSession, SessionLookupError
+from rpmiddleware.client.sessions import ClientConfig, ClientSession, SessionLookupError
 from rpmiddleware.client.settings import Character
 from rpmiddleware.client.status import handleStatus
 from rpmiddleware.client.tts import SpeechOutput
@@ -54,6 +54,9 @@ CLOSE_POLICY = 1008
 CLOSE_TAKEN_OVER = 4001
 
 Opener = Callable[[dict[str, Any]], ReplyStream]
+#: Answers a message on the channel it came by (the WebRTC data channel);
+#: C{None}: the WebSocket.
+Reply = Callable[[dict[str, Any]], Any]
 
 
 #: Seconds between capacity messages that only move the queue depth.
@@ -80,8 +83,10 @@ class ClientConnection:
         self.waiting: deque[Callable[[], None]] = deque()
         self.closed = False
         self.closing = False
-        self._inbox: deque[tuple[bytes | str, bool]] = deque()
+        self._inbox: deque[tuple[bytes | str, bool, Reply | None]] = deque()
         self._busy = False
+        #: How to answer the message being handled, if not on the WebSocket.
+        self._reply: Reply | None = None
         self.guard = SendGuard(
             endpoint.clock,
             writer.backlog,
@@ -225,16 +230,27 @@ class ClientConnection:
 
     # Reading.
 
-    def received(self, payload: bytes | str, isBinary: bool) -> None:
+    def received(self, payload: bytes | str, isBinary: bool, reply: Reply | None = None) -> None:
+        """
+        A client message, in order with the others whichever way it came.
+
+        @param reply: for a message that came on the WebRTC data channel,
+            how to send on that channel: a C{ping} there is answered there
+            (an LLMRTC client that pings on its data channel waits for the
+            C{pong} on it).
+        """
         if self.closed or self.closing:
             return
-        self._inbox.append((payload, isBinary))
+        self._inbox.append((payload, isBinary, reply))
         self._drain()
 
     def _drain(self) -> None:
         while self._inbox and not self._busy and not (self.closed or self.closing):
-            payload, isBinary = self._inbox.popleft()
-            pending = self._handle(payload, isBinary)
+            payload, isBinary, self._reply = self._inbox.popleft()
+            try:
+                pending = self._handle(payload, isBinary)
+            finally:
+                self._reply = None
             if pending is not None:
                 self._busy = True
                 self.writer.pauseReading()
@@ -274,7 +290,11 @@ class ClientConnection:
     # Messages.
 
     def _ping(self, message: dict[str, Any]) -> None:
-        self.send(wire.pong(wire.number(message, "timestamp")))
+        pong = wire.pong(wire.number(message, "timestamp"))
+        if self._reply is not None:
+            self._reply(pong)
+        else:
+            self.send(pong)
 
     def _offer(self, message: dict[str, Any]) -> Deferred[None] | None:
         answer = self.endpoint.answerOffer
@@ -306,13 +326,30 @@ class ClientConnection:
         )
 
     def _configure(self, message: dict[str, Any]) -> None:
-        self.session.config = self.session.config.updated(wire.configureChanges(message))
+        config = self.session.config.updated(wire.configureChanges(message))
+        config.check(self.settings, "configure")
+        self.session.config = config
+
+    def _turnConfig(self, message: dict[str, Any]) -> ClientConfig:
+        """
+        The configuration a turn plays with: the session's, with the turn's
+        own C{options} (checked like C{configure}'s) over it.  Taken when the
+        turn is sent, so a later C{configure} does not change a turn that
+        waits behind another.
+        """
+        changes = wire.turnOptions(message)
+        config = self.session.config
+        if changes:
+            config = config.updated(changes)
+            config.check(self.settings, f"{message['type']}.options")
+        return config
 
     def _attachments(self, message: dict[str, Any]) -> None:
         self._keepAttachments(wire.attachments(message, required=True), "your next turn")
 
     def _text(self, message: dict[str, Any]) -> None:
         typed = wire.string(message, "text")
+        config = self._turnConfig(message)
         self._characterOrRefuse()
         context = self._attachmentContext()
 
@@ -320,18 +357,19 @@ class ClientConnection:
             text = typed if context is None else f"{context}\n{typed}"
             return self.endpoint.middleware.requestReply(text=text, **request)
 
-        self._submit(TEXT, typed, open)
+        self._submit(TEXT, typed, open, config)
 
     def _audio(self, message: dict[str, Any]) -> Deferred[None]:
         data = wire.string(message, "data")
         attached = wire.attachments(message, required=False)
+        config = self._turnConfig(message)
         self._characterOrRefuse()
         if attached:
             self._keepAttachments(attached, "this turn")
         decoding = self.endpoint.decode(data)
-        return decoding.addCallbacks(self._decoded, self._undecodable)
+        return decoding.addCallbacks(self._decoded, self._undecodable, callbackArgs=(config,))
 
-    def _decoded(self, decoded: DecodedAudio) -> None:
+    def _decoded(self, decoded: DecodedAudio, config: ClientConfig | None = None) -> None:
         if self.closed:
             return
         self.log.info(
@@ -342,12 +380,13 @@ class ClientConnection:
             rate=decoded.sampleRate,
             channels=decoded.channels,
         )
+        config = config or self.session.config
         try:
-            self.submitAudio(decoded.eventAudio(self.session.config.inputLanguage))
+            self.submitAudio(decoded.eventAudio(config.inputLanguage), config)
         except InvalidMessage as e:
             self._error(INVALID_MESSAGE, str(e))
 
-    def submitAudio(self, audio: dict[str, Any]) -> None:
+    def submitAudio(self, audio: dict[str, Any], config: ClientConfig | None = None) -> None:
         """
         Start a turn from a recording already in RPEngine's C{event.audio}
         shape (PCM at any rate; the audio-resample plugin converts it), with
@@ -362,7 +401,7 @@ class ClientConnection:
         def open(request: dict[str, Any]) -> ReplyStream:
             return self.endpoint.middleware.requestReply(text=context, audio=audio, **request)
 
-        self._submit(AUDIO, None, open)
+        self._submit(AUDIO, None, open, config)
 
     def _undecodable(self, failure: Failure) -> None:
         if self.closed:
@@ -378,20 +417,42 @@ class ClientConnection:
             self._error(INTERNAL_ERROR, "the middleware failed while decoding the audio")
 
     def _voiceCapture(self, message: dict[str, Any]) -> None:
+        """
+        C{start}: a turn on RPEngine's microphone (voice.capture.start, with
+        C{returnTranscript: true} so the client is told the words, and the
+        turn's C{silenceBehavior}); C{stop}: end the player's speech now
+        (voice.capture.stop, also while the player speaks); C{cancel}: throw
+        the capture (or the reply it became) away.
+        """
         action = wire.voiceAction(message)
         turn = self.current
-        capture = turn if turn is not None and turn.kind == VOICE and not turn.ended else None
+        live = turn is not None and not (turn.ended or turn.silenced)
+        capture = turn if live and turn is not None and turn.kind == VOICE else None
         if action == "start":
+            config = self._turnConfig(message)
             self._characterOrRefuse()
+            if capture is not None and capture.capturePhase:
+                # RPEngine has one capture at a time and would answer
+                # voice_capture_active; say so here, naming what to do.
+                raise InvalidMessage(
+                    f"voice-capture start: a voice capture is already in progress "
+                    f"(turn {capture.id}); send voice-capture stop or cancel first"
+                )
+            silence = config.silence()
 
             def open(request: dict[str, Any]) -> ReplyStream:
-                return self.endpoint.middleware.captureVoice(**request)
+                return self.endpoint.middleware.captureVoice(
+                    returnTranscript=True, silenceBehavior=silence, **request
+                )
 
-            self._submit(VOICE, None, open)
-        elif capture is None or (action == "stop" and not capture.capturing):
+            self._submit(VOICE, None, open, config)
+        elif capture is None:
             raise InvalidMessage(f"voice-capture {action}: no voice capture is in progress")
         elif action == "stop":
-            self.endpoint.middleware.stopVoiceCapture(capture.stream)
+            # After speech_ended RPEngine stops the capture itself; a stop
+            # that crossed it has nothing left to do.
+            if capture.stopCapture():
+                self.endpoint.middleware.stopVoiceCapture(capture.stream)
         else:
             capture.cancel()
 
@@ -481,12 +542,22 @@ class ClientConnection:
 
     # Turns.
 
-    def _submit(self, kind: str, playerText: str | None, open: Opener) -> None:
+    def _submit(
+        self,
+        kind: str,
+        playerText: str | None,
+        open: Opener,
+        config: ClientConfig | None = None,
+    ) -> None:
         """
         Start a turn now (cancelling the one playing, with barge-in) or
         queue it behind the one playing.
+
+        @param config: the configuration the turn plays with (the session's
+            now when not given).
         """
         character = self._characterOrRefuse()
+        config = config or self.session.config
         turn = self.current
         if turn is not None and not turn.ended:
             if self.session.config.bargesIn(self.settings):
@@ -502,14 +573,20 @@ class ClientConnection:
                 )
                 return
             else:
-                self.waiting.append(lambda: self._start(kind, playerText, open, character))
+                self.waiting.append(lambda: self._start(kind, playerText, open, character, config))
                 return
-        self._start(kind, playerText, open, character)
+        self._start(kind, playerText, open, character, config)
 
-    def _start(self, kind: str, playerText: str | None, open: Opener, character: Character) -> None:
+    def _start(
+        self,
+        kind: str,
+        playerText: str | None,
+        open: Opener,
+        character: Character,
+        config: ClientConfig,
+    ) -> None:
         if self.closed:
             return
-        config = self.session.config
         settings = self.settings
         # With a WebRTC speech track negotiated, the reply plays on it.
         track = self.voice.speechOutput() if self.voice and config.wantsAudio() else None

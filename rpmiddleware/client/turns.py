@@ -120,6 +120,9 @@ class Turn:
         self.accepted = False
         self.capturing = kind == VOICE
         self.capturePhase = kind == VOICE
+        #: speech-start was said, and whether speech-end followed it.
+        self._speechStarted = False
+        self._speechEnded = False
         self.ttsStarted = False
         self.silenced = False
         self.outcome: str | None = None
@@ -160,6 +163,7 @@ class Turn:
         if self.ended or self.silenced:
             return
         self.silenced = True
+        self.capturing = self.capturePhase = False
         self._stopTimer()
         fields = {"reason": reason} if reason else {}
         self._say("tts-cancelled", **fields)
@@ -306,13 +310,35 @@ class Turn:
         if isinstance(fields.get("message"), str):
             extra["message"] = fields["message"]
         self._say("voice-state", state=state, **extra)
-        speech = SPEECH_STATES.get(state)
-        if speech is not None:
-            self._say(speech)
-        if state == "speech_ended":
+        if state == "speech_started":
+            self._speechStarted, self._speechEnded = True, False
+            self._say(SPEECH_STATES[state])
+        elif state == "speech_ended":
             self.capturing = False
-        elif state in ("listening", "speech_started"):
+            self._endSpeech()
+        if state in ("listening", "speech_started"):
             self.capturing = self.capturePhase = True
+        if state == "listening":
+            self._speechStarted = self._speechEnded = False
+
+    def _endSpeech(self) -> None:
+        if not self._speechEnded:
+            self._speechEnded = True
+            self._say(SPEECH_STATES["speech_ended"])
+
+    def stopCapture(self) -> bool:
+        """
+        The client's C{voice-capture stop}: whether voice.capture.stop
+        should go to RPEngine (only while its microphone is open).  Speech
+        the client was told had started is said to end now: RPEngine reports
+        no C{speech_ended} for a capture the game stopped.
+        """
+        if not self.capturing or self.silenced or self.ended:
+            return False
+        self.capturing = False
+        if self._speechStarted:
+            self._endSpeech()
+        return True
 
     def _captureLevel(self, fields: Mapping[str, Any]) -> None:
         """
@@ -406,7 +432,7 @@ class Turn:
 
     def _end(self, outcome: str) -> None:
         self.outcome = outcome
-        self.capturing = False
+        self.capturing = self.capturePhase = False
         self._stopTimer()
         self._onEnded(self)
 

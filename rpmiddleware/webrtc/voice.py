@@ -10,7 +10,8 @@ members listed in L{ClientHost}:
     channel (L{VoiceLink.mirror}; the signalling ones, C{ready},
     C{signal}, C{pong} and C{reconnect-ack}, stay on the WebSocket);
   - what the client sends on the data channel is handled exactly like a
-    WebSocket message (C{connection.received});
+    WebSocket message (C{connection.received}), except that a C{ping} there
+    is answered with C{pong} there;
   - the microphone goes through the voice activity detector: each
     utterance sends C{speech-start} / C{speech-end} and becomes one audio
     turn, mono 16 kHz, on the same path as the C{audio} message;
@@ -44,7 +45,9 @@ from rpmiddleware.webrtc.reactor import eventLoop
 from rpmiddleware.webrtc.speech import INPUT_RATE, TRACK_RATE, SpeechTrack
 from rpmiddleware.webrtc.vad import SAMPLE_RATE, SpeechEnded, SpeechStarted, VoiceActivityDetector
 
-#: Messages that belong to the WebSocket only (signalling and its replies).
+#: Messages that belong to the WebSocket only (signalling and its replies;
+#: the pong to a ping that came on the data channel goes on the data channel
+#: alone, through the C{reply} of C{connection.received}).
 WEBSOCKET_ONLY = frozenset({"ready", "signal", "pong", "reconnect-ack"})
 
 
@@ -61,7 +64,9 @@ class ClientHost(Protocol):
 
     def send(self, message: dict[str, Any], audio: bool = False) -> bool: ...
 
-    def received(self, payload: bytes | str, isBinary: bool) -> None: ...
+    def received(
+        self, payload: bytes | str, isBinary: bool, reply: Callable[[dict[str, Any]], Any] | None
+    ) -> None: ...
 
     def submitAudio(self, audio: dict[str, Any]) -> None:
         """An audio turn from RPEngine's event.audio object; raises InvalidMessage."""
@@ -188,7 +193,9 @@ class VoiceLink:
 
     def _dataMessage(self, text: str) -> None:
         if not self.connection.closed:
-            self.connection.received(text, False)
+            # Answers that belong to the channel a message came by (pong)
+            # go back on the data channel.
+            self.connection.received(text, False, self.peer.send)
 
     def _channelOpen(self) -> None:
         self.log.info("WebRTC {label}: data channel open", label=self.label)
