@@ -1352,6 +1352,36 @@ class VoiceCaptureTests(EngineTestMixin, SynchronousTestCase):
         self.capture("v2")
         self.assertEqual(self.of("reply.accepted")[-1]["requestId"], "v2")
 
+    def test_echoForMockGameOnly(self) -> None:
+        """
+        app.rs capture_completed: RPEngine's own mock game may ask for the
+        recording back (16 kHz PCM16 in 32 KiB chunks); nobody else gets it.
+        """
+        self.establish(captureTakes=[PlayerTake(silenceSeconds=0.3, speechSeconds=1.0)] * 2)
+        self.capture("v1", integrationId="rimworld", debug={"echoCapturedAudio": True})
+        self.advance(10)
+        self.assertEqual([t for t in self.types() if t.startswith("voice.capture.audio")], [])
+        self.capture("v2", integrationId="mock-game", debug={"echoCapturedAudio": True})
+        self.advance(10)
+        start = self.only("voice.capture.audio.start")
+        self.assertEqual(
+            (start["sampleRate"], start["format"], start["channels"]), (16000, "pcm_s16le", 1)
+        )
+        chunks = self.of("voice.capture.audio.chunk")
+        pcm = b"".join(base64.b64decode(c["data"]) for c in chunks)
+        self.assertEqual([c["sequence"] for c in chunks], list(range(len(chunks))))
+        self.assertEqual({len(base64.b64decode(c["data"])) for c in chunks[:-1]}, {32768})
+        completed = self.only("voice.capture.audio.completed")
+        self.assertEqual(
+            (completed["chunkCount"], completed["totalBytes"]), (len(chunks), len(pcm))
+        )
+        # Stopped at speech_ended: 0.3 s of silence, 1.0 s of speech, 0.1 s.
+        self.assertAlmostEqual(completed["durationSeconds"], 1.4)
+        kinds = self.forRequest("v2")
+        self.assertLess(
+            kinds.index("voice.capture.audio.completed"), kinds.index("reply.text.delta")
+        )
+
     def test_stopBeforeSpeaking(self) -> None:
         """
         src/browser-voice-capture.ts finalize: a recording with nothing

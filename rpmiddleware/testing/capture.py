@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from rpmiddleware.testing.simoptions import PlayerTake
+from rpmiddleware.testing.tones import inputRecording, sampleCount
 
 #: FireRedVAD's timing (vad.rs VadStateCore defaults, worker.rs).
 SPEECH_START_SECONDS = 0.2
@@ -35,6 +37,8 @@ SILENCE_END_SECONDS = 0.1
 NO_SPEECH_SECONDS = 8.0
 #: The browser stops recording after this long (browser-voice-capture.ts).
 MAX_CAPTURE_SECONDS = 30.0
+#: Captured audio is 16 kHz mono (browser-voice-capture.ts).
+CAPTURE_SAMPLE_RATE = 16000
 
 NO_SPEECH_MESSAGE = "No speech was heard within 8 seconds."
 STILL_LISTENING_MESSAGE = "Nothing heard yet; listening on."
@@ -65,8 +69,29 @@ class CaptureEvents(Protocol):
     def captureFailed(self, capture: MicrophoneCapture, message: str) -> None: ...
 
     def captureCompleted(
-        self, capture: MicrophoneCapture, speechSeconds: float, take: PlayerTake
+        self, capture: MicrophoneCapture, recording: Recording, take: PlayerTake
     ) -> None: ...
+
+
+@dataclass(frozen=True)
+class Recording:
+    """
+    What a stopped window recorded: C{seconds} of audio in which the player
+    spoke for C{speechSeconds} from C{speechStart} on.
+    """
+
+    seconds: float
+    speechStart: float
+    speechSeconds: float
+
+    def pcm(self) -> bytes:
+        """
+        The recording as 16 kHz mono PCM16 (a tone while the player spoke).
+        """
+        before = sampleCount(self.speechStart, CAPTURE_SAMPLE_RATE)
+        speech = inputRecording(self.speechSeconds)
+        after = sampleCount(self.seconds, CAPTURE_SAMPLE_RATE) - before - len(speech) // 2
+        return b"\0\0" * before + speech + b"\0\0" * max(0, after)
 
 
 def level(index: int, speaking: bool) -> tuple[float, float]:
@@ -110,6 +135,7 @@ class MicrophoneCapture:
         self._timers: list[IDelayedCall] = []
         self.take = PlayerTake()
         self._windowStart = 0.0
+        self._now: float | None = None
         #: C{idle}, C{recording}, C{held} (at the 30 s limit), C{stopping}.
         self.state = "idle"
         self.windows = 0
@@ -149,7 +175,21 @@ class MicrophoneCapture:
         when = round(self._windowStart + offset, 6)
         self._timers = [t for t in self._timers if t.active()]
         delay = max(0.0, when - self._clock.seconds())
-        self._timers.append(self._clock.callLater(delay, f, *args))
+        self._timers.append(self._clock.callLater(delay, self._happen, when, f, *args))
+
+    def _happen(self, when: float, f: Callable[..., None], *args: object) -> None:
+        """
+        Run a window event at its own time: what it causes (a stop on
+        C{speech_ended}) happens then too, however late the clock is.
+        """
+        self._now = when
+        try:
+            f(*args)
+        finally:
+            self._now = None
+
+    def _time(self) -> float:
+        return self._clock.seconds() if self._now is None else self._now
 
     def _cancelTimers(self) -> None:
         for timer in self._timers:
@@ -172,7 +212,7 @@ class MicrophoneCapture:
         self.take = self._nextTake()
         self.windows += 1
         self.state = "recording"
-        self._windowStart = self._clock.seconds()
+        self._windowStart = self._time()
         self._at(0.0, self._report, "listening", 0.0, True, None)
         events: list[tuple[float, Callable[..., None], tuple[object, ...]]] = []
         started = self._speechStart()
@@ -241,17 +281,20 @@ class MicrophoneCapture:
         """
         if not self.recording:
             return
-        heard = self._heard(self._clock.seconds() - self._windowStart)
+        elapsed = min(self._time() - self._windowStart, MAX_CAPTURE_SECONDS)
+        heard = self._heard(elapsed)
+        begin = max(0.0, min(elapsed, self.take.silenceSeconds))
+        recording = Recording(max(0.0, elapsed), begin, heard)
         self._cancelTimers()
         self.state = "stopping"
-        self._timers.append(self._clock.callLater(0, self._finalized, heard))
+        self._timers.append(self._clock.callLater(0, self._finalized, recording))
 
-    def _finalized(self, heard: float) -> None:
+    def _finalized(self, recording: Recording) -> None:
         self.state = "idle"
-        if heard <= 0:
+        if recording.speechSeconds <= 0:
             self._events.captureFailed(self, SILENT_RECORDING_MESSAGE)
         else:
-            self._events.captureCompleted(self, heard, self.take)
+            self._events.captureCompleted(self, recording, self.take)
 
     def cancel(self) -> None:
         """

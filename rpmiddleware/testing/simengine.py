@@ -18,6 +18,7 @@ sent, processed, cancelled) for assertions.
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable
@@ -28,7 +29,12 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, isoTimestamp
-from rpmiddleware.testing.capture import CaptureEvents, MicrophoneCapture
+from rpmiddleware.testing.capture import (
+    CAPTURE_SAMPLE_RATE,
+    CaptureEvents,
+    MicrophoneCapture,
+    Recording,
+)
 from rpmiddleware.testing.cardstore import SessionCardStore
 from rpmiddleware.testing.envelopecheck import (
     InvalidPayload,
@@ -36,7 +42,7 @@ from rpmiddleware.testing.envelopecheck import (
     checkFields,
     decodeFrame,
 )
-from rpmiddleware.testing.replystream import ReplyStream
+from rpmiddleware.testing.replystream import PCM_CHUNK_BYTES, ReplyStream, chunked
 from rpmiddleware.testing.requestchecks import (
     STT_LANGUAGE_NAMES,
     RequestError,
@@ -797,20 +803,53 @@ class SimulatedEngine(CaptureEvents):
         self._publishCapacity()
 
     def captureCompleted(
-        self, capture: MicrophoneCapture, speechSeconds: float, take: PlayerTake
+        self, capture: MicrophoneCapture, recording: Recording, take: PlayerTake
     ) -> None:
         """
-        app.rs capture_completed: the recording goes to speech recognition.
+        app.rs capture_completed: the recording goes to speech recognition,
+        echoed first to RPEngine's own mock game when it asks for it.
         """
         current = self._currentCapture(capture)
         if current is None:
             return
+        if current.fields.get("integrationId") == "mock-game" and (
+            pointer(current.fields, "debug", "echoCapturedAudio") is True
+        ):
+            self._echoRecording(current.requestId, recording)
         current.phase = "transcribing"
         transcript = take.transcript
         if transcript is None:
-            transcript = f"(simulated transcript of {speechSeconds:.2f} s of speech)"
+            transcript = f"(simulated transcript of {recording.speechSeconds:.2f} s of speech)"
         current.timer = self.clock.callLater(
             self.options.transcriptionSeconds, self._captureTranscribed, current, transcript
+        )
+
+    def _echoRecording(self, requestId: str, recording: Recording) -> None:
+        """
+        app.rs capture_completed: the recording as PCM16 in 32 KiB chunks.
+        """
+        pcm = recording.pcm()
+        parts = chunked(pcm, PCM_CHUNK_BYTES)
+        self._emit(
+            "voice.capture.audio.start",
+            requestId=requestId,
+            format="pcm_s16le",
+            sampleRate=CAPTURE_SAMPLE_RATE,
+            channels=1,
+        )
+        for sequence, part in enumerate(parts):
+            self._emit(
+                "voice.capture.audio.chunk",
+                requestId=requestId,
+                sequence=sequence,
+                data=base64.b64encode(part).decode("ascii"),
+            )
+        self._emit(
+            "voice.capture.audio.completed",
+            requestId=requestId,
+            chunkCount=len(parts),
+            totalBytes=len(pcm),
+            durationSeconds=len(pcm) / 2 / CAPTURE_SAMPLE_RATE,
         )
 
     def _captureTranscribed(self, capture: _Capture, text: str) -> None:

@@ -27,13 +27,19 @@ from twisted.internet.interfaces import IConnector, IReactorTCP, IReactorTime, I
 from twisted.python.failure import Failure
 
 from rpmiddleware.testing.simengine import SimulatedEngine
-from rpmiddleware.testing.simoptions import CLIENT_VERSION, SimulatorOptions, defaultReplyText
+from rpmiddleware.testing.simoptions import (
+    CLIENT_VERSION,
+    PlayerTake,
+    SimulatorOptions,
+    defaultReplyText,
+)
 
 __all__ = [
     "CLIENT_VERSION",
     "DEFAULT_PATH",
     "MAX_PAYLOAD",
     "ConnectionClosedBeforeWelcome",
+    "PlayerTake",
     "SimulatedEngine",
     "SimulatorFactory",
     "SimulatorOptions",
