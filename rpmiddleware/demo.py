@@ -7,6 +7,10 @@ The demo's character plays the example quest-giver playbook
 first: the player asks about work (the stage moves to the offer, and the
 C{give_quest} tool runs, which the demo answers as a game would) and takes
 the job.
+
+The demo's character is also the default character of the client endpoint
+(unless the configuration names another), so an off-the-shelf voice client
+that sends no C{character} message talks to it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from rpmiddleware.testing.kit import exampleCard
 DEMO_CHARACTER = "mira"
 DEMO_LINE = "Good evening! Any news from the road?"
 DEMO_PLAYBOOK = "data/quest-giver.toml"
+#: The demo character's card (the bundled example, the one the demo's own
+#: turns play).
+DEMO_CARD = "data/example_character.json"
 #: What the player says next when the character plays the demo playbook.
 DEMO_SCRIPT = ("Do you have any work for me?", "Aye, I'll clear your cellar.")
 #: The client id of the Python API's requests, which the demo makes.
@@ -47,6 +54,20 @@ def giveDemoPlaybook(settings: Settings) -> None:
     if isinstance(characters, dict):
         path = resources.files("rpmiddleware").joinpath(DEMO_PLAYBOOK)
         characters.setdefault(DEMO_CHARACTER, str(path))
+
+
+def giveDemoCharacter(settings: Settings) -> None:
+    """
+    The demo's character is the default character, unless the configuration
+    names one: a voice client that sends no C{character} message (an
+    unmodified LLMRTC web client) then talks to Mira instead of being told
+    to send one.
+    """
+    game = settings.game
+    if game.default_character:
+        return
+    game.default_character = str(resources.files("rpmiddleware").joinpath(DEMO_CARD))
+    game.default_character_id = DEMO_CHARACTER
 
 
 class DemoService(service.Service):

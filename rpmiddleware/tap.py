@@ -75,9 +75,10 @@ def makeService(options: Options, reactor: Any = None) -> service.IService:
     txaio.set_global_log_level("info")  # type: ignore[attr-defined]
 
     if options["demo"]:
-        from rpmiddleware.demo import giveDemoPlaybook
+        from rpmiddleware.demo import giveDemoCharacter, giveDemoPlaybook
 
         giveDemoPlaybook(options.settings)
+        giveDemoCharacter(options.settings)
     try:
         top, middleware = makeMiddlewareService(reactor, options.settings)
     except ConfigError as e:

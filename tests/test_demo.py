@@ -9,11 +9,13 @@ from typing import Any
 
 from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
-from twisted.trial.unittest import TestCase
+from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from rpmiddleware.demo import DemoService
+from rpmiddleware.config import Settings
+from rpmiddleware.demo import DEMO_CHARACTER, DemoService, giveDemoCharacter
 from rpmiddleware.tap import Options, makeService
-from rpmiddleware.testing.kit import captureLogEvents
+from rpmiddleware.testing.kit import captureLogEvents, exampleCard
+from rpmiddleware.testing.live import connectClient
 
 
 def startFastDemo(testCase: TestCase) -> tuple[Any, list[dict[str, Any]]]:
@@ -51,3 +53,43 @@ class DemoTests(TestCase):
         url = f"https://rpengine.gemtavern.com/#port={demo.port}"
         link = [e for e in events if e.get("link") == url]
         self.assertEqual(len(link), 1, "the connect link with the real port is logged")
+
+    @inlineCallbacks
+    def test_offTheShelfClientTalksToMira(self) -> Any:
+        """
+        A voice client that sends no character message (an unmodified
+        LLMRTC web client) plays the demo's character, not an error.
+        """
+        demo, events = startFastDemo(self)
+        yield demo.ready
+        client = connectClient(reactor, f"ws://127.0.0.1:{demo.port}/client/socket")
+        self.addCleanup(lambda: client.drop() if not client.closed.called else None)
+        yield client.opened
+        client.send({"type": "text", "text": "Who are you?"})
+        done = yield client.nextOfType("reply-complete", "error")
+        self.assertEqual(done["type"], "reply-complete", done)
+        self.assertTrue(done["text"].strip())
+        yield client.close()
+
+
+class DemoCharacterTests(SynchronousTestCase):
+    def test_demoCharacterIsTheDefault(self) -> None:
+        settings = Settings()
+        giveDemoCharacter(settings)
+        self.assertEqual(settings.game.default_character_id, DEMO_CHARACTER)
+        from rpmiddleware.client.settings import loadDefaultCharacter
+
+        character = loadDefaultCharacter(settings)
+        assert character is not None
+        self.assertEqual(character.characterId, DEMO_CHARACTER)
+        self.assertEqual(character.card, exampleCard())
+
+    def test_configuredDefaultKept(self) -> None:
+        settings = Settings()
+        settings.game.default_character = "/games/bram.json"
+        settings.game.default_character_id = "bram"
+        giveDemoCharacter(settings)
+        self.assertEqual(
+            (settings.game.default_character, settings.game.default_character_id),
+            ("/games/bram.json", "bram"),
+        )
