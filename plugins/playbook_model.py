@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rpmiddleware.enginerules import INTERACTION_MODES, EngineRefusal, checkPromptContext
 from rpmiddleware.messages import VOICES
 
 #: What can fire a transition.
@@ -32,15 +33,23 @@ TRIGGERS = ("player", "reply", "tool", "event", "idle", "turns")
 RUN_BY = ("client", "middleware")
 #: Which tool endings a C{tool} transition fires on.
 OUTCOMES = ("success", "error", "any")
-#: The prompt fields RPEngine's seed names; anything else is a typo.
-SCENE_KEYS = frozenset({"sceneContext"})
-DIRECTIVE_KEYS = frozenset({"autoEventGuide", "directUserGuide"})
+#: The prompt context in RPEngine's shape (crates/rp-engine-core/src/json_core.rs,
+#: validate_prompt_context); anything else is a typo.
+SCENE_TEXT_KEYS = ("kind", "family", "label", "sceneLine")
+SCENE_KEYS = frozenset({*SCENE_TEXT_KEYS, "priority"})
+DIRECTIVE_TEXT_KEYS = ("sceneContext", "autoEventGuide", "directUserGuide")
+DIRECTIVE_KEYS = frozenset({*DIRECTIVE_TEXT_KEYS, "protocolVersion", "promptVersion"})
+#: What a stage that leaves them out gets.
+DEFAULT_PRIORITY = 0
+DEFAULT_DIRECTIVE_VERSION = 1
 
 MAX_STAGES = 256
 MAX_RULES = 64
 MAX_TOOLS_PER_RULE = 16
 MAX_PATTERN_CHARS = 1000
 MAX_PROMPT_CHARS = 20000
+#: kind, family, label, promptVersion: names, not prose.
+MAX_NAME_CHARS = 200
 MAX_TIMEOUT = 3600.0
 MAX_IDLE = 86400.0
 #: How much of a text the matchers look at: bounds the cost of a regular
@@ -216,9 +225,16 @@ def _subset(expected: Any, actual: Any) -> bool:
 
 @dataclass(frozen=True)
 class Stage:
+    """
+    One stage.  C{promptScene} and C{promptDirective} are complete, in
+    RPEngine's shape (checked when the playbook was loaded), or both empty:
+    a stage whose playbook writes no prompt field at all has no prompt
+    context of its own.
+    """
+
     id: str
-    promptScene: dict[str, str]
-    promptDirective: dict[str, str]
+    promptScene: dict[str, Any]
+    promptDirective: dict[str, Any]
     voice: str | None
     tools: frozenset[str]
     rules: tuple[Rule, ...]
@@ -226,6 +242,23 @@ class Stage:
 
     def rulesOn(self, trigger: str) -> list[Rule]:
         return [r for r in self.rules if r.on == trigger]
+
+    @property
+    def hasPrompt(self) -> bool:
+        return bool(self.promptDirective)
+
+    def promptContext(self, interactionMode: str) -> dict[str, Any] | None:
+        """
+        The three prompt-context fields of a request in this stage (fresh
+        copies, for the caller to change), or C{None} for a stage without.
+        """
+        if not self.hasPrompt:
+            return None
+        return {
+            "interactionMode": interactionMode,
+            "promptScene": dict(self.promptScene),
+            "promptDirective": dict(self.promptDirective),
+        }
 
 
 @dataclass(frozen=True)
@@ -292,6 +325,10 @@ def parsePlaybook(
     return _Parser(document, knownTools, source, defaultName).parse()
 
 
+def _firstLine(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
 def _kind(value: Any) -> str:
     if value is None:
         return "null"
@@ -339,10 +376,8 @@ class _Parser:
         if not isinstance(defaults, dict):
             raise self.fail("defaults", f"must be a table, got {_kind(defaults)}")
         self.unknown(defaults, _DEFAULT_KEYS, "defaults.")
-        baseScene = self.prompt(defaults.get("promptScene", {}), "defaults.promptScene", SCENE_KEYS)
-        baseDirective = self.prompt(
-            defaults.get("promptDirective", {}), "defaults.promptDirective", DIRECTIVE_KEYS
-        )
+        baseScene = self.prompt(defaults.get("promptScene", {}), "defaults.promptScene")
+        baseDirective = self.prompt(defaults.get("promptDirective", {}), "defaults.promptDirective")
         baseVoice = self.voice(defaults.get("voice"), "defaults.voice")
         stages = doc.get("stages")
         if not isinstance(stages, dict) or not stages:
@@ -366,23 +401,25 @@ class _Parser:
             if not isinstance(table, dict):
                 raise self.fail(None, f"a stage must be a table, got {_kind(table)}")
             self.unknown(table, _STAGE_KEYS, "")
-            scene = {
-                **baseScene,
-                **self.prompt(table.get("promptScene", {}), "promptScene", SCENE_KEYS),
-            }
-            directive = {
-                **baseDirective,
-                **self.prompt(table.get("promptDirective", {}), "promptDirective", DIRECTIVE_KEYS),
-            }
+            ownScene = self.prompt(table.get("promptScene", {}), "promptScene")
+            ownDirective = self.prompt(table.get("promptDirective", {}), "promptDirective")
             voice = self.voice(table.get("voice"), "voice") or baseVoice
             allowed = self.stageTools(table.get("tools", []), tools)
             shells[stageId] = {
                 "description": self.text(table.get("description", ""), "description", empty=True),
-                "promptScene": scene,
-                "promptDirective": directive,
+                "promptScene": {**baseScene, **ownScene},
+                "promptDirective": {**baseDirective, **ownDirective},
                 "voice": voice,
                 "tools": allowed,
             }
+        # A playbook gives every stage a complete prompt context, or none: a
+        # stage left without one in a playbook that has them was forgotten.
+        if any(shell["promptScene"] or shell["promptDirective"] for shell in shells.values()):
+            for stageId, shell in shells.items():
+                self.stageId = stageId
+                self.completePrompt(
+                    stageId, shell["description"], shell["promptScene"], shell["promptDirective"]
+                )
         built: dict[str, Stage] = {}
         for stageId, table in stages.items():
             self.stageId = stageId
@@ -418,14 +455,84 @@ class _Parser:
             raise self.fail(where, f"is longer than {limit} characters")
         return value
 
-    def prompt(self, value: Any, where: str, known: frozenset[str]) -> dict[str, str]:
+    def prompt(self, value: Any, where: str) -> dict[str, Any]:
+        """
+        The fields a C{promptScene} or C{promptDirective} table writes, each
+        checked for its type; whether together they make a prompt context is
+        L{promptContext}'s to say, after the defaults are merged.
+        """
         if not isinstance(value, dict):
             raise self.fail(where, f"must be a table, got {_kind(value)}")
-        self.unknown(value, known, f"{where}.")
-        return {
-            key: self.text(v, f"{where}.{key}", empty=True, limit=MAX_PROMPT_CHARS)
-            for key, v in value.items()
+        isScene = where.endswith("promptScene")
+        known, elsewhere = (SCENE_KEYS, DIRECTIVE_KEYS) if isScene else (DIRECTIVE_KEYS, SCENE_KEYS)
+        fields: dict[str, Any] = {}
+        for key, v in value.items():
+            at = f"{where}.{key}"
+            if key in elsewhere and key not in known:
+                other = "promptDirective" if isScene else "promptScene"
+                raise self.fail(at, f"{key} belongs in {other}, as RPEngine reads it")
+            if key not in known:
+                raise self.fail(at, f"unknown field (known: {', '.join(sorted(known))})")
+            if key == "priority":
+                if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                    raise self.fail(at, f"must be a finite number, got {_kind(v)}")
+                fields[key] = v
+            elif key == "protocolVersion":
+                fields[key] = self.whole(v, at)
+            else:
+                # Not blank: RPEngine trims the guides and sceneContext
+                # (prompt.rs, prompt_context), and a blank guide silently
+                # drops the whole scene and guide from the prompt.
+                prose = key in DIRECTIVE_TEXT_KEYS or key == "sceneLine"
+                fields[key] = self.text(v, at, limit=MAX_PROMPT_CHARS if prose else MAX_NAME_CHARS)
+        return fields
+
+    def completePrompt(
+        self, stageId: str, description: str, scene: dict[str, Any], directive: dict[str, Any]
+    ) -> None:
+        """
+        Complete a stage's C{promptScene} and C{promptDirective} (what the
+        stage and the defaults wrote) in place, deriving what may be left
+        out.  The scene and both guides must be written: RPEngine refuses a
+        request whose prompt context is partial
+        (crates/rp-engine-core/src/json_core.rs, validate_prompt_context).
+
+        @raise PlaybookError: naming the missing or refused field.
+        """
+        if "sceneContext" not in directive and "sceneLine" in scene:
+            directive["sceneContext"] = scene["sceneLine"]
+        if "sceneLine" not in scene and "sceneContext" in directive:
+            scene["sceneLine"] = _firstLine(directive["sceneContext"])
+        scene.setdefault("kind", stageId)
+        scene.setdefault("family", self.name)
+        scene.setdefault("label", _firstLine(description) or stageId)
+        scene.setdefault("priority", DEFAULT_PRIORITY)
+        directive.setdefault("protocolVersion", DEFAULT_DIRECTIVE_VERSION)
+        missing = {
+            "sceneContext": "the scene, in every request's prompt (or write promptScene.sceneLine)",
+            "autoEventGuide": "how the character reacts in auto_event turns (game events, say)",
+            "directUserGuide": "how the character answers the player in direct_user turns",
         }
+        for key, what in missing.items():
+            if key not in directive:
+                raise self.fail(
+                    f"promptDirective.{key}",
+                    f"is missing: {what}. RPEngine refuses a request whose prompt context lacks "
+                    f"it; write it in this stage or in [defaults.promptDirective]",
+                )
+        # RPEngine's own rules are the last word: a synthetic request of each
+        # mode must pass them as it will be sent.
+        for mode in INTERACTION_MODES:
+            synthetic = {
+                "type": "reply.request",
+                "interactionMode": mode,
+                "promptScene": scene,
+                "promptDirective": directive,
+            }
+            try:
+                checkPromptContext(synthetic)
+            except EngineRefusal as e:
+                raise self.fail(e.field, f"{e.problem} (RPEngine would refuse every request)")
 
     def voice(self, value: Any, where: str) -> str | None:
         if value is None:

@@ -239,11 +239,12 @@ class PlaybookPlugin(ChainPlugin):
         state = self._heardFrom(envelope)
         characterId = envelope.get("characterId")
         self.sessions.choose(state, characterId if isinstance(characterId, str) else None)
-        auto = envelope.get("interactionMode") == "auto_event"
         # A turn this plugin asked for (even one given up on since: it waited
-        # behind another turn too long) tells the waiting events, nothing else.
+        # behind another turn too long) tells the waiting events, nothing else;
+        # it is an auto_event turn whatever interactionMode it came with.
         token = envelope.meta.get(wire.TURN_TOKEN)
         ours = token is not None
+        auto = ours or envelope.get("interactionMode") == "auto_event"
         if ours and token == state.turnAsked:
             state.clearAsk()
         event = envelope.get("event")
@@ -268,7 +269,7 @@ class PlaybookPlugin(ChainPlugin):
                 requestId,
                 playbook=state.playbook.name,
                 stage=state.stage,
-                interactionMode=envelope.get("interactionMode"),
+                interactionMode="auto_event" if auto else "direct_user",
             )
         self.pacer.settle(state)
 

@@ -1,24 +1,75 @@
 """
-What a request is told: the current stage's prompt fields and voice, the
+What a request is told: the current stage's prompt context and voice, the
 game's scene, and the game events waiting, written onto a C{reply.request}
 or C{voice.capture.start} as it passes.
 
 RPEngine has no playbooks: it reads C{interactionMode}, C{promptScene} and
 C{promptDirective} on each request, so the stage lives in those fields and
-nowhere else.  The client's own fields are kept and overlaid key by key, so a
-game that sets its own scene or guide keeps it where the stage says nothing.
+nowhere else.  RPEngine takes the three together, complete, or not at all
+(C{crates/rp-engine-core/src/json_core.rs}, C{validate_prompt_context}), and
+refuses a request with a partial one; so this module writes all three or
+none, never a piece:
+
+  - a stage with a prompt context (complete: checked when its playbook was
+    loaded) replaces the game's three fields whole;
+  - otherwise the game's own prompt context is kept when it is complete and
+    valid (the turn's mode set on it, the scene added);
+  - otherwise nothing is written.  A partial context the game sent itself is
+    left as it is, for the refusal that names its field; only the lone
+    C{interactionMode} with which the client endpoint marks the turns this
+    plugin asked for is taken off, there being nothing to complete it with.
+
+RPEngine puts C{sceneContext} and the guide of the turn's mode in the prompt
+(C{crates/rp-engine-core/src/prompt.rs}, C{prompt_context}), so the game's
+current scene goes at the end of C{sceneContext}.  With no prompt context to
+carry it, the scene is told with the events, as a C{[Scene: ...]} line.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from plugins.playbook_model import Stage
 from plugins.playbook_state import SessionState
+from rpmiddleware.enginerules import PROMPT_CONTEXT_FIELDS, EngineRefusal, checkPromptContext
 from rpmiddleware.envelope import Envelope
 
+AUTO_EVENT = "auto_event"
+DIRECT_USER = "direct_user"
 
-def _table(value: Any) -> dict[str, Any]:
-    return dict(value) if isinstance(value, dict) else {}
+
+def gamesOwn(envelope: Envelope, mode: str) -> dict[str, Any] | None:
+    """
+    The game's own prompt context on C{envelope}, copied with the turn's
+    mode, if it is complete and RPEngine would take it; else C{None}.
+    """
+    if not all(name in envelope for name in PROMPT_CONTEXT_FIELDS):
+        return None
+    try:
+        checkPromptContext(envelope.fields)
+    except EngineRefusal:
+        return None
+    return {
+        "interactionMode": mode,
+        "promptScene": dict(envelope["promptScene"]),
+        "promptDirective": dict(envelope["promptDirective"]),
+    }
+
+
+def promptContext(
+    envelope: Envelope, stage: Stage | None, auto: bool, scene: str | None
+) -> dict[str, Any] | None:
+    """
+    The three prompt-context fields a request gets, complete, or C{None}.
+    """
+    mode = AUTO_EVENT if auto else DIRECT_USER
+    context = stage.promptContext(mode) if stage is not None else None
+    if context is None:
+        context = gamesOwn(envelope, mode)
+    if context is not None and scene:
+        directive = context["promptDirective"]
+        directive["sceneContext"] = f"{directive['sceneContext']}\n\n{scene}"
+    return context
 
 
 def decorate(
@@ -38,28 +89,16 @@ def decorate(
     """
     playbook = state.playbook
     stage = playbook.stage(state.stage) if playbook is not None and state.stage else None
+    context = promptContext(envelope, stage, auto, state.scene)
+    if context is not None:
+        for name, value in context.items():
+            envelope[name] = value
+    elif auto and "promptScene" not in envelope and "promptDirective" not in envelope:
+        envelope.fields.pop("interactionMode", None)
     if stage is not None:
-        envelope["interactionMode"] = "auto_event" if auto else "direct_user"
-        directive = _table(envelope.get("promptDirective"))
-        directive.update(stage.promptDirective)
-        # RPEngine reads only the guide of the turn's mode; the other is noise.
-        directive.pop("directUserGuide" if auto else "autoEventGuide", None)
-        if directive:
-            envelope["promptDirective"] = directive
-        else:
-            envelope.fields.pop("promptDirective", None)
         output = envelope.get("output")
         if stage.voice and isinstance(output, dict) and isinstance(output.get("audio"), dict):
             envelope["output"] = {**output, "audio": {**output["audio"], "voice": stage.voice}}
-    if stage is not None or state.scene:
-        scene = _table(envelope.get("promptScene"))
-        if stage is not None:
-            scene.update(stage.promptScene)
-        if state.scene:
-            base = scene.get("sceneContext")
-            scene["sceneContext"] = f"{base}\n\n{state.scene}" if base else state.scene
-        if scene:
-            envelope["promptScene"] = scene
     if event is None or not (state.context or state.pending):
         return
     lines = state.takeLines()
@@ -71,4 +110,6 @@ def decorate(
     else:
         told = "\n".join(f"[Event: {line}]" for line in lines)
         text = f"{told}\n{said}" if said else told
+    if context is None and state.scene:
+        text = f"[Scene: {state.scene}]\n{text}"
     envelope["event"] = {**event, "text": text}

@@ -16,14 +16,15 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from plugins.playbook import PlaybookPlugin, build
-from plugins.playbook_model import parsePlaybook
+from plugins.playbook_model import parsePlaybook, parseText
 from plugins.playbook_tools import FunctionTool, ToolCall, ToolSet, discoverTools
 from rpmiddleware import playbookwire as pw
 from rpmiddleware.cards import CardHasher
 from rpmiddleware.config import Settings
+from rpmiddleware.enginerules import checkEnvelope, checkPromptContext
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.middleware import PluginServices
-from rpmiddleware.testing.kit import PluginHarness
+from rpmiddleware.testing.kit import REFERENCE_CARD, PluginHarness
 from rpmiddleware.timeline import Timeline
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "quest-giver.toml"
@@ -37,7 +38,13 @@ OUTPUT = {
 
 PLAYBOOK: dict[str, Any] = {
     "name": "test",
-    "defaults": {"promptScene": {"sceneContext": "An inn."}},
+    "defaults": {
+        "promptDirective": {
+            "sceneContext": "An inn.",
+            "autoEventGuide": "React.",
+            "directUserGuide": "Chat.",
+        }
+    },
     "tools": {"give": {"runBy": "client", "timeout": 5}},
     "stages": {
         "start": {
@@ -110,10 +117,13 @@ class Rig:
         kind: str = "reply.request",
         audio: bool = False,
         meta: dict[str, Any] | None = None,
+        check: bool = True,
         **fields: Any,
     ) -> Envelope:
         """
         Send a request into the chain; returns what left it toward RPEngine.
+
+        @param check: fail unless its prompt context is one RPEngine takes.
         """
         self._count += 1
         requestId = fields.pop("requestId", f"r{self._count}")
@@ -135,7 +145,11 @@ class Rig:
         envelope = self.harness.envelope(kind, **body)
         envelope.meta.update({"client": client, **(meta or {})})
         self.harness.toEngine(envelope)
-        return self.harness.sentToEngine[-1]
+        sent = self.harness.sentToEngine[-1]
+        if check:
+            # What the plugin sends, RPEngine takes: a whole prompt context or none.
+            checkPromptContext(sent.fields)
+        return sent
 
     def event(self, text: str, policy: str = "auto", client: str = "c1", **fields: Any) -> None:
         self.toPlugin(pw.EVENT, client, text=text, replyPolicy=policy, **fields)
@@ -206,6 +220,47 @@ def prompt(request: Envelope) -> dict[str, Any]:
     }
 
 
+def guide(request: Envelope) -> str:
+    """
+    The guide RPEngine puts in the prompt: the one of the request's mode
+    (crates/rp-engine-core/src/prompt.rs, prompt_context).
+    """
+    auto = request["interactionMode"] == "auto_event"
+    return str(request["promptDirective"]["autoEventGuide" if auto else "directUserGuide"])
+
+
+def told(request: Envelope) -> tuple[str, str, str]:
+    """
+    What RPEngine makes of a request's prompt context: its mode, the scene
+    (sceneContext) and the guide of that mode.
+    """
+    return (request["interactionMode"], request["promptDirective"]["sceneContext"], guide(request))
+
+
+def gamesContext(sceneContext: str = "Mine.", mode: str = "direct_user") -> dict[str, Any]:
+    """
+    A complete prompt context of the game's own.
+    """
+    return {
+        "interactionMode": mode,
+        "promptScene": {
+            "kind": "camp",
+            "family": "outdoors",
+            "label": "At camp",
+            "sceneLine": "A camp.",
+            "priority": 3,
+            "extra": 1,
+        },
+        "promptDirective": {
+            "protocolVersion": 2,
+            "sceneContext": sceneContext,
+            "autoEventGuide": "Mine, auto.",
+            "directUserGuide": "Mine, direct.",
+            "promptVersion": "game-7",
+        },
+    }
+
+
 class LoadingTests(SynchronousTestCase):
     def test_configuredByCharacter(self) -> None:
         """
@@ -230,8 +285,19 @@ class LoadingTests(SynchronousTestCase):
             prompt(request),
             {
                 "interactionMode": "direct_user",
-                "promptScene": {"sceneContext": "An inn."},
-                "promptDirective": {"directUserGuide": "Chat."},
+                "promptScene": {
+                    "kind": "start",
+                    "family": "test",
+                    "label": "start",
+                    "sceneLine": "An inn.",
+                    "priority": 0,
+                },
+                "promptDirective": {
+                    "protocolVersion": 1,
+                    "sceneContext": "An inn.",
+                    "autoEventGuide": "React.",
+                    "directUserGuide": "Chat.",
+                },
             },
         )
         self.assertEqual(request["output"]["audio"]["voice"], "F2")
@@ -257,22 +323,24 @@ class LoadingTests(SynchronousTestCase):
         self.assertEqual(rig.out(), [])
         self.assertEqual(rig.clock.getDelayedCalls(), [])
 
-    def test_clientKeepsItsOwnFields(self) -> None:
+    def test_stageReplacesTheGamesContext(self) -> None:
         """
-        The stage's fields overlay what the client configured, key by key.
+        A stage's prompt context replaces the game's own whole (no key of
+        the game's is mixed into it), and so does it a partial one of the
+        game's, which RPEngine would refuse.
         """
         rig = Rig()
-        request = rig.request(
-            "Hi",
-            promptScene={"sceneContext": "Mine.", "extra": 1},
-            promptDirective={"directUserGuide": "Mine.", "autoEventGuide": "Mine too."},
-        )
-        self.assertEqual(request["promptScene"], {"sceneContext": "An inn.", "extra": 1})
-        self.assertEqual(request["promptDirective"], {"directUserGuide": "Chat."})
+        playbook = rig.plugin.playbooks["mira"]
+        stage = playbook.stage("start")
+        request = rig.request("Hi", **gamesContext())
+        self.assertEqual(prompt(request), stage.promptContext("direct_user"))
+        partial = rig.request("Hi", promptScene={"sceneContext": "Old shape."})
+        self.assertEqual(prompt(partial), stage.promptContext("direct_user"))
 
     def test_clientPlaybook(self) -> None:
         rig = Rig()
-        document = {"name": "own", "stages": {"one": {"promptDirective": {"directUserGuide": "1"}}}}
+        directive = {"sceneContext": "Here.", "autoEventGuide": "0", "directUserGuide": "1"}
+        document = {"name": "own", "stages": {"one": {"promptDirective": directive}}}
         rig.toPlugin(pw.LOAD, playbook=document)
         self.assertEqual(
             rig.out(),
@@ -287,7 +355,7 @@ class LoadingTests(SynchronousTestCase):
             ],
         )
         request = rig.request("work")
-        self.assertEqual(request["promptDirective"], {"directUserGuide": "1"})
+        self.assertEqual(told(request), ("direct_user", "Here.", "1"))
         self.assertEqual(rig.out(), [], "the configured playbook does not replace the client's")
         rig.toPlugin(pw.LOAD, playbook=None)
         self.assertEqual(rig.out()[0]["playbook"], "test")
@@ -296,7 +364,9 @@ class LoadingTests(SynchronousTestCase):
         rig = Rig(None)
         rig.toPlugin(pw.LOAD, toml='name = "t"\n[stages.a]\nvoice = "M1"\n')
         self.assertEqual(rig.out()[0]["stage"], "a")
-        self.assertEqual(rig.request("hi")["output"]["audio"]["voice"], "M1")
+        request = rig.request("hi")
+        self.assertEqual(request["output"]["audio"]["voice"], "M1")
+        self.assertEqual(prompt(request), {}, "a playbook that writes no prompt context")
 
     def test_badPlaybookRefusedWhole(self) -> None:
         """
@@ -355,7 +425,7 @@ class TriggerTests(SynchronousTestCase):
         rig.turn("Hello.")
         rig.out()
         request = rig.request("Any WORK for me?")
-        self.assertEqual(request["promptDirective"], {"directUserGuide": "Offer."})
+        self.assertEqual(guide(request), "Offer.")
         messages = rig.out()
         self.assertEqual(
             messages[0],
@@ -389,18 +459,18 @@ class TriggerTests(SynchronousTestCase):
         rig = Rig()
         request = rig.request(None, audio=True)
         rig.out()
-        self.assertEqual(request["promptDirective"], {"directUserGuide": "Chat."})
+        self.assertEqual(guide(request), "Chat.")
         rig.harness.toGame("reply.accepted", requestId=request["requestId"], transcript="work?")
         messages = rig.out()
         self.assertEqual(messages[0]["to"], "offer")
         self.assertEqual(messages[0]["turnId"], request["requestId"])
         rig.reply(request["requestId"])
-        self.assertEqual(rig.request("Hm")["promptDirective"], {"directUserGuide": "Offer."})
+        self.assertEqual(guide(rig.request("Hm")), "Offer.")
 
     def test_voiceCapture(self) -> None:
         rig = Rig()
         request = rig.request(None, kind="voice.capture.start")
-        self.assertEqual(request["promptDirective"], {"directUserGuide": "Chat."})
+        self.assertEqual(guide(request), "Chat.")
         rig.out()
         rig.harness.toGame("reply.accepted", requestId=request["requestId"], transcript="hurry")
         self.assertEqual(rig.out()[0]["to"], "fast")
@@ -440,14 +510,7 @@ class TriggerTests(SynchronousTestCase):
         )
         self.assertIsNone(change["turnId"])
         request = rig.startAuto(turn)
-        self.assertEqual(
-            prompt(request),
-            {
-                "interactionMode": "auto_event",
-                "promptScene": {"sceneContext": "An inn."},
-                "promptDirective": {"autoEventGuide": "Panic."},
-            },
-        )
+        self.assertEqual(told(request), ("auto_event", "An inn.", "Panic."))
         self.assertEqual(request["event"], {"text": "A dragon lands on the roof."})
 
     def test_turns(self) -> None:
@@ -487,14 +550,7 @@ class IdleTests(SynchronousTestCase):
         [turn] = rig.out()
         self.assertEqual((turn["type"], turn["text"]), ("turn", "Silence."))
         request = rig.startAuto(turn)
-        self.assertEqual(
-            prompt(request),
-            {
-                "interactionMode": "auto_event",
-                "promptScene": {"sceneContext": "An inn."},
-                "promptDirective": {"autoEventGuide": "React."},
-            },
-        )
+        self.assertEqual(told(request), ("auto_event", "An inn.", "React."))
         self.assertEqual(request["event"], {"text": "Silence."})
         self.assertEqual(rig.plugin.state("c1")["stage"], "start")  # type: ignore[index]
 
@@ -739,18 +795,15 @@ class EventTests(SynchronousTestCase):
         self.assertEqual(turn["text"], "The door bangs open.")
         request = rig.startAuto(turn)
         self.assertEqual(
-            prompt(request),
-            {
-                "interactionMode": "auto_event",
-                "promptScene": {"sceneContext": "An inn.\n\nNight; a storm outside."},
-                "promptDirective": {"autoEventGuide": "React."},
-            },
+            told(request), ("auto_event", "An inn.\n\nNight; a storm outside.", "React.")
         )
         self.assertEqual(request["event"], {"text": "The door bangs open."})
         # The scene stays for later turns.
         rig.reply(request["requestId"])
         later = rig.request("Hi")
-        self.assertEqual(later["promptScene"]["sceneContext"], "An inn.\n\nNight; a storm outside.")
+        self.assertEqual(
+            told(later), ("direct_user", "An inn.\n\nNight; a storm outside.", "Chat.")
+        )
 
     def test_queuedWhilePlayingThenCoalescedByPriority(self) -> None:
         rig = Rig()
@@ -896,14 +949,117 @@ class EventTests(SynchronousTestCase):
         self.assertFalse(rig.plugin.state("c1")["away"])  # type: ignore[index]
 
     def test_eventsWithoutPlaybook(self) -> None:
+        """
+        With no playbook and no prompt context of the game's, the turn goes
+        without one (the endpoint's lone auto_event mark is taken off: alone
+        RPEngine would refuse it), and the scene is told with the events.
+        """
         rig = Rig(None)
         rig.event("A wolf howls.", scene="The forest.")
         [turn] = rig.out()
         request = rig.startAuto(turn)
-        self.assertEqual(
-            prompt(request),
-            {"interactionMode": "auto_event", "promptScene": {"sceneContext": "The forest."}},
-        )
+        self.assertEqual(prompt(request), {})
+        self.assertEqual(request["event"], {"text": "[Scene: The forest.]\nA wolf howls."})
+
+    def test_eventsWithTheGamesOwnContext(self) -> None:
+        """
+        With no playbook, a complete prompt context of the game's is kept:
+        the scene goes at the end of its sceneContext, and the turn's mode is
+        set on it.
+        """
+        rig = Rig(None)
+        rig.event("A wolf howls.", scene="The forest.")
+        [turn] = rig.out()
+        request = rig.request(turn["text"], meta={pw.TURN_TOKEN: turn["token"]}, **gamesContext())
+        expected = gamesContext("Mine.\n\nThe forest.", "auto_event")
+        self.assertEqual(prompt(request), expected)
+        self.assertEqual(told(request), ("auto_event", "Mine.\n\nThe forest.", "Mine, auto."))
+        self.assertEqual(request["event"], {"text": "A wolf howls."})
+        rig.reply(request["requestId"])
+        later = rig.request("Hi", **gamesContext())
+        self.assertEqual(told(later), ("direct_user", "Mine.\n\nThe forest.", "Mine, direct."))
+
+
+class PromptContextTests(SynchronousTestCase):
+    """
+    Every request carries RPEngine's whole prompt context, or none.
+    """
+
+    def test_everyStageOfTheExample(self) -> None:
+        """
+        Each stage of the example playbook, in either mode, on either kind
+        of request, gives an envelope RPEngine takes whole, with the guide
+        of the turn's mode.
+        """
+        document = parseText(EXAMPLE.read_text(), "toml", "example")
+        rig = Rig(document)
+        playbook = rig.plugin.playbooks["mira"]
+        rig.request("Hello.")
+        state = rig.plugin.sessions.get("c1")
+        assert state is not None
+        for stage in playbook.stages.values():
+            for auto in (False, True):
+                for kind in ("reply.request", "voice.capture.start"):
+                    state.enter(stage.id, rig.clock.seconds())
+                    sent = self.send(rig, kind, auto)
+                    checkEnvelope(sent.fields)
+                    mode = "auto_event" if auto else "direct_user"
+                    self.assertEqual(prompt(sent), stage.promptContext(mode), (stage.id, kind))
+                    key = "autoEventGuide" if auto else "directUserGuide"
+                    self.assertEqual(guide(sent), stage.promptDirective[key])
+                    rig.end(sent["requestId"])
+
+    def send(self, rig: Rig, kind: str, auto: bool) -> Envelope:
+        rig._count += 1
+        fields: dict[str, Any] = {"characterId": "mira", "output": copy.deepcopy(OUTPUT)}
+        if kind == "reply.request":
+            envelope = rig.harness.replyRequest(
+                f"x{rig._count}", text="Hm.", eventId=f"e{rig._count}", **fields
+            )
+        else:
+            envelope = rig.harness.envelope(
+                kind,
+                requestId=f"x{rig._count}",
+                eventId=f"e{rig._count}",
+                integrationId="game",
+                card=dict(REFERENCE_CARD),
+                **fields,
+            )
+        if auto:
+            envelope["interactionMode"] = "auto_event"
+        envelope.meta["client"] = "c1"
+        rig.harness.toEngine(envelope)
+        return rig.harness.sentToEngine[-1]
+
+    def test_autoAndDirect(self) -> None:
+        """
+        The player's turns are direct_user, the turns the plugin asks for
+        auto_event (whatever mode they came with), and the guide RPEngine
+        uses follows the mode; the scene and the other fields do not.
+        """
+        rig = Rig()
+        direct = rig.turn("Hello.")
+        rig.out()
+        rig.clock.advance(20)
+        [turn] = rig.out()
+        auto = rig.request(turn["text"], meta={pw.TURN_TOKEN: turn["token"]})
+        self.assertEqual(told(direct), ("direct_user", "An inn.", "Chat."))
+        self.assertEqual(told(auto), ("auto_event", "An inn.", "React."))
+        self.assertEqual(direct["promptScene"], auto["promptScene"])
+        self.assertEqual(direct["promptDirective"], auto["promptDirective"])
+
+    def test_gamesPartialContextWithoutStageIsLeft(self) -> None:
+        """
+        With nothing to complete it, a partial context the game sent itself
+        passes as it is, for the refusal that names its field; the plugin
+        makes none of its own.
+        """
+        rig = Rig(None)
+        partial: dict[str, Any] = {"promptDirective": {"directUserGuide": "be brief"}}
+        request = rig.request("Hi", check=False, **partial)
+        self.assertEqual(prompt(request), partial)
+        lone = rig.request("Hi", check=False, interactionMode="direct_user")
+        self.assertEqual(prompt(lone), {"interactionMode": "direct_user"})
 
 
 class SessionTests(SynchronousTestCase):
@@ -911,7 +1067,7 @@ class SessionTests(SynchronousTestCase):
         rig = Rig()
         rig.request("work", client="c1")
         other = rig.request("hello", client="c2")
-        self.assertEqual(other["promptDirective"], {"directUserGuide": "Chat."})
+        self.assertEqual(guide(other), "Chat.")
         self.assertEqual(rig.plugin.state("c1")["stage"], "offer")  # type: ignore[index]
         self.assertEqual(rig.plugin.state("c2")["stage"], "start")  # type: ignore[index]
 
@@ -925,7 +1081,7 @@ class SessionTests(SynchronousTestCase):
         rig.harness.startSession()
         rig.end(request["requestId"], "request.error")
         later = rig.request("so?")
-        self.assertEqual(later["promptDirective"], {"directUserGuide": "Offer."})
+        self.assertEqual(guide(later), "Offer.")
 
     def test_sentAgainIsNotANewTurn(self) -> None:
         """

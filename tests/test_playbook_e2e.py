@@ -39,11 +39,16 @@ PLAYBOOK_TYPES = {"stage-change", "tool-call-start", "tool-call-end", "playbook-
 STORY = "Once upon a time there was a ferry. "
 
 
-def guide(stage: str, kind: str = "directUserGuide") -> str:
-    return STAGES[stage].promptDirective[kind]
-
-
-SCENE = {"sceneContext": STAGES["greeting"].promptScene["sceneContext"]}
+def context(stage: str, mode: str = "direct_user", scene: str | None = None) -> dict[str, Any]:
+    """
+    The whole prompt context a request in C{stage} carries: the stage's,
+    with the game's scene at the end of sceneContext.
+    """
+    told = STAGES[stage].promptContext(mode)
+    assert told is not None
+    if scene:
+        told["promptDirective"]["sceneContext"] += f"\n\n{scene}"
+    return told
 
 
 def replies(request: dict[str, Any]) -> str:
@@ -170,11 +175,7 @@ class QuestGiverTests(PlaybookCase):
         [first] = requestsOf(engine)
         self.assertEqual(
             prompt(first),
-            {
-                "interactionMode": "direct_user",
-                "promptScene": SCENE,
-                "promptDirective": {"directUserGuide": guide("greeting")},
-            },
+            context("greeting", "direct_user"),
         )
         self.assertEqual(first["event"], {"text": "Good evening! Any news from the road?"})
 
@@ -227,11 +228,7 @@ class QuestGiverTests(PlaybookCase):
         self.assertEqual(second["requestId"], turnId)
         self.assertEqual(
             prompt(second),
-            {
-                "interactionMode": "direct_user",
-                "promptScene": SCENE,
-                "promptDirective": {"directUserGuide": guide("offer")},
-            },
+            context("offer", "direct_user"),
         )
 
         # 3. Accepted.
@@ -250,9 +247,7 @@ class QuestGiverTests(PlaybookCase):
                 }
             ],
         )
-        self.assertEqual(
-            requestsOf(engine)[2]["promptDirective"], {"directUserGuide": guide("accepted")}
-        )
+        self.assertEqual(prompt(requestsOf(engine)[2]), context("accepted"))
 
         # 4. The game says the cellar is clear: the stage moves and the
         # character reacts in an auto_event turn.
@@ -280,11 +275,7 @@ class QuestGiverTests(PlaybookCase):
         fourth = requestsOf(engine)[3]
         self.assertEqual(
             prompt(fourth),
-            {
-                "interactionMode": "auto_event",
-                "promptScene": SCENE,
-                "promptDirective": {"autoEventGuide": guide("rewarded", "autoEventGuide")},
-            },
+            context("rewarded", "auto_event"),
         )
         self.assertEqual(
             fourth["event"], {"text": "The player returns: the cellar cleared of rats at last."}
@@ -328,11 +319,7 @@ class QuestGiverTests(PlaybookCase):
         nudge = requestsOf(engine)[-1]
         self.assertEqual(
             prompt(nudge),
-            {
-                "interactionMode": "auto_event",
-                "promptScene": SCENE,
-                "promptDirective": {"autoEventGuide": guide("greeting", "autoEventGuide")},
-            },
+            context("greeting", "auto_event"),
         )
         self.assertEqual(
             nudge["event"],
@@ -429,14 +416,7 @@ class EventTests(PlaybookCase):
             told["event"],
             {"text": "It starts to rain.\nA wagon crashes outside!\nA cat knocks a mug over."},
         )
-        self.assertEqual(
-            prompt(told),
-            {
-                "interactionMode": "auto_event",
-                "promptScene": {"sceneContext": SCENE["sceneContext"] + "\n\nRain."},
-                "promptDirective": {"autoEventGuide": guide("greeting", "autoEventGuide")},
-            },
-        )
+        self.assertEqual(prompt(told), context("greeting", "auto_event", "Rain."))
         history = [e for e in reaction if e["type"] == "reply-complete"]
         self.assertEqual(len(history), 1)
 
@@ -492,7 +472,11 @@ class ClientPlaybookTests(PlaybookCase):
                     "stages": {
                         "browse": {
                             "voice": "M3",
-                            "promptDirective": {"directUserGuide": "Show the wares."},
+                            "promptDirective": {
+                                "sceneContext": "A smithy.",
+                                "autoEventGuide": "Look up.",
+                                "directUserGuide": "Show the wares.",
+                            },
                             "transitions": [
                                 {
                                     "on": "player",
@@ -508,7 +492,11 @@ class ClientPlaybookTests(PlaybookCase):
                         "sell": {
                             "voice": "M4",
                             "tools": ["lookup", "sell"],
-                            "promptDirective": {"directUserGuide": "Haggle."},
+                            "promptDirective": {
+                                "sceneContext": "A smithy.",
+                                "autoEventGuide": "Look up.",
+                                "directUserGuide": "Haggle.",
+                            },
                         },
                     },
                 },
@@ -544,7 +532,7 @@ class ClientPlaybookTests(PlaybookCase):
         self.assertEqual(book[0]["error"], "tool sell failed: no coin")
         self.assertEqual(book[1]["code"], "TOOL_ERROR")
         request = requestsOf(engine)[0]
-        self.assertEqual(request["promptDirective"], {"directUserGuide": "Haggle."})
+        self.assertEqual(request["promptDirective"]["directUserGuide"], "Haggle.")
         self.assertEqual(request["output"]["audio"]["voice"], "M4")
 
     @inlineCallbacks
@@ -616,9 +604,7 @@ class ClientPlaybookTests(PlaybookCase):
                 }
             ],
         )
-        self.assertEqual(
-            requestsOf(engine)[-1]["promptDirective"], {"directUserGuide": guide("refused")}
-        )
+        self.assertEqual(prompt(requestsOf(engine)[-1]), context("refused"))
 
 
 class WithoutThePluginTests(LiveClientCase):
@@ -696,7 +682,6 @@ class DemoTests(TestCase):
         self.assertEqual(ended[0]["outcome"], {"questId": "cellar-rats", "status": "offered"})
         requests = requestsOf(demo.engine)
         self.assertEqual(
-            [r["promptDirective"] for r in requests],
-            [{"directUserGuide": guide(s)} for s in ("greeting", "offer", "accepted")],
+            [prompt(r) for r in requests],
+            [context(s) for s in ("greeting", "offer", "accepted")],
         )
-        self.assertTrue(all(r["interactionMode"] == "direct_user" for r in requests))

@@ -23,6 +23,7 @@ from plugins.playbook_model import (
     parseText,
 )
 from plugins.playbook_tools import FunctionTool
+from rpmiddleware.enginerules import INTERACTION_MODES, checkPromptContext
 
 TOP = Path(__file__).resolve().parent.parent
 EXAMPLE = TOP / "docs" / "examples" / "quest-giver.toml"
@@ -37,12 +38,24 @@ def minimal() -> dict[str, Any]:
         "tools": {"give": {"runBy": "client"}},
         "stages": {
             "a": {
-                "promptDirective": {"directUserGuide": "Be a."},
+                "promptDirective": {
+                    "sceneContext": "An inn.",
+                    "autoEventGuide": "React.",
+                    "directUserGuide": "Be a.",
+                },
                 "transitions": [
                     {"on": "player", "keywords": ["go"], "to": "b", "tools": ["give"]},
                 ],
             },
-            "b": {"tools": ["give"], "transitions": []},
+            "b": {
+                "promptDirective": {
+                    "sceneContext": "The cellar.",
+                    "autoEventGuide": "Jump.",
+                    "directUserGuide": "Be b.",
+                },
+                "tools": ["give"],
+                "transitions": [],
+            },
         },
     }
 
@@ -58,11 +71,45 @@ class ExampleTests(SynchronousTestCase):
         self.assertEqual(playbook.tools["give_quest"].runBy, "client")
         self.assertEqual(playbook.tools["give_quest"].timeout, 15.0)
         greeting = playbook.stage("greeting")
-        self.assertIn("Rusty Anchor", greeting.promptScene["sceneContext"])
-        self.assertEqual(set(greeting.promptDirective), {"directUserGuide", "autoEventGuide"})
+        self.assertIn("Rusty Anchor", greeting.promptDirective["sceneContext"])
+        self.assertEqual(
+            greeting.promptScene,
+            {
+                "kind": "greeting",
+                "family": "quest-giver",
+                "label": "Small talk; Mira only hints that she needs help.",
+                "sceneLine": "The Rusty Anchor, a riverside inn, on a rainy evening.",
+                "priority": 0,
+            },
+        )
+        self.assertEqual(
+            set(greeting.promptDirective),
+            {
+                "protocolVersion",
+                "promptVersion",
+                "sceneContext",
+                "autoEventGuide",
+                "directUserGuide",
+            },
+        )
+        self.assertEqual(greeting.promptDirective["protocolVersion"], 1)
         self.assertEqual([r.on for r in greeting.rules], ["player", "idle"])
         self.assertEqual(greeting.rules[1].after, 20.0)
         self.assertEqual(greeting.rules[1].limit, 2)
+
+    def test_everyStageIsWhole(self) -> None:
+        """
+        Every stage of the example gives RPEngine a whole prompt context in
+        either mode, and its own guide for each.
+        """
+        playbook = loadPlaybookFile(EXAMPLE, {})
+        for stage in playbook.stages.values():
+            for mode in INTERACTION_MODES:
+                context = stage.promptContext(mode)
+                assert context is not None
+                checkPromptContext({"type": "reply.request", **context})
+        guides = {s.promptDirective["directUserGuide"] for s in playbook.stages.values()}
+        self.assertEqual(len(guides), len(playbook.stages), "each stage its own guide")
 
     def test_packagedCopyIsTheSame(self) -> None:
         """
@@ -83,22 +130,84 @@ class DefaultsTests(SynchronousTestCase):
         self.assertEqual(parsePlaybook(minimal(), {}).initial, "a")
 
     def test_defaultsMergeIntoStages(self) -> None:
+        """
+        The defaults are merged into every stage, the stage winning key by
+        key, and what neither writes is derived: kind from the stage id,
+        family from the playbook's name, label from the stage's description
+        (else its id), sceneLine from sceneContext's first line, priority 0,
+        protocolVersion 1, and no promptVersion.
+        """
         document = minimal()
         document["defaults"] = {
-            "promptScene": {"sceneContext": "An inn."},
-            "promptDirective": {"autoEventGuide": "React."},
+            "promptScene": {"family": "tavern", "priority": 2},
+            "promptDirective": {"sceneContext": "An inn.\nRain.", "autoEventGuide": "React."},
             "voice": "M2",
         }
+        document["stages"]["a"]["promptDirective"] = {"directUserGuide": "Be a."}
         document["stages"]["b"]["voice"] = "F3"
-        document["stages"]["b"]["promptScene"] = {"sceneContext": "The cellar."}
+        document["stages"]["b"]["description"] = "\n  The cellar, below.\nDark."
+        document["stages"]["b"]["promptScene"] = {"sceneLine": "The cellar.", "priority": 1.5}
+        document["stages"]["b"]["promptDirective"] = {
+            "directUserGuide": "Be b.",
+            "protocolVersion": 3,
+            "promptVersion": "v9",
+        }
         playbook = parsePlaybook(document, {})
         a, b = playbook.stage("a"), playbook.stage("b")
-        self.assertEqual(a.promptScene, {"sceneContext": "An inn."})
         self.assertEqual(
-            a.promptDirective, {"autoEventGuide": "React.", "directUserGuide": "Be a."}
+            a.promptScene,
+            {"kind": "a", "family": "tavern", "label": "a", "sceneLine": "An inn.", "priority": 2},
+        )
+        self.assertEqual(
+            a.promptDirective,
+            {
+                "protocolVersion": 1,
+                "sceneContext": "An inn.\nRain.",
+                "autoEventGuide": "React.",
+                "directUserGuide": "Be a.",
+            },
         )
         self.assertEqual((a.voice, b.voice), ("M2", "F3"))
-        self.assertEqual(b.promptScene, {"sceneContext": "The cellar."})
+        self.assertEqual(
+            b.promptScene,
+            {
+                "kind": "b",
+                "family": "tavern",
+                "label": "The cellar, below.",
+                "sceneLine": "The cellar.",
+                "priority": 1.5,
+            },
+        )
+        self.assertEqual(
+            b.promptDirective,
+            {
+                "protocolVersion": 3,
+                "promptVersion": "v9",
+                "sceneContext": "An inn.\nRain.",
+                "autoEventGuide": "React.",
+                "directUserGuide": "Be b.",
+            },
+        )
+
+    def test_sceneContextFromSceneLine(self) -> None:
+        document = minimal()
+        del document["stages"]["a"]["promptDirective"]["sceneContext"]
+        document["stages"]["a"]["promptScene"] = {"sceneLine": "A quiet inn."}
+        stage = parsePlaybook(document, {}).stage("a")
+        self.assertEqual(stage.promptDirective["sceneContext"], "A quiet inn.")
+        self.assertEqual(stage.promptScene["family"], "t")
+
+    def test_noPromptContext(self) -> None:
+        """
+        A playbook that writes no prompt field at all gives its stages no
+        prompt context: its requests carry none of theirs.
+        """
+        document = minimal()
+        for stage in document["stages"].values():
+            del stage["promptDirective"]
+        stage = parsePlaybook(document, {}).stage("a")
+        self.assertFalse(stage.hasPrompt)
+        self.assertIsNone(stage.promptContext("direct_user"))
 
     def test_middlewareTool(self) -> None:
         """
@@ -168,13 +277,7 @@ class RefusalTests(SynchronousTestCase):
             self.broken(lambda d: d["stages"]["a"]["promptDirective"].update(directUserGide="x")),
             "stage 'a'",
             "field promptDirective.directUserGide",
-            "known: autoEventGuide, directUserGuide",
-        )
-        self.assertRefused(
-            self.broken(lambda d: d["stages"]["b"].update(promptScene={"sceneContext": 5})),
-            "stage 'b'",
-            "field promptScene.sceneContext",
-            "must be a string",
+            "known: autoEventGuide, directUserGuide, promptVersion, protocolVersion, sceneContext",
         )
         self.assertRefused(
             self.broken(lambda d: d["stages"]["b"].update(voice="Q9")),
@@ -262,6 +365,78 @@ class RefusalTests(SynchronousTestCase):
         self.assertRefused(
             self.broken(lambda d: d["tools"]["give"].update(secret=1)),
             "field tools.give.secret",
+        )
+
+    def test_promptFields(self) -> None:
+        """
+        Each prompt field is checked for RPEngine's type, and a field in
+        the other table (the old shape's promptScene.sceneContext) is named
+        with where it belongs.
+        """
+
+        def scene(**fields: Any) -> dict[str, Any]:
+            return self.broken(lambda d: d["stages"]["b"].update(promptScene=fields))
+
+        def directive(**fields: Any) -> dict[str, Any]:
+            return self.broken(lambda d: d["stages"]["b"]["promptDirective"].update(fields))
+
+        cases: list[tuple[dict[str, Any], list[str]]] = [
+            (
+                scene(sceneContext="The cellar."),
+                ["field promptScene.sceneContext", "belongs in promptDirective"],
+            ),
+            (
+                directive(sceneLine="x"),
+                ["field promptDirective.sceneLine", "belongs in promptScene"],
+            ),
+            (scene(mood="grim"), ["field promptScene.mood", "unknown field", "kind, label"]),
+            (scene(kind=5), ["field promptScene.kind", "must be a string"]),
+            (scene(label="  "), ["field promptScene.label", "must not be empty"]),
+            (scene(sceneLine=""), ["field promptScene.sceneLine", "must not be empty"]),
+            (scene(priority="high"), ["field promptScene.priority", "finite number"]),
+            (scene(priority=True), ["field promptScene.priority", "finite number"]),
+            (scene(priority=float("inf")), ["field promptScene.priority", "finite number"]),
+            (directive(protocolVersion=0), ["field promptDirective.protocolVersion", "at least 1"]),
+            (directive(protocolVersion=1.0), ["promptDirective.protocolVersion", "whole number"]),
+            (directive(promptVersion=" "), ["field promptDirective.promptVersion", "not be empty"]),
+            (directive(autoEventGuide="\n"), ["field promptDirective.autoEventGuide", "empty"]),
+            (directive(directUserGuide=None), ["promptDirective.directUserGuide", "a string"]),
+        ]
+        for document, words in cases:
+            error = self.assertRefused(document, "stage 'b'", *words)
+            self.assertEqual(error.stage, "b")
+        self.assertRefused(
+            self.broken(lambda d: d.update(defaults={"promptScene": {"sceneContext": "x"}})),
+            "field defaults.promptScene.sceneContext",
+            "belongs in promptDirective",
+        )
+
+    def test_incompleteStage(self) -> None:
+        """
+        A stage whose merged prompt context would still be incomplete is
+        refused when the playbook is loaded, naming the stage and the field
+        missing; so is a stage with no prompt context in a playbook whose
+        other stages have one.
+        """
+        for key in ("sceneContext", "autoEventGuide", "directUserGuide"):
+            error = self.assertRefused(
+                self.broken(lambda d, key=key: d["stages"]["b"]["promptDirective"].pop(key)),
+                "playbook 't', stage 'b'",
+                f"field promptDirective.{key}: is missing",
+                "RPEngine refuses",
+            )
+            self.assertEqual((error.stage, error.field), ("b", f"promptDirective.{key}"))
+        error = self.assertRefused(
+            self.broken(lambda d: d["stages"]["b"].pop("promptDirective")),
+            "stage 'b'",
+            "field promptDirective.sceneContext: is missing",
+        )
+        self.assertEqual(error.field, "promptDirective.sceneContext")
+        # The defaults can supply what a stage leaves out.
+        document = self.broken(lambda d: d["stages"]["b"]["promptDirective"].pop("autoEventGuide"))
+        document["defaults"] = {"promptDirective": {"autoEventGuide": "Shrug."}}
+        self.assertEqual(
+            parsePlaybook(document, {}).stage("b").promptDirective["autoEventGuide"], "Shrug."
         )
 
     def test_notATable(self) -> None:
