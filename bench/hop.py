@@ -231,7 +231,7 @@ class Rig:
             arrived = self.client.next(
                 lambda m: m.get("type") == "llm-chunk" and m.get("content", m.get("text")) == word
             )
-            fields = {"sequence": self.sequence, "text": word}
+            fields = {"sequence": self.sequence, "delta": word}
             sent = self.engine.send(
                 self.envelope("reply.text.delta", requestId=self.requestId, **fields)
             )

@@ -90,7 +90,7 @@ class RealtimeEngine:
             self.emit("ack", sourceMessageId=message["messageId"])
         self.emit("reply.accepted", requestId=requestId)
         for i in range(WORDS_PER_TURN):
-            self.emit("reply.text.delta", requestId=requestId, sequence=i, text=f"word{i} ")
+            self.emit("reply.text.delta", requestId=requestId, sequence=i, delta=f"word{i} ")
         self.emit("reply.text.completed", requestId=requestId, text="...")
         self.emit("reply.audio.start", requestId=requestId, format="pcm_s16le", sampleRate=44100)
         # Each stream keeps its own real-time pace, as RPEngine's do.

@@ -248,4 +248,6 @@ class CardOwnershipTests(SynchronousTestCase):
         self.assertEqual(first["targetHash"], canonicalHash(exampleCard()))
         self.assertEqual(second["targetHash"], canonicalHash(card))
         self.assertIsNot(second["snapshot"], card)
-        self.assertEqual(first["snapshot"]["data"]["description"], exampleCard()["data"]["description"])
+        self.assertEqual(
+            first["snapshot"]["data"]["description"], exampleCard()["data"]["description"]
+        )

@@ -345,7 +345,7 @@ class TurnTests(SynchronousTestCase):
             writer.statuses()[-1]["clients"][0]["turn"], {"turnId": requestId, "kind": "text"}
         )
         rig.engineSays("reply.accepted", requestId=requestId)
-        rig.engineSays("reply.text.delta", requestId=requestId, sequence=0, text="Well")
+        rig.engineSays("reply.text.delta", requestId=requestId, sequence=0, delta="Well")
         rig.engineSays(
             "request.error",
             requestId=requestId,

@@ -9,6 +9,7 @@ from pathlib import Path
 from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.config import (
+    ALTERNATE_PRODUCTION_ORIGIN,
     DEVELOPMENT_ORIGIN,
     PRODUCTION_ORIGIN,
     ConfigError,
@@ -34,14 +35,22 @@ class ConfigTests(SynchronousTestCase):
         self.assertEqual(settings.server.port, 38471)
         self.assertEqual(settings.server.interface, "127.0.0.1")
         self.assertEqual(settings.server.max_message_bytes, 8 * 1024 * 1024)
-        self.assertEqual(settings.server.engineOrigins(), {PRODUCTION_ORIGIN})
+        # RPEngine's two production host names (tools/mock-game/server.mjs).
+        self.assertEqual(
+            settings.server.engineOrigins(), {PRODUCTION_ORIGIN, ALTERNATE_PRODUCTION_ORIGIN}
+        )
         self.assertEqual(settings.server.publicLink(), "https://rpengine.gemtavern.com/#port=38471")
 
     def test_devOrigin(self) -> None:
         settings = parseSettings({"server": {"dev": True, "origins": ["http://localhost:9000"]}})
         self.assertEqual(
             settings.server.engineOrigins(),
-            {PRODUCTION_ORIGIN, DEVELOPMENT_ORIGIN, "http://localhost:9000"},
+            {
+                PRODUCTION_ORIGIN,
+                ALTERNATE_PRODUCTION_ORIGIN,
+                DEVELOPMENT_ORIGIN,
+                "http://localhost:9000",
+            },
         )
 
     def test_file(self) -> None:

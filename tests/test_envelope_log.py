@@ -313,7 +313,7 @@ class FileTests(SynchronousTestCase):
         path = self.mktemp()
         recorder = Recorder(jsonl_path=path)
         recorder.harness.toGame("reply.accepted", requestId="r1")
-        recorder.harness.toGame("reply.text.delta", requestId="r1", sequence=0, text="Hi")
+        recorder.harness.toGame("reply.text.delta", requestId="r1", sequence=0, delta="Hi")
         # Flushed per line: readable before close.
         with open(path, encoding="utf-8") as f:
             self.assertEqual(len(f.readlines()), 2)

@@ -100,8 +100,8 @@ class EnvelopeTests(SynchronousTestCase):
         rig.connect()
         requestId = rig.ask()
         rig.says("reply.accepted", requestId=requestId)
-        rig.says("reply.text.delta", requestId=requestId, sequence=0, text="Hi")
-        rig.says("reply.text.delta", requestId=requestId, sequence=1, text=" there")
+        rig.says("reply.text.delta", requestId=requestId, sequence=0, delta="Hi")
+        rig.says("reply.text.delta", requestId=requestId, sequence=1, delta=" there")
         self.assertEqual(
             rig.value(
                 "rpmiddleware_envelopes_total",
@@ -160,9 +160,9 @@ class LatencyTests(SynchronousTestCase):
         rig.timer.now += 0.3
         rig.says("reply.accepted", requestId=requestId)
         rig.timer.now += 0.2
-        rig.says("reply.text.delta", requestId=requestId, sequence=0, text="Hi")
+        rig.says("reply.text.delta", requestId=requestId, sequence=0, delta="Hi")
         rig.timer.now += 1.0
-        rig.says("reply.text.delta", requestId=requestId, sequence=1, text=" you")
+        rig.says("reply.text.delta", requestId=requestId, sequence=1, delta=" you")
         rig.says("reply.audio.start", requestId=requestId, sampleRate=44100)
         rig.says(
             "reply.audio.chunk", requestId=requestId, sequence=0, segmentSequence=0, data=pcm(441)

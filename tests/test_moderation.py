@@ -500,7 +500,7 @@ class RemoteTests(TestCase):
         harness, _ = self.remote(url, action="block")
         held = [
             harness.toGame("reply.accepted", requestId="r1", transcript="forbidden words"),
-            harness.toGame("reply.text.delta", requestId="r1", sequence=0, text="Well"),
+            harness.toGame("reply.text.delta", requestId="r1", sequence=0, delta="Well"),
         ]
         yield defer.gatherResults(held)
         self.assertEqual(harness.typesToGame(), ["request.error"])

@@ -269,18 +269,18 @@ class HostileTests(TestCase):
             stop = self.live.middleware.router.observe(seen.append)
             self.addCleanup(stop)
             fields = Envelope.build(
-                "reply.text.delta", session.sessionId, requestId="big", sequence=0, text=""
+                "reply.text.delta", session.sessionId, requestId="big", sequence=0, delta=""
             ).fields
             overhead = len(Envelope(fields).toBytes())
-            fields["text"] = "x" * (LIMIT - overhead)
+            fields["delta"] = "x" * (LIMIT - overhead)
             payload = Envelope(fields).toBytes()
             self.assertEqual(len(payload), LIMIT)
             assert client.factory.peer is not None
             client.factory.peer.sendMessage(payload, isBinary=False, fragmentSize=65536)
             await until(lambda: bool(seen), what="the 8 MiB delivery")
-            self.assertEqual(len(seen[0]["text"]), LIMIT - overhead)
+            self.assertEqual(len(seen[0]["delta"]), LIMIT - overhead)
             self.assertFalse(client.closed.called)
-            fields["text"] += "x"
+            fields["delta"] += "x"
             fields["messageId"] = fields["messageId"][::-1]
             over = Envelope(fields).toBytes()
             self.assertEqual(len(over), LIMIT + 1)
