@@ -168,7 +168,7 @@ class Rig:
         if transcript is not None:
             accepted["transcript"] = transcript
         self.harness.toGame("reply.accepted", **accepted)
-        self.harness.toGame("reply.text.delta", requestId=requestId, sequence=0, text=text)
+        self.harness.toGame("reply.text.delta", requestId=requestId, sequence=0, delta=text)
         self.harness.toGame("reply.text.completed", requestId=requestId, text=text)
         self.end(requestId, end)
 
@@ -489,8 +489,8 @@ class TriggerTests(SynchronousTestCase):
         """
         rig = Rig()
         requestId = rig.request("Bye")["requestId"]
-        rig.harness.toGame("reply.text.delta", requestId=requestId, sequence=0, text="Fare")
-        rig.harness.toGame("reply.text.delta", requestId=requestId, sequence=1, text="well.")
+        rig.harness.toGame("reply.text.delta", requestId=requestId, sequence=0, delta="Fare")
+        rig.harness.toGame("reply.text.delta", requestId=requestId, sequence=1, delta="well.")
         rig.harness.toGame("reply.text.completed", requestId=requestId)
         self.assertEqual(rig.out()[-1]["to"], "end")
 
