@@ -46,7 +46,11 @@ WITHDRAWING = frozenset({"request.cancel", "voice.capture.cancel"})
 TERMINAL = frozenset(t for t, spec in MESSAGES.items() if spec.terminal)
 #: The only engine-to-game envelopes this plugin looks at (every audio chunk
 #: passes here; the rest go straight on).
-WATCHED = frozenset({"reply.accepted", "reply.text.delta", "reply.text.completed"}) | TERMINAL
+#: RPEngine tells the player's spoken words only in voice.capture.transcript,
+#: for a capture that asked for them (app.rs stt_completed); a recording sent
+#: as event.audio is transcribed without telling.
+HEARD = "voice.capture.transcript"
+WATCHED = frozenset({HEARD, "reply.text.delta", "reply.text.completed"}) | TERMINAL
 
 #: Client id of requests that carry none (the in-process Python API).
 DEFAULT_CLIENT = "api"
@@ -208,8 +212,8 @@ class PlaybookPlugin(ChainPlugin):
         info = state.open.get(requestId)
         if info is None or state.playbook is None:
             return envelope
-        if kind == "reply.accepted":
-            heard = envelope.get("transcript")
+        if kind == HEARD:
+            heard = envelope.get("text")
             if not info.auto and info.playerText is None and isinstance(heard, str) and heard:
                 info.playerText = heard
                 self.transitions.fire(state, "player", text=heard, requestId=requestId)

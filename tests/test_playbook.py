@@ -164,10 +164,12 @@ class Rig:
         transcript: str | None = None,
         end: str = "reply.completed",
     ) -> None:
-        accepted: dict[str, Any] = {"requestId": requestId}
+        self.harness.toGame("reply.accepted", requestId=requestId)
         if transcript is not None:
-            accepted["transcript"] = transcript
-        self.harness.toGame("reply.accepted", **accepted)
+            # What RPEngine heard, told for a capture that asked (app.rs stt_completed).
+            self.harness.toGame(
+                "voice.capture.transcript", requestId=requestId, text=transcript, language="en"
+            )
         self.harness.toGame("reply.text.delta", requestId=requestId, sequence=0, delta=text)
         self.harness.toGame("reply.text.completed", requestId=requestId, text=text)
         self.end(requestId, end)
