@@ -34,10 +34,10 @@ from tests.test_client_helpers import LiveClientCase, requestsOf
 from tests.webrtc_support import TOP, AsyncioTestCase, inChildProcess
 
 #: What a streamed voice turn says on the data channel (besides llm-chunk).
+#: (No transcript: RPEngine does not say what it heard in an event.audio.)
 TURN = [
     "speech-start",
     "speech-end",
-    "transcript",
     "llm",
     "tts-start",
     "tts-complete",
@@ -47,9 +47,8 @@ TURN = [
 #: so llm and tts-start may come either way round).
 BEFORE = [
     ("speech-start", "speech-end"),
-    ("speech-end", "transcript"),
-    ("transcript", "llm"),
-    ("transcript", "tts-start"),
+    ("speech-end", "llm"),
+    ("speech-end", "tts-start"),
     ("tts-start", "tts-complete"),
     ("llm", "reply-complete"),
     ("tts-complete", "reply-complete"),
@@ -214,25 +213,31 @@ class WebRTCTurnTests(AsyncioTestCase, LiveClientCase):
             cancels = requestsOf(engine, "request.cancel")
             self.assertEqual([c["requestId"] for c in cancels], [first])
             await peer.nextOfType("speech-end")
-            transcript = await peer.nextOfType("transcript")
-            self.assertNotEqual(transcript["turnId"], first)
+            reply = await peer.nextOfType("llm-chunk")
+            self.assertNotEqual(reply["turnId"], first)
 
         return self.run_(go())
 
     def test_dataChannelMessagesAreClientMessages(self) -> Deferred[Any]:
         """
         A text turn and a malformed message sent on the data channel are
-        handled like WebSocket ones; replies come back on both.
+        handled like WebSocket ones; replies come back on both.  A ping on
+        the data channel is answered there (and only there); one on the
+        WebSocket, on the WebSocket.
         """
 
         async def go() -> None:
             engine, ws, peer = await self.connect()
             peer.send({"type": "ping", "timestamp": 5})
             peer.send({"type": "nonsense"})
+            pong = await peer.nextOfType("pong")
+            self.assertEqual(pong, {"type": "pong", "timestamp": 5})
             error = await peer.nextOfType("error")
             self.assertEqual(error["code"], "INVALID_MESSAGE")
-            pong = await self.nextOnSocket(ws, "pong")  # signalling stays on the WebSocket
-            self.assertEqual(pong["timestamp"], 5)
+            ws.send({"type": "ping", "timestamp": 6})
+            pong = await self.nextOnSocket(ws, "pong")
+            self.assertEqual(pong["timestamp"], 6)  # not 5: that one went on the channel
+            self.assertEqual([m["timestamp"] for m in peer.received if m["type"] == "pong"], [5])
             peer.send({"type": "text", "text": "Hello there"})
             transcript = await peer.nextOfType("transcript")
             self.assertEqual(transcript["text"], "Hello there")
