@@ -462,7 +462,9 @@ class TriggerTests(SynchronousTestCase):
         request = rig.request(None, audio=True)
         rig.out()
         self.assertEqual(guide(request), "Chat.")
-        rig.harness.toGame("reply.accepted", requestId=request["requestId"], transcript="work?")
+        rig.harness.toGame("reply.accepted", requestId=request["requestId"])
+        self.assertEqual(rig.out(), [], "reply.accepted does not tell the words")
+        rig.harness.toGame("voice.capture.transcript", requestId=request["requestId"], text="work?")
         messages = rig.out()
         self.assertEqual(messages[0]["to"], "offer")
         self.assertEqual(messages[0]["turnId"], request["requestId"])
@@ -474,7 +476,7 @@ class TriggerTests(SynchronousTestCase):
         request = rig.request(None, kind="voice.capture.start")
         self.assertEqual(guide(request), "Chat.")
         rig.out()
-        rig.harness.toGame("reply.accepted", requestId=request["requestId"], transcript="hurry")
+        rig.harness.toGame("voice.capture.transcript", requestId=request["requestId"], text="hurry")
         self.assertEqual(rig.out()[0]["to"], "fast")
 
     def test_reply(self) -> None:
