@@ -100,13 +100,19 @@ class FrameFactory:
         fields["messageId"] = f"{rng.getrandbits(64):016x}"
         requestId = self.requestId()
         if kind == "ack":
-            fields["sourceMessageId"] = f"{rng.getrandbits(64):x}"
+            fields["acknowledgedMessageId"] = f"{rng.getrandbits(64):x}"
         elif kind == "character.synced":
-            fields.update(characterId="mira", targetHash=f"{rng.getrandbits(256):064x}")
+            fields.update(
+                integrationId="game", characterId="mira", targetHash=f"{rng.getrandbits(256):064x}"
+            )
         elif kind == "reply.text.delta":
-            fields.update(requestId=requestId, sequence=rng.randrange(50), text=_randomText(rng, 8))
+            fields.update(
+                requestId=requestId, sequence=rng.randrange(50), delta=_randomText(rng, 8)
+            )
         elif kind == "reply.text.completed":
-            fields.update(requestId=requestId, text=_randomText(rng, 40), stats={"tokens": 9})
+            fields.update(
+                requestId=requestId, text=_randomText(rng, 40), tokenCount=9, elapsedMs=12.5
+            )
         elif kind == "reply.audio.start":
             fields.update(
                 requestId=requestId,
@@ -123,13 +129,14 @@ class FrameFactory:
                 requestId=requestId,
                 sequence=rng.randrange(50),
                 segmentSequence=rng.randrange(3),
-                chunkSequence=rng.randrange(20),
-                final=rng.random() < 0.2,
+                segmentChunkSequence=rng.randrange(20),
+                segmentChunkCount=rng.randrange(1, 20),
                 data=data,
-                samples=len(pcm) // 2,
             )
         elif kind == "reply.audio.completed":
-            fields.update(requestId=requestId, chunks=rng.randrange(9), bytes=rng.randrange(9999))
+            fields.update(
+                requestId=requestId, chunkCount=rng.randrange(9), totalBytes=rng.randrange(9999)
+            )
         elif kind == "capacity.update":
             fields.update(
                 acceptingRequests=rng.random() < 0.7,
@@ -144,9 +151,17 @@ class FrameFactory:
                 retryable=rng.random() < 0.5,
             )
         elif kind == "voice.capture.level":
-            fields.update(requestId=requestId, level=rng.random())
+            fields.update(requestId=requestId, seconds=1.5, peak=rng.random(), rms=rng.random())
         elif kind == "voice.capture.state":
-            fields.update(requestId=requestId, state=rng.choice(["listening", "speaking", "odd"]))
+            fields.update(
+                requestId=requestId,
+                state=rng.choice(["listening", "speech_started", "speech_ended", "odd"]),
+                seconds=0.5,
+                autoEndEnabled=True,
+                message=None,
+            )
+        elif kind == "voice.capture.transcript":
+            fields.update(requestId=requestId, text=_randomText(rng, 20), language="en")
         else:
             fields["requestId"] = requestId
         return fields
@@ -189,7 +204,12 @@ class FrameFactory:
             fields[name] = _wrongType(rng, name, spec.required.get(name))
             return Frame(_dumps(fields), False, "wrong-type", "invalid")
         if choice == 3:
-            fields["sessionId"] = rng.choice(["", "other", None, 7, "x" * 300])
+            # An ack may come without a session: RPEngine acks welcome
+            # before adopting it (app.rs transport_message).
+            foreign: list[Any] = ["", "other", 7, "x" * 300]
+            fields["sessionId"] = rng.choice(
+                foreign if fields["type"] == "ack" else [*foreign, None]
+            )
             return Frame(_dumps(fields), False, "foreign-session", "invalid")
         if choice == 4:
             fields["protocolVersion"] = rng.choice([2, 4, 3.0, True, "3.0", None, [3]])

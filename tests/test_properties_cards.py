@@ -251,7 +251,16 @@ def edited(card: dict[str, Any], edit: tuple[str, Any]) -> dict[str, Any]:
     elif kind == "ext":
         data["extensions"][value[0]] = value[1]
     elif kind == "entry+":
-        book["entries"].append({"keys": [value[:5]], "content": value})
+        # Every field RPEngine requires of an entry (json_core.rs validate_card_value).
+        book["entries"].append(
+            {
+                "keys": [value[:5]],
+                "content": value,
+                "extensions": {},
+                "enabled": True,
+                "insertion_order": len(book["entries"]),
+            }
+        )
     elif kind == "entry-" and book["entries"]:
         del book["entries"][value % len(book["entries"])]
     return card
@@ -287,10 +296,10 @@ class SessionOfEditsProperties(SynchronousTestCase):
                 card=transfer,
             )
             out = harness.sentToEngine[-1]["card"]
-            targetHash, document = engine.resolve(out)
+            targetHash, document = engine.resolve(out, "game", "mira")
             self.assertEqual(targetHash, simulatorHash(card))
             self.assertEqual(simulatorHash(document), targetHash)
-            harness.toGame("reply.accepted", requestId=requestId)
+            harness.toGame("reply.accepted", requestId=requestId, resolvedCardHash=targetHash)
             harness.toGame("reply.completed", requestId=requestId)
             snapshots += jsonSize(snapshotTransfer(card, targetHash))
             sent += jsonSize(out)
