@@ -172,6 +172,11 @@ class LostSessionTests(SynchronousTestCase):
         self.assertEqual([m["requestId"] for m in resent], [stream.requestId])
         self.assertEqual(resent[0]["sessionId"], second.sessionId)
         self.assertEqual(resent[0]["card"]["mode"], "snapshot")
+        # RPEngine's duplicate window outlives a reconnect of the same tab
+        # (app.rs seen): the old messageId would be acked as a duplicate and
+        # never run.
+        [original] = [m for m in firstWriter.sent if m["type"] == "reply.request"]
+        self.assertNotEqual(resent[0]["messageId"], original["messageId"])
 
     def test_resentKeepsCallerMeta(self) -> None:
         """
@@ -258,3 +263,71 @@ class ApiToEngineTests(SynchronousTestCase):
         )
         [start] = [m for m in writer.sent if m["type"] == "voice.capture.start"]
         self.assertNotIn("event", start)
+
+
+class RefusalTests(SynchronousTestCase):
+    """
+    What RPEngine would refuse never leaves, and what it refuses ends the
+    turn at once: it answers in order, so its untied invalid_payload names
+    the oldest message it has not answered (app.rs transport_message).
+    """
+
+    def test_refusedBeforeSending(self) -> None:
+        h = Harness()
+        _, writer = h.connect()
+        stream = h.middleware.requestReply(
+            "mira", text="Hi", output={"modalities": ["text", "audio"], "language": "en"}
+        )
+        self.assertEqual(writer.types(), ["welcome"])
+        error = self.failureResultOf(stream.done, ReplyFailed).value.envelope
+        self.assertEqual((error["code"], error["field"]), ("invalid_payload", "output.audio"))
+        self.assertIs(error["retryable"], False)
+
+    def test_invalidCardRefusedBeforeSending(self) -> None:
+        """
+        A snapshot RPEngine would answer with invalid_character_card (here a
+        character_book entry without its required fields, json_core.rs
+        validate_card_value), as a plugin might produce, is refused at the
+        engine end with the field named.  (The Python API refuses such a card
+        earlier, when it is registered.)
+        """
+        h = Harness()
+        _, writer = h.connect()
+        seen: list[Envelope] = []
+        self.addCleanup(h.middleware.router.observe(seen.append))
+        card = exampleCard(
+            character_book={"extensions": {}, "entries": [{"keys": ["inn"], "content": "x"}]}
+        )
+        h.middleware.chain.sendToEngine(
+            Envelope.build(
+                "reply.request",
+                requestId="odd",
+                eventId="e",
+                integrationId="game",
+                characterId="odd",
+                event={"text": "Hi"},
+                output={"modalities": ["text"], "language": "en"},
+                card={"format": "chara_card_v2", "mode": "snapshot", "snapshot": card},
+            )
+        )
+        self.assertEqual(writer.types(), ["welcome"])
+        [error] = [e for e in seen if e.type == "request.error"]
+        self.assertEqual(error["code"], "invalid_character_card")
+        self.assertEqual(error["field"], "card.snapshot.data.character_book.entries[0].extensions")
+
+    def test_engineRefusalEndsTheTurn(self) -> None:
+        """
+        Should RPEngine refuse what we checked anyway (a rule we do not know
+        yet), the refusal reaches the request's stream at once, and the
+        request is not sent again.
+        """
+        h = Harness()
+        session, writer = h.connect()
+        h.ack(session, writer, "welcome")
+        stream = h.middleware.requestReply("mira", text="Hi")
+        h.engineSays(session, "request.error", code="invalid_payload", message="Nope.")
+        error = self.failureResultOf(stream.done, ReplyFailed).value.envelope
+        self.assertEqual(error["requestId"], stream.requestId)
+        self.assertIn("Nope.", error["message"])
+        h.clock.advance(60)
+        self.assertEqual(writer.types().count("reply.request"), 1)
