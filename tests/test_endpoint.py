@@ -120,6 +120,40 @@ class EndpointTests(TestCase):
         yield self.assertFailure(client.opened, ConnectionError, Exception)
 
     @inlineCallbacks
+    def test_onlyTheExactPath(self) -> Any:
+        """
+        RPEngine connects to exactly /rp-engine/socket (json_core.rs
+        loopback_endpoint); nothing below it is upgraded.
+        """
+        for path in ("/rp-engine/socket/", "/rp-engine/socket/..", "/client/socket/x"):
+            response = yield treq.get(
+                self.live.url(path).replace("ws:", "http:"),
+                headers={  # type: ignore[arg-type]
+                    "Origin": PRODUCTION,
+                    "Upgrade": "websocket",
+                    "Connection": "Upgrade",
+                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                    "Sec-WebSocket-Version": "13",
+                },
+                persistent=False,
+            )
+            self.assertEqual(response.code, 404, path)
+            yield response.content()
+        self.assertFalse(self.live.middleware.link.connected)
+
+    @inlineCallbacks
+    def test_alternateProductionOrigin(self) -> Any:
+        """
+        RPEngine's other production host name, which its own mock game
+        admits (tools/mock-game/server.mjs), is admitted too.
+        """
+        client = self.connect(origin="https://rp-engine.gemtavern.com")
+        yield client.opened
+        client.send(Envelope.build("hello").fields)
+        welcome = yield client.next()
+        self.assertEqual(welcome["type"], "welcome")
+
+    @inlineCallbacks
     def test_oversizedMessage(self) -> Any:
         """
         A message over 8 MiB closes that connection with 1009; another
