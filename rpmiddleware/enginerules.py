@@ -43,8 +43,9 @@ RESPONSE_OCCURRENCES = ("first", "last", "all")
 RESPONSE_REMOVALS = ("match", "capture", "none")
 RESPONSE_TARGETS = ("text", "audio")
 _RULE_ID = re.compile(r"[a-z][a-z0-9_.-]{0,63}\Z")
-#: Constructs Rust's regex crate refuses that Python's would take.
-_RUST_UNSUPPORTED = re.compile(r"\(\?<?[=!]|\\[1-9]|\(\?P=")
+#: Constructs Rust's regex crate refuses that Python's would take:
+#: lookaround, back-references, atomic groups, conditionals, \Z.
+_RUST_UNSUPPORTED = re.compile(r"\(\?<?[=!]|\\[1-9]|\(\?P=|\(\?>|\(\?\(|\\Z")
 
 #: Types whose requestId RPEngine requires.
 _REQUEST_TYPES = ("reply.request", "voice.capture.start")
@@ -257,7 +258,9 @@ def _checkMatcher(matcher: Any, at: str) -> int | None:
             raise EngineRefusal(f"{at}.flags", "must not repeat a flag")
     if _RUST_UNSUPPORTED.search(pattern):
         raise EngineRefusal(
-            f"{at}.pattern", "uses lookaround or a back-reference, which RPEngine's regex refuses"
+            f"{at}.pattern",
+            "uses syntax RPEngine's regex (Rust) refuses: lookaround, a back-reference, "
+            "an atomic group, a conditional or \\Z",
         )
     try:
         groups = re.compile(pattern).groups
