@@ -17,7 +17,7 @@ from rpmiddleware.enginerules import EngineRefusal, checkEnvelope
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.testing.kit import exampleCard
 
-RULE = {
+RULE: dict[str, Any] = {
     "id": "emotion",
     "matcher": {"type": "regex", "pattern": r"<([a-z][a-z0-9_]{0,63})>\s*$"},
     "captureGroup": 1,
@@ -25,7 +25,7 @@ RULE = {
     "remove": "match",
     "removeFrom": ["text", "audio"],
 }
-CONTEXT = {
+CONTEXT: dict[str, Any] = {
     "interactionMode": "auto_event",
     "promptScene": {"kind": "k", "family": "f", "label": "l", "sceneLine": "s", "priority": 0},
     "promptDirective": {
@@ -222,7 +222,7 @@ class CardRuleTests(SynchronousTestCase):
             "enabled": True,
             "insertion_order": 0,
         }
-        book = {"extensions": {}, "entries": [entry]}
+        book: dict[str, Any] = {"extensions": {}, "entries": [entry]}
         validateCard(exampleCard(character_book=book))
         cases = [
             ({"extensions": None}, "data.character_book.entries[0].extensions"),
