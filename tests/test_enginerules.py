@@ -131,7 +131,7 @@ class EnvelopeRuleTests(SynchronousTestCase):
 
         checkEnvelope(request(output=processing()))
         at = "output.responseProcessing.rules[0]"
-        cases = [
+        cases: list[tuple[dict[str, Any], str]] = [
             ({"id": "Emotion"}, f"{at}.id"),
             ({"captureGroup": 2}, f"{at}.captureGroup"),
             ({"occurrence": "every"}, f"{at}.occurrence"),
