@@ -1,6 +1,6 @@
 """
-card-cache: transfers chosen per session, hashes checked against an
-independent RFC 8785 computation, resync healed, large cards off the reactor.
+card-cache: transfers chosen per session, hashes checked against RPEngine's
+canonical form computed directly, resync healed, large cards off the reactor.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from collections.abc import Generator
 from typing import Any
 
 import jsonpatch
-import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet.defer import Deferred, inlineCallbacks
@@ -19,6 +18,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
 
 from plugins.card_cache import CardCache, buildCardCache, cardCache, jsonSize
+from rpmiddleware.canonical import canonicalJson
 from rpmiddleware.cards import CardHasher
 from rpmiddleware.config import Settings
 from rpmiddleware.envelope import Envelope
@@ -30,10 +30,12 @@ from rpmiddleware.timeline import Timeline
 
 def independentHash(document: Any) -> str:
     """
-    The seed's card hash computed here from first principles, not through
-    rpmiddleware.cards.
+    The card hash RPEngine computes (its serde_json canonical form, which
+    tests/test_canonical.py holds to serde_json's own output), computed here
+    directly rather than through rpmiddleware.cards and its hasher.  RFC 8785
+    would not do: these cards hold floats, which RPEngine writes otherwise.
     """
-    return hashlib.sha256(rfc8785.dumps(document)).hexdigest()
+    return hashlib.sha256(canonicalJson(document)).hexdigest()
 
 
 def snapshot(card: dict[str, Any], targetHash: str | None = None) -> dict[str, Any]:
