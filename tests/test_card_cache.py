@@ -574,7 +574,16 @@ _scalar = st.one_of(
 def cards(draw: Any) -> dict[str, Any]:
     entries = draw(
         st.lists(
-            st.fixed_dictionaries({"keys": st.lists(_text, max_size=2), "content": _text}),
+            # Every field RPEngine requires of an entry (json_core.rs validate_card_value).
+            st.fixed_dictionaries(
+                {
+                    "keys": st.lists(_text, max_size=2),
+                    "content": _text,
+                    "extensions": st.just({}),
+                    "enabled": st.booleans(),
+                    "insertion_order": st.integers(0, 100),
+                }
+            ),
             max_size=4,
         )
     )
