@@ -251,8 +251,8 @@ class ConfigureTests(SynchronousTestCase):
             ({"output": []}, "configure.output must be an object"),
             ({"voice": "F1"}, "configure has unknown field 'voice'"),
             ({"player": "Ada"}, "configure.player must be an object"),
-            ({"player": {"displayName": ""}}, "configure.player.displayName must be a non-empty"),
-            ({"player": {"displayName": 3}}, "configure.player.displayName must be a non-empty"),
+            ({"player": {"displayName": 3}}, "configure.player.displayName must be a string, got"),
+            ({"player": {"displayName": None}}, "configure.player.displayName must be a string"),
             ({"interactionMode": ""}, "configure.interactionMode '' is not an interaction mode"),
             ({"interactionMode": "chat"}, "(one of auto_event, direct_user)"),
             ({"promptScene": "tavern"}, "configure.promptScene must be an object or null"),
@@ -287,11 +287,20 @@ class ConfigureTests(SynchronousTestCase):
                         }
                     }
                 },
-                "configure.output.responseProcessing.rules[0].matcher.pattern uses lookaround",
+                "configure.output.responseProcessing.rules[0].matcher.pattern uses",
             ),
         ]
         for message, words in cases:
             self.assertIn(words, self.refused(message), message)
+
+    def test_blankDisplayName(self) -> None:
+        """
+        A blank displayName is RPEngine's to replace with "Player", as it does.
+        """
+        self.assertEqual(
+            configureChanges({"type": "configure", "player": {"displayName": " "}}),
+            {"player": {"displayName": " "}},
+        )
 
     def test_nothingAppliedWhenOneFieldIsBad(self) -> None:
         """

@@ -27,6 +27,11 @@ from rpmiddleware.client.messages import (
     decodeFrame,
 )
 from rpmiddleware.client.settings import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
+from rpmiddleware.enginerules import (
+    AUDIO_PROCESSING_PROFILES,
+    INTERACTION_MODES,
+    SILENCE_BEHAVIORS,
+)
 from rpmiddleware.messages import AUDIO_INPUT_LANGUAGES, SPEECH_OUTPUT_LANGUAGES, VOICES
 from tests.test_properties_messages import jsonValues
 
@@ -34,6 +39,7 @@ _FIELD_NAMES = sorted(
     {"text", "data", "action", "sessionId", "timestamp", "attachments", "mimeType"}
     | CONFIGURE_KEYS
     | OUTPUT_KEYS
+    | {"options"}
 )
 #: Objects that look like client messages: a known type, fields of any kind.
 clientLike = st.builds(
@@ -76,6 +82,8 @@ def _readers(name: str) -> list[tuple[str | None, Callable[[dict[str, Any]], Any
         (None, lambda m: messages.attachments(m, required=False)),
         ("voice-capture", messages.voiceAction),
         ("configure", configureChanges),
+        ("text", messages.turnOptions),
+        ("voice-capture", messages.turnOptions),
     ]
 
 
@@ -143,14 +151,19 @@ class FieldProperties(SynchronousTestCase):
             "voice": maybeNull(st.sampled_from(sorted(VOICES))),
             "sampleRate": maybeNull(st.integers(MIN_SAMPLE_RATE, MAX_SAMPLE_RATE)),
             "streaming": maybeNull(st.booleans()),
+            "audioProcessing": maybeNull(st.sampled_from(AUDIO_PROCESSING_PROFILES)),
         }
+        # The shapes inside the prompt objects are RPEngine's to judge, on
+        # the configuration they make (ClientConfig.check), not here.
         promptObject = st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=3)
+        displayName = st.text(max_size=8)
         topChoices = {
-            "player": maybeNull(promptObject),
+            "player": maybeNull(st.fixed_dictionaries({}, optional={"displayName": displayName})),
             "promptScene": maybeNull(promptObject),
             "promptDirective": maybeNull(promptObject),
-            "interactionMode": maybeNull(st.text(min_size=1, max_size=10)),
+            "interactionMode": maybeNull(st.sampled_from(INTERACTION_MODES)),
             "inputLanguage": maybeNull(st.sampled_from(sorted(AUDIO_INPUT_LANGUAGES))),
+            "silenceBehavior": maybeNull(st.sampled_from(SILENCE_BEHAVIORS)),
             "bargeIn": maybeNull(st.booleans()),
         }
         output = data.draw(st.fixed_dictionaries({}, optional=outputChoices))

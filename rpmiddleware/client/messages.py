@@ -322,16 +322,17 @@ def settingsChanges(fields: Mapping[str, Any], where: str, keys: frozenset[str])
 def _player(value: Any, where: str) -> dict[str, Any] | None:
     """
     RPEngine's C{player} object: C{displayName}, the name the character
-    calls the player (RPEngine defaults it to "Player").
+    calls the player (RPEngine uses "Player" for a blank one: prompt.rs
+    C{assemble_prompt_value}).
     """
     if value is None:
         return None
     if not isinstance(value, dict):
         raise InvalidMessage(f"{where} must be an object or null")
-    if "displayName" in value:
-        name = value["displayName"]
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidMessage(f"{where}.displayName must be a non-empty string")
+    if "displayName" in value and not isinstance(value["displayName"], str):
+        raise InvalidMessage(
+            f"{where}.displayName must be a string, got {_jsonName(value['displayName'])}"
+        )
     return value
 
 
