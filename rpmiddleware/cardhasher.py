@@ -1,7 +1,7 @@
 """
 Canonical cards: each card document the middleware owns, with its hash.
 
-A card's identity on the wire is the SHA-256 of its RFC 8785 canonical JSON
+A card's identity on the wire is the SHA-256 of RPEngine's canonical JSON
 (L{rpmiddleware.canonical}).  A client sends its card once and plays it for
 hours; the Python API's game may send the same dict every turn.  Reading a
 200 KB card costs milliseconds, so the hasher reads each card the middleware
@@ -70,7 +70,7 @@ class CardHasher:
     1.5 ms for 200 KB), and for a card of C{largeCard} bytes or more, parsed
     into a private copy in a later reactor turn and checked and hashed in the
     one after (about 1 ms each), so that no turn is long.  The rare card that needs the
-    pure-Python RFC 8785 encoder (floats, unusual keys) is hashed in the
+    pure-Python canonical encoder (floats, unusual keys) is hashed in the
     reactor's thread pool when large, and its hash remembered by content.
 
     Hashes follow the JSON the card is written as on the wire: a key that is
@@ -120,7 +120,7 @@ class CardHasher:
         The canonical card for C{document}: itself if owned, else a private
         copy of it as it is now.
 
-        @raise ValueError: (in the Deferred) for a document RFC 8785 cannot
+        @raise ValueError: (in the Deferred) for a document RPEngine cannot
             represent.
         """
         found = self.known(document)
@@ -197,7 +197,7 @@ class CardHasher:
             try:
                 encoded = text.encode("utf-8")
             except UnicodeEncodeError:
-                pass  # a lone surrogate: rfc8785 refuses it in its own words
+                pass  # a lone surrogate: the canonical encoder refuses it in its own words
             else:
                 return self._card(document, hashlib.sha256(encoded).hexdigest(), len(encoded), True)
         raw = text.encode("utf-8", "surrogatepass")

@@ -1,7 +1,7 @@
 """
 Character Card V2 documents: validation, and the transfers that carry them.
 
-A card's identity on the wire is the lowercase SHA-256 of its RFC 8785
+A card's identity on the wire is the lowercase SHA-256 of RPEngine's
 canonical JSON (L{rpmiddleware.canonical}); L{CardHasher} (from
 L{rpmiddleware.cardhasher}, importable from here) reads each card the
 middleware owns once.
