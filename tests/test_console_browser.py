@@ -94,7 +94,8 @@ class ConsoleInBrowserTests(SynchronousTestCase):
         """
         detail = self.check("status")
         self.assertEqual(detail["engine"], "Connected")
-        self.assertEqual(detail["limit"], "4")
+        # RPEngine's queue limit (app.rs QUEUE_LIMIT), as the simulated RPEngine reports it.
+        self.assertEqual(detail["limit"], "20")
         builtIn = ["moderation", "audio-resample", "capacity-gate", "card-cache"]
         self.assertEqual([name for name in detail["plugins"] if name in builtIn], builtIn)
 
