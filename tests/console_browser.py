@@ -280,7 +280,7 @@ class Checks:
         )
         capacity = shown["status"]["capacity"]
         assert shown["engine"] == "Connected", shown["engine"]
-        assert shown["limit"] == str(capacity["queueLimit"]) == "4", shown
+        assert shown["limit"] == str(capacity["queueLimit"]) == "20", shown
         assert shown["depth"] == str(capacity["queueDepth"]), shown
         assert shown["link"] == f"https://rpengine.gemtavern.com/#port={self.port}", shown["link"]
         assert shown["plugins"] == shown["status"]["plugins"] and shown["plugins"], shown
@@ -457,8 +457,12 @@ class Checks:
             turnId,
         )
         assert result["outcome"] == "completed", result
-        # The simulated RPEngine reports how much speech it heard.
-        heard = re.search(r"simulated transcript of ([0-9.]+) s", result["player"])
+        # RPEngine does not tell the words of a recording (app.rs stt_completed): the
+        # player's bubble says how much speech was sent, and the simulated RPEngine's reply
+        # quotes how much it heard.
+        sent = re.search(r"\(([0-9.]+) s of speech", result["player"])
+        assert sent and 1.0 <= float(sent.group(1)) <= 3.0, result
+        heard = re.search(r"simulated transcript of ([0-9.]+) s", result["text"])
         assert heard and 1.0 <= float(heard.group(1)) <= 3.0, result
         assert result["speech"] and result["speech"]["samples"] > 0, result
         if screenshots is not None:
