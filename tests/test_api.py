@@ -15,7 +15,7 @@ from rpmiddleware.cards import InvalidCard, canonicalHash
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IPluginServices, IReplyStream
 from rpmiddleware.middleware import Middleware
-from rpmiddleware.testing.kit import exampleCard
+from rpmiddleware.testing.kit import exampleCard, examplePromptContext
 
 
 class ReplyStreamTests(SynchronousTestCase):
@@ -197,22 +197,7 @@ class MiddlewareApiTests(SynchronousTestCase):
         self.assertEqual(request["silenceBehavior"], "restart")
 
 
-PROMPT_CONTEXT: dict[str, Any] = {
-    "interactionMode": "direct_user",
-    "promptScene": {
-        "kind": "conversation",
-        "family": "tavern",
-        "label": "The Rusty Anchor",
-        "sceneLine": "A rainy evening at the inn.",
-        "priority": 1,
-    },
-    "promptDirective": {
-        "protocolVersion": 1,
-        "sceneContext": "The inn is warm and loud.",
-        "autoEventGuide": "React to what happened.",
-        "directUserGuide": "Answer the traveller.",
-    },
-}
+PROMPT_CONTEXT = examplePromptContext()
 
 
 class CardOwnershipTests(SynchronousTestCase):

@@ -15,26 +15,10 @@ from twisted.trial.unittest import SynchronousTestCase
 from rpmiddleware.cards import InvalidCard, validateCard
 from rpmiddleware.enginerules import EngineRefusal, checkEnvelope
 from rpmiddleware.envelope import Envelope
-from rpmiddleware.testing.kit import exampleCard
+from rpmiddleware.testing.kit import exampleCard, examplePromptContext, exampleResponseRule
 
-RULE: dict[str, Any] = {
-    "id": "emotion",
-    "matcher": {"type": "regex", "pattern": r"<([a-z][a-z0-9_]{0,63})>\s*$"},
-    "captureGroup": 1,
-    "occurrence": "last",
-    "remove": "match",
-    "removeFrom": ["text", "audio"],
-}
-CONTEXT: dict[str, Any] = {
-    "interactionMode": "auto_event",
-    "promptScene": {"kind": "k", "family": "f", "label": "l", "sceneLine": "s", "priority": 0},
-    "promptDirective": {
-        "protocolVersion": 1,
-        "sceneContext": "c",
-        "autoEventGuide": "a",
-        "directUserGuide": "d",
-    },
-}
+RULE = exampleResponseRule()
+CONTEXT = examplePromptContext("auto_event")
 
 
 def request(**changes: Any) -> dict[str, Any]:

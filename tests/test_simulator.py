@@ -24,6 +24,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from rpmiddleware.canonical import canonicalHash
 from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, Envelope
 from rpmiddleware.testing.cardstore import PatchFailed, SessionCardStore, applyPatch
+from rpmiddleware.testing.kit import exampleResponseRule
 from rpmiddleware.testing.responsetext import (
     DisplayTextStream,
     ResponseProcessing,
@@ -112,14 +113,7 @@ def audioEvent(seconds: float, **changes: Any) -> dict[str, Any]:
     return {"audio": audio}
 
 
-EMOTION_RULE = {
-    "id": "emotion",
-    "matcher": {"type": "regex", "pattern": r"<([a-z][a-z0-9_]{0,63})>\s*$"},
-    "captureGroup": 1,
-    "occurrence": "last",
-    "remove": "match",
-    "removeFrom": ["text", "audio"],
-}
+EMOTION_RULE = exampleResponseRule()
 
 
 class EngineTestMixin:

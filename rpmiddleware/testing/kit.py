@@ -153,6 +153,48 @@ def exampleCard(**data: Any) -> dict[str, Any]:
     return card
 
 
+def examplePromptContext(interactionMode: str = "direct_user") -> dict[str, Any]:
+    """
+    A complete prompt context in RPEngine's shapes: the three fields it takes
+    together or not at all (crates/rp-engine-core/src/json_core.rs
+    validate_prompt_context), to pass as a request's extra fields.
+    """
+    return {
+        "interactionMode": interactionMode,
+        "promptScene": {
+            "kind": "conversation",
+            "family": "tavern",
+            "label": "The Rusty Anchor",
+            "sceneLine": "A rainy evening at the inn.",
+            "priority": 1,
+        },
+        "promptDirective": {
+            "protocolVersion": 1,
+            "sceneContext": "The inn is warm and loud.",
+            "autoEventGuide": "React to what just happened.",
+            "directUserGuide": "Answer the traveller.",
+        },
+    }
+
+
+def exampleResponseRule(**changes: Any) -> dict[str, Any]:
+    """
+    One rule of RPEngine's buffered response processing (text.rs
+    parse_response_processing): the last C{<emotion>} tag at the end of the
+    reply is captured under C{emotion} and removed from text and speech.
+    """
+    rule: dict[str, Any] = {
+        "id": "emotion",
+        "matcher": {"type": "regex", "pattern": r"<([a-z][a-z0-9_]{0,63})>\s*$"},
+        "captureGroup": 1,
+        "occurrence": "last",
+        "remove": "match",
+        "removeFrom": ["text", "audio"],
+    }
+    rule.update(changes)
+    return rule
+
+
 class HeldHasher(CardHasher):
     """
     A L{CardHasher} whose answers wait until the test calls L{release}, as a
