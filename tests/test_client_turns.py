@@ -369,25 +369,18 @@ class TurnTests(SynchronousTestCase):
         self.assertFalse({"tts-start", "tts-chunk", "tts-complete", "tts"} & set(kinds))
         self.assertEqual(kinds[-1], "reply-complete")
 
-    def test_transcriptOnAccepted(self) -> None:
+    def test_noTranscriptForARecording(self) -> None:
         """
-        A C{transcript} on reply.accepted (the simulator's; RPEngine says
-        nothing of what it heard in an audio turn) is passed on once.
+        RPEngine says nothing of what it heard in a recording's turn (app.rs
+        stt_completed reports only captures): no transcript reaches the
+        client, and a field RPEngine never sends on reply.accepted is ignored.
         """
         _, stream, send = self.turn(kind=AUDIO)
         envelopes = engineReply()
-        envelopes[0]["transcript"] = "what the player said"
+        envelopes[0]["transcript"] = "invented"
         self.feed(stream, envelopes)
-        self.assertEqual(
-            send.sent[0],
-            {
-                "type": "transcript",
-                "text": "what the player said",
-                "isFinal": True,
-                "turnId": REQUEST,
-            },
-        )
-        self.assertEqual(send.types().count("transcript"), 1)
+        self.assertNotIn("transcript", send.types())
+        self.assertEqual(send.types()[-1], "reply-complete")
 
     def test_segmentTailSentWithItsLastChunk(self) -> None:
         """

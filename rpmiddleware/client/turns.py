@@ -1,7 +1,7 @@
 """
 One turn of one client: RPEngine's reply stream, told in the client's words.
 
-    reply.accepted            -> transcript (what RPEngine heard, if it says)
+    reply.accepted            -> (the accept timeout stops)
     reply.text.delta          -> llm-chunk {content, done: false}
     reply.text.completed      -> llm-chunk {content: "", done: true},
                                  llm {text, extractedContent?}
@@ -191,10 +191,6 @@ class Turn:
     def _accepted(self, fields: Mapping[str, Any]) -> None:
         self.accepted = True
         self._stopTimer()
-        heard = fields.get("transcript")
-        if self.kind != TEXT and isinstance(heard, str):
-            self.transcript = heard
-            self._say("transcript", text=heard, isFinal=True)
 
     def _replying(self) -> None:
         """
