@@ -151,6 +151,10 @@ def wav48kStereo(seconds: float = 3.0) -> str:
     return base64.b64encode(out.getvalue()).decode("ascii")
 
 
+#: More chunks than any run sends: the hop's segment never ends mid-run.
+ONE_LONG_SEGMENT = 1_000_000
+
+
 class Rig:
     """
     RPEngine and a client connected to one server (middleware or relay).
@@ -211,7 +215,7 @@ class Rig:
     def accept(self, request: dict[str, Any]) -> None:
         self.requestId = request["requestId"]
         self.sequence = 0
-        self.engine.send(self.envelope("ack", sourceMessageId=request["messageId"]))
+        self.engine.send(self.envelope("ack", acknowledgedMessageId=request["messageId"]))
         self.engine.send(self.envelope("reply.accepted", requestId=self.requestId))
 
     async def closeTurn(self) -> None:
@@ -229,7 +233,7 @@ class Rig:
         if kind == "text":
             word = f"w{index} "
             arrived = self.client.next(
-                lambda m: m.get("type") == "llm-chunk" and m.get("content", m.get("text")) == word
+                lambda m: m.get("type") == "llm-chunk" and m.get("content", m.get("delta")) == word
             )
             fields = {"sequence": self.sequence, "delta": word}
             sent = self.engine.send(
@@ -239,11 +243,12 @@ class Rig:
             arrived = self.client.next(ofType("tts-chunk"))
             fields = {
                 "sequence": self.sequence,
+                # One long sentence, numbered as RPEngine numbers a
+                # segment's chunks (src/socket-adapter.ts).
                 "segmentSequence": 0,
-                "chunkSequence": self.sequence,
-                "final": False,
+                "segmentChunkSequence": self.sequence,
+                "segmentChunkCount": ONE_LONG_SEGMENT,
                 "data": pcmChunk(index),
-                "samples": CHUNK_SAMPLES,
             }
             sent = self.engine.send(
                 self.envelope("reply.audio.chunk", requestId=self.requestId, **fields)

@@ -87,7 +87,7 @@ class RealtimeEngine:
             return
         requestId = message["requestId"]
         if not self.relay:
-            self.emit("ack", sourceMessageId=message["messageId"])
+            self.emit("ack", acknowledgedMessageId=message["messageId"])
         self.emit("reply.accepted", requestId=requestId)
         for i in range(WORDS_PER_TURN):
             self.emit("reply.text.delta", requestId=requestId, sequence=i, delta=f"word{i} ")

@@ -90,7 +90,7 @@ class BlastingEngine:
         kind = message.get("type")
         if kind == "request.cancel":
             requestId = message["requestId"]
-            self.emit("ack", sourceMessageId=message["messageId"])
+            self.emit("ack", acknowledgedMessageId=message["messageId"])
             loop = self.loops.pop(requestId, None)
             if loop is not None and loop.running:
                 loop.stop()
@@ -100,7 +100,7 @@ class BlastingEngine:
         if kind != "reply.request":
             return
         requestId = message["requestId"]
-        self.emit("ack", sourceMessageId=message["messageId"])
+        self.emit("ack", acknowledgedMessageId=message["messageId"])
         self.emit("reply.accepted", requestId=requestId)
         self.emit("reply.audio.start", requestId=requestId, format="pcm_s16le", sampleRate=44100)
         state = {"index": 0}
