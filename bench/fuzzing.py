@@ -47,8 +47,11 @@ from rpmiddleware.testing.live import LiveMiddleware, TestClient, connectClient
 
 ORIGIN = "https://rpengine.gemtavern.com"
 
-#: Types RPEngine may send us, and ones it may not.
-TO_GAME_TYPES = sorted(t for t, s in MESSAGES.items() if Direction.TO_GAME in s.directions)
+#: Types RPEngine may send us over the WebSocket (the file mailbox's own
+#: types are refused there), and ones it may not.
+TO_GAME_TYPES = sorted(
+    t for t, s in MESSAGES.items() if Direction.TO_GAME in s.directions and not s.fileModeOnly
+)
 TO_ENGINE_TYPES = sorted(t for t, s in MESSAGES.items() if Direction.TO_GAME not in s.directions)
 
 

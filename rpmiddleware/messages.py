@@ -45,6 +45,9 @@ class MessageSpec:
     opensRequest: bool = False
     #: Whether this message ends the request named by its requestId.
     terminal: bool = False
+    #: Whether it exists only in file transport v1 (RPEngine's folder
+    #: mailbox); a WebSocket peer that sends it breaks the protocol.
+    fileModeOnly: bool = False
 
 
 def _spec(type: str, directions: frozenset[Direction], **kw: Any) -> MessageSpec:
@@ -74,7 +77,15 @@ MESSAGES: dict[str, MessageSpec] = {
         # calls; src/socket-adapter.ts for audio chunks).  Optional fields
         # may arrive as JSON null: RPEngine writes absent values that way.
         _spec("hello", TO_GAME, optional={"clientVersion": _STR}),
-        _spec("welcome", TO_ENGINE, required={"sessionId": _STR, "serverVersion": _STR}),
+        _spec(
+            "welcome",
+            TO_ENGINE,
+            required={"sessionId": _STR, "serverVersion": _STR},
+            # File mode only (docs/file-transport-v1.md): the game process's
+            # identity and the first audio slot RPEngine may write
+            # (src/filesystem-mailbox-adapter.ts consume).
+            optional={"peerInstanceId": _STR, "nextAudioSlot": _INT},
+        ),
         _spec("ack", BOTH, optional={"acknowledgedMessageId": _STR, "duplicate": _BOOL}),
         _spec(
             "character.sync",
@@ -150,6 +161,37 @@ MESSAGES: dict[str, MessageSpec] = {
             required={"requestId": _STR},
             optional={"modalities": _LIST},
             terminal=True,
+        ),
+        # File transport v1: one synthesised phrase as a WAV in an audio
+        # slot, instead of reply.audio.start and chunks; the game answers
+        # that it read the slot (src/filesystem-mailbox-adapter.ts
+        # sendAudioNow, restoreSilence; tools/mock-game/server.mjs).
+        _spec(
+            "reply.audio.segment",
+            TO_GAME,
+            required={
+                "requestId": _STR,
+                "segmentSequence": _INT,
+                "slotIndex": _INT,
+                "path": _STR,
+                "format": _STR,
+                "sampleRate": _INT,
+                "channels": _INT,
+            },
+            optional={
+                "spokenText": _STR,
+                "durationSeconds": _NUM,
+                "byteLength": _INT,
+                "peerInstanceId": _STR,
+            },
+            fileModeOnly=True,
+        ),
+        _spec(
+            "reply.audio.segment.consumed",
+            TO_ENGINE,
+            required={"slotIndex": _INT},
+            optional={"requestId": _STR, "segmentSequence": _INT, "peerInstanceId": _STR},
+            fileModeOnly=True,
         ),
         _spec("request.cancel", TO_ENGINE, required={"requestId": _STR}),
         _spec(
@@ -497,6 +539,22 @@ class ReplyAudioChunk(EnvelopeHead):
     segmentChunkSequence: int
     segmentChunkCount: int
     data: str
+
+
+class ReplyAudioSegment(EnvelopeHead, total=False):
+    """File transport v1 only: one phrase as a WAV in an audio slot."""
+
+    requestId: str
+    segmentSequence: int
+    spokenText: str
+    slotIndex: int
+    path: str
+    format: str
+    sampleRate: int
+    channels: int
+    durationSeconds: float
+    byteLength: int
+    peerInstanceId: str
 
 
 class ReplyAudioCompleted(EnvelopeHead, total=False):

@@ -84,6 +84,8 @@ class ValidateTests(SynchronousTestCase):
             "voice.capture.stop", "voice.capture.cancel", "voice.capture.level",
             "voice.capture.state", "voice.capture.transcript", "voice.capture.audio.start",
             "voice.capture.audio.chunk", "voice.capture.audio.completed",
+            # File transport v1 only (src/filesystem-mailbox-adapter.ts).
+            "reply.audio.segment", "reply.audio.segment.consumed",
         }  # fmt: skip
         self.assertEqual(set(MESSAGES), seedTypes)
 

@@ -240,7 +240,7 @@ class EngineLink:
             del self._open[requestId]
             if envelope.messageId in unacked:
                 unacked.discard(envelope.messageId)
-                self._resubmit(envelope)
+                self._resubmit(envelope, session.fileMode)
             else:
                 self._answer(
                     envelope,
@@ -252,23 +252,32 @@ class EngineLink:
                 )
         for envelope in session.unacknowledged():
             if envelope.messageId in unacked and envelope.type == "character.sync":
-                self._resubmit(envelope)
+                self._resubmit(envelope, session.fileMode)
         self._waiting.extendleft(reversed(self._resubmitted))
         self._resubmitted.clear()
 
-    def _resubmit(self, envelope: Envelope) -> None:
+    def _resubmit(self, envelope: Envelope, keepMessageId: bool = False) -> None:
         """
         Send C{envelope} again in the next session: through the chain now if
         a session is live (a newer RPEngine replaced the old one), otherwise
         at the head of the waiting line, which enters the chain when one
         starts.  It never counts against the waiting limit: it was accepted
         once already.
+
+        @param keepMessageId: resend it under the same messageId.  Over the
+            WebSocket it gets a new one: a tab that read it before the
+            connection dropped cancelled it then, and would take the same id
+            for a duplicate and never answer.  A message written to the file
+            mailbox keeps its id: a tab never cancels on the mailbox's
+            account, so one that read it is still answering it and takes the
+            copy for a duplicate, and any other tab plays it once.
         """
         # The caller's annotations (client, outputSampleRate) go along; what the
         # chain recorded about the first pass does not.
         meta = {k: v for k, v in envelope.meta.items() if k not in _CHAIN_META}
+        dropped = ("sessionId",) if keepMessageId else ("messageId", "sessionId")
         again = Envelope(
-            {k: v for k, v in envelope.fields.items() if k not in ("messageId", "sessionId")},
+            {k: v for k, v in envelope.fields.items() if k not in dropped},
             {**meta, "resubmitted": True},
         )
         self.log.info(

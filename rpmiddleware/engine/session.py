@@ -79,6 +79,9 @@ class EngineSession:
     """
 
     log = Logger()
+    #: Whether this session runs over RPEngine's file mailbox (file transport
+    #: v1), where some messages exist that the WebSocket never carries.
+    fileMode = False
 
     def __init__(
         self,
@@ -130,6 +133,9 @@ class EngineSession:
             self.invalid(e.reason, e.messageId)
             return
         envelope = Envelope(fields)
+        if spec.fileModeOnly and not self.fileMode:
+            self.invalid(f"{spec.type} travels only through the file mailbox", envelope.messageId)
+            return
         if spec.type == "hello":
             self._hello(envelope)
             return
@@ -181,22 +187,46 @@ class EngineSession:
             # hello here is a confused peer.  Keep the session it has.
             self.invalid("hello repeated on an established session", hello.messageId)
             return
+        self._remember(str(hello.messageId))
+        if self.fileMode:
+            # Before the welcome, as RPEngine's own mock game does in file
+            # mode (tools/mock-game/server.mjs consumeFileEnvelope): RPEngine
+            # removes its hello file when it reads this.
+            self.send(Envelope.build("ack", acknowledgedMessageId=str(hello.messageId)))
+        self._establish(hello.get("clientVersion"))
+        self._onWelcome(self)
+
+    def _establish(self, clientVersion: Any = None) -> Envelope:
+        """
+        Become a session: a new sessionId, and C{welcome} written.
+        """
         if self._helloTimer is not None and self._helloTimer.active():
             self._helloTimer.cancel()
         self._helloTimer = None
         self.sessionId = uuid.uuid4().hex
         self.startedAt = self._clock.seconds()
-        self._remember(str(hello.messageId))
-        self.send(
-            Envelope.build("welcome", self.sessionId, serverVersion=self._options.serverVersion)
+        welcome = self.send(
+            Envelope.build(
+                "welcome",
+                self.sessionId,
+                serverVersion=self._options.serverVersion,
+                **self._welcomeFields(),
+            )
         )
         self.log.info(
             "RPEngine connected from {peer}: session {sessionId}",
             peer=self.peer,
             sessionId=self.sessionId,
-            clientVersion=hello.get("clientVersion"),
+            clientVersion=clientVersion,
         )
-        self._onWelcome(self)
+        return welcome
+
+    def _welcomeFields(self) -> dict[str, Any]:
+        """
+        Fields a transport adds to C{welcome} (the file mailbox adds its
+        peer identity and next audio slot); none over the WebSocket.
+        """
+        return {}
 
     def _helloTimedOut(self) -> None:
         self._helloTimer = None
@@ -294,12 +324,35 @@ class EngineSession:
             entry.timer = self._clock.callLater(
                 self._options.ackTimeout, self._retransmit, fields["messageId"]
             )
-        self._writer.sendText(payload)
+        self._write(fields["messageId"], payload)
         return envelope
+
+    def _write(self, messageId: str, payload: bytes) -> None:
+        """
+        Hand one encoded envelope to the transport.  The file mailbox names
+        its files after the messageId, so it is given here too.
+        """
+        self._writer.sendText(payload)
+
+    def _stillQueued(self, messageId: str) -> bool:
+        """
+        Whether RPEngine has not even read C{messageId} yet, so that writing
+        it again would not help (the file mailbox: its file is still
+        there).  A WebSocket frame, once written, is never still queued.
+        """
+        return False
 
     def _retransmit(self, messageId: str) -> None:
         entry = self._unacked.get(messageId)
         if entry is None or self.closed:
+            return
+        if self._stillQueued(messageId):
+            # Not read yet (RPEngine's tab may be throttled in the
+            # background): waiting is all there is to do, and it is not a
+            # failed attempt.
+            entry.timer = self._clock.callLater(
+                self._options.ackTimeout, self._retransmit, messageId
+            )
             return
         if entry.attempts >= self._options.maxRetransmits:
             del self._unacked[messageId]
@@ -316,7 +369,7 @@ class EngineSession:
             envelope=summarize(entry.envelope.fields),
             attempt=entry.attempts,
         )
-        self._writer.sendText(entry.payload)
+        self._write(messageId, entry.payload)
         entry.timer = self._clock.callLater(self._options.ackTimeout, self._retransmit, messageId)
 
     def unacknowledged(self) -> list[Envelope]:
