@@ -125,8 +125,9 @@ BOUNDS = """
 - **Audio in.** A WAV upload is base64-decoded, parsed, downmixed, resampled one-shot to 16 kHz and
   base64-encoded again; the 0.77 MB message itself is unmasked and UTF-8-validated by Autobahn
   and parsed by `json` on both paths.
-- **Cards.** `rfc8785` is pure Python (about 12-18 ms for a 200 KB card); the C `json` encoder
-  writes the same bytes for a card without floats or unusual keys in about 1.5 ms, after a walk of
+- **Cards.** `rfc8785` is pure Python (about 12-18 ms for a 200 KB card); RPEngine's canonical
+  form (`rpmiddleware.canonical`, which is RFC 8785 except for some numbers) comes from the C
+  `json` encoder for a card without floats or unusual keys in about 1.5 ms, after a walk of
   about 1 ms that checks it, and SHA-256 adds 0.1 ms: that bounds a cold hash. A cached hash is an
   identity lookup on a card the middleware owns. A game's own dict is read every time (it may
   have changed in place), in three short reactor turns: sorted JSON (the state it was given),
@@ -134,7 +135,7 @@ BOUNDS = """
   `==` over what did not change and by its 128-operation limit; checking a patch re-encodes the
   patched card (about 1.5 ms). Threads would not help: all of this holds the GIL. What is left in
   the longest turn is one of those pieces plus the I/O the reactor serves in the same iteration;
-  the simulated RPEngine checks every card with `rfc8785` and deep copies on the other CPU (which
+  the simulated RPEngine checks and hashes every card and deep copies on the other CPU (which
   may share a physical core on this VM). Full (generation 2) garbage collections pass over every
   stored card tree, so the benchmark freezes its own 21 card copies (`gc.freeze`) as belonging to
   the game.

@@ -190,7 +190,7 @@ async def longestTurn(reactor: Any, split: bool, idle: bool, turns: int = 20) ->
     plugins = buildChain(settings, discoverPlugins(), services)
     middleware = Middleware(reactor, settings, plugins, services=services)
     live = startMiddleware(reactor, settings, middleware=middleware)
-    # RPEngine's simulator checks every card with the pure-Python rfc8785 (12+ ms for 200 KB):
+    # RPEngine's simulator checks and hashes every card (milliseconds for 200 KB):
     # on the other CPU, as RPEngine would be in its own browser process.
     pin(1)
     engine = Peer(reactor, "engine", "--port", str(live.port), "--pin", "0")
@@ -305,8 +305,9 @@ async def run(reactor: Any, quick: bool = False) -> Section:
     bytes5 = sessions["5 KB"]["sent"] / sessions["5 KB"]["snapshots"]
     longest = median([r["max"] for r in split])
     body = f"""
-Hash time: median of {runs} runs. *rfc8785* is the pure-Python reference encoder plus nothing
-else; *cold* is `rpmiddleware.cards.canonicalHash`, which writes the same bytes with the C `json`
+Hash time: median of {runs} runs. *rfc8785* is the pure-Python RFC 8785 encoder plus nothing
+else (for these cards, which hold no floats, the same bytes as RPEngine's canonical form);
+*cold* is `rpmiddleware.cards.canonicalHash`, RPEngine's canonical form from the C `json`
 encoder after one walk checks the card has nothing the two would spell differently (floats,
 unusual keys); *unowned* is `CardHasher.hashNow` on a game's dict, which may have changed in place
 since the last turn, so it is read again (and a private copy made); *cached* is `CardHasher.hashNow`
@@ -334,7 +335,7 @@ pinned to CPU 1) records the largest gap between beats while the Python API play
 each with the 200 KB card edited (a game's dict: written as sorted JSON in the turn it is given,
 parsed in the next, checked and hashed in the one after, diffed against the last one in a fourth
 and the patch checked in a fifth), RPEngine simulated in another process pinned to CPU 0 so its
-own card checks (pure-Python rfc8785) do not land on this reactor; the benchmark's own copies of
+own card checks do not land on this reactor; the benchmark's own copies of
 the cards are frozen out of the garbage collector's view (`gc.freeze`), as a game's would be in
 its own process. Median of {turnsRuns} runs; the last column counts the diffs and patch checks
 card-cache ran in a reactor turn of their own, and the last row turns that off (the hash still
