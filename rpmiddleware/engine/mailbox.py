@@ -175,18 +175,22 @@ def _writeAll(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def writeAtomic(directory: int, name: str, data: bytes, mode: int = FILE_MODE) -> None:
+def writeAtomic(
+    directory: int, name: str, data: bytes, mode: int = FILE_MODE, durable: bool = True
+) -> None:
     """
     Put C{data} at C{name} in the folder C{directory} (a descriptor) so that
     any reader sees the old file, no file, or all of C{data}: written to a
-    temporary name, flushed to the disk, renamed over C{name}.
+    temporary name, flushed to the disk (unless C{durable} is false: an
+    empty marker has nothing to flush), renamed over C{name}.
     """
     temporary = f"{TEMP_PREFIX}{uuid.uuid4().hex}{TEMP_SUFFIX}"
     fd = os.open(temporary, _OPEN_NEW, mode, dir_fd=directory)
     try:
         try:
             _writeAll(fd, data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
@@ -195,16 +199,26 @@ def writeAtomic(directory: int, name: str, data: bytes, mode: int = FILE_MODE) -
         raise
 
 
+def writeEnvelopes(directory: int, envelopes: list[tuple[str, bytes]]) -> None:
+    """
+    Publish envelopes (stem, JSON): every JSON made durable under its name
+    first, the folder flushed once, then their C{.ready} markers in the same
+    order.  So even after a power cut no marker names a JSON that is not
+    there whole; a marker lost in one only leaves its envelope unpublished,
+    which the session writes again when no ack comes.
+    """
+    for stem, payload in envelopes:
+        writeAtomic(directory, stem + JSON, payload)
+    os.fsync(directory)
+    for stem, _ in envelopes:
+        writeAtomic(directory, stem + READY, b"", durable=False)
+
+
 def writeEnvelope(directory: int, stem: str, payload: bytes) -> None:
     """
-    Publish one envelope: its JSON, made durable under its name, then its
-    C{.ready} marker the same way.  The folder is flushed between the two,
-    so even after a power cut a marker never names a JSON file that is not
-    there.
+    Publish one envelope (see L{writeEnvelopes}).
     """
-    writeAtomic(directory, stem + JSON, payload)
-    os.fsync(directory)
-    writeAtomic(directory, stem + READY, b"")
+    writeEnvelopes(directory, [(stem, payload)])
 
 
 def _unlink(directory: int, name: str) -> bool:

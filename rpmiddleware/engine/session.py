@@ -193,10 +193,16 @@ class EngineSession:
             # mode (tools/mock-game/server.mjs consumeFileEnvelope): RPEngine
             # removes its hello file when it reads this.
             self.send(Envelope.build("ack", acknowledgedMessageId=str(hello.messageId)))
-        self._establish(hello.get("clientVersion"))
+        self._establish()
+        self.log.info(
+            "RPEngine connected from {peer}: session {sessionId}",
+            peer=self.peer,
+            sessionId=self.sessionId,
+            clientVersion=hello.get("clientVersion"),
+        )
         self._onWelcome(self)
 
-    def _establish(self, clientVersion: Any = None) -> Envelope:
+    def _establish(self) -> Envelope:
         """
         Become a session: a new sessionId, and C{welcome} written.
         """
@@ -212,12 +218,6 @@ class EngineSession:
                 serverVersion=self._options.serverVersion,
                 **self._welcomeFields(),
             )
-        )
-        self.log.info(
-            "RPEngine connected from {peer}: session {sessionId}",
-            peer=self.peer,
-            sessionId=self.sessionId,
-            clientVersion=clientVersion,
         )
         return welcome
 

@@ -59,6 +59,12 @@ class Emit(Protocol):
     def __call__(self, type: str, **fields: Any) -> object: ...
 
 
+#: Where a synthesised phrase goes instead of C{reply.audio.start} and chunks
+#: when RPEngine's host sends audio another way (its file mailbox:
+#: C{src/app-host.ts} C{replyAudioTransport}, C{take_reply_audio_segment}).
+AudioSegmentSink = Callable[[dict[str, Any]], object]
+
+
 @dataclass(frozen=True)
 class Pacing:
     """
@@ -121,6 +127,7 @@ class ReplyStream:
         modalities: list[Any] | None = None,
         processing: ResponseProcessing | None = None,
         onFailed: Callable[[ReplyStream, str, str], None] | None = None,
+        audioSegment: AudioSegmentSink | None = None,
     ) -> None:
         self.requestId = requestId
         self.text = text
@@ -135,6 +142,7 @@ class ReplyStream:
         self._pacing = pacing
         self._onFinished = onFinished
         self._onFailed = onFailed
+        self._audioSegment = audioSegment
         self._tokens = tokenize(text)
         self._timers: list[IDelayedCall] = []
         self._display = DisplayTextStream()
@@ -290,6 +298,25 @@ class ReplyStream:
         self.synthesisMs += self._ms(now - began)
         # The next sentence starts synthesising before this one is sent.
         self._startSynthesis(now)
+        if self._audioSegment is not None:
+            # The whole phrase at once, as app.rs take_reply_audio_segment
+            # hands it to a host that does not stream chunks.
+            self._audioSegment(
+                {
+                    "requestId": self.requestId,
+                    "sampleRate": OUTPUT_SAMPLE_RATE,
+                    "channels": 1,
+                    "segmentSequence": segment,
+                    "spokenText": spoken,
+                    "durationSeconds": sampleCount(seconds) / OUTPUT_SAMPLE_RATE,
+                    "firstAudioSequence": firstSequence,
+                    "sendStart": sendStart,
+                    "pcm": pcm,
+                    "byteLength": len(pcm),
+                }
+            )
+            self._completeIfReady()
+            return
         if sendStart:
             self._audioStart()
         for index, part in enumerate(parts):

@@ -123,6 +123,12 @@ class SimulatedEngine(CaptureEvents):
         self.clock = clock
         self.options = options if options is not None else SimulatorOptions()
         self.transportDisconnect: Callable[[], None] | None = None
+        #: Set by a transport that takes speech a phrase at a time (RPEngine's
+        #: file mailbox): called with each phrase instead of sending
+        #: C{reply.audio.start} and chunks; C{False} means it could not be
+        #: delivered (src/app-host.ts replyAudioTransport).
+        self.sendAudioSegment: Callable[[dict[str, Any]], object] | None = None
+        self._audioFailed: set[str] = set()
         #: The object carrying this engine's messages, if any (for tests
         #: that inspect the real connection).
         self.carrier: object | None = None
@@ -248,10 +254,38 @@ class SimulatedEngine(CaptureEvents):
             "timestamp": isoTimestamp(),
         }
         envelope.update(fields)
+        requestId = fields.get("requestId")
+        if requestId in self._audioFailed and type in ("reply.audio.completed", "reply.completed"):
+            # RPEngine's host keeps these back once a phrase could not be
+            # delivered: the request ended with audio_transport_failed.
+            if type == "reply.completed":
+                self._audioFailed.discard(requestId)
+            return envelope
         if self._open:
             self.sent.append(envelope)
             self._send(envelope)
         return envelope
+
+    def _audioSegment(self, segment: dict[str, Any]) -> None:
+        """
+        One synthesised phrase for a transport that takes whole phrases
+        (src/app-host.ts replyAudioTransport): when it cannot deliver it,
+        the request ends with C{audio_transport_failed} and its remaining
+        audio and completion are kept back.
+        """
+        assert self.sendAudioSegment is not None
+        segment["sessionId"] = self.sessionId
+        if self.sendAudioSegment(segment) is False:
+            requestId = segment["requestId"]
+            self._audioFailed.add(requestId)
+            self._emit(
+                "request.error",
+                requestId=requestId,
+                code="audio_transport_failed",
+                message="speech could not be delivered through the mailbox; later requests "
+                "get text only",
+                retryable=False,
+            )
 
     def _requestError(
         self, requestId: str | None, sourceMessageId: str, error: RequestError
@@ -597,6 +631,7 @@ class SimulatedEngine(CaptureEvents):
             onFailed=lambda stream, code, message: self._generationFailed(
                 reply, RequestError(code, message)
             ),
+            audioSegment=self._audioSegment if self.sendAudioSegment is not None else None,
         )
         reply.stream.start()
 
