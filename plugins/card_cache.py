@@ -172,7 +172,8 @@ class ContentStore:
 class _Sent:
     """
     A card-bearing request on its way, kept until RPEngine accepts or ends it
-    so that C{card_resync_required} can be answered with a snapshot.
+    (across sessions: see L{CardCache._fresh}) so that
+    C{card_resync_required} can be answered with a snapshot.
     """
 
     fields: dict[str, Any]
@@ -274,10 +275,21 @@ class CardCache(ChainPlugin):
     # Sessions.
 
     def engineSessionStarted(self, session: IEngineSessionInfo, context: IChainContext) -> None:
-        self._session = _SessionCards()
+        self._session = self._fresh()
 
     def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
-        self._session = _SessionCards()
+        self._session = self._fresh()
+
+    def _fresh(self) -> _SessionCards:
+        """
+        A new session holds no card, but the requests still on their way
+        stay known: over RPEngine's file mailbox a new RPEngine tab reads
+        what was written for the old session before its own handshake
+        (src/filesystem-mailbox-adapter.ts connect, then poll), so a
+        reference meant for the old one can come back as
+        C{card_resync_required} in the new one, and is healed as ever.
+        """
+        return _SessionCards(sent=self._session.sent)
 
     def held(self) -> dict[Key, str]:
         """

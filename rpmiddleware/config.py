@@ -66,6 +66,14 @@ class EngineSettings:
     dedup_window: int = 4096
     waiting_limit: int = 64
     ack_engine_messages: bool = False
+    #: RPEngine's file mailbox (file transport v1): the folder to serve it
+    #: in, beside the WebSocket; empty for none.  See docs/engine-endpoint.md.
+    mailbox: str = ""
+    #: WAV slots RPEngine may fill per peer identity (RPEngine's own game
+    #: side makes 2048).
+    mailbox_audio_slots: int = 2048
+    #: Wake on inotify as well as polling, where the platform has it.
+    mailbox_watch: bool = True
 
 
 @dataclass
@@ -375,5 +383,7 @@ def check(settings: Settings) -> None:
             raise ConfigError(f"{source}: {name} must be positive")
     if settings.engine.waiting_limit < 0 or settings.engine.dedup_window < 1:
         raise ConfigError(f"{source}: engine.waiting_limit and engine.dedup_window are too small")
+    if not 1 <= settings.engine.mailbox_audio_slots <= 65536:
+        raise ConfigError(f"{source}: engine.mailbox_audio_slots must be from 1 to 65536")
     settings.client.check(source)
     settings.webrtc.check(source)

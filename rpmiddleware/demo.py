@@ -1,6 +1,8 @@
 """
 C{twistd rpmiddleware --demo}: a simulated RPEngine connected in-process and
-one scripted turn, so a newcomer sees replies flow without RPEngine.
+one scripted turn, so a newcomer sees replies flow without RPEngine.  With
+C{--mailbox DIR} the simulated RPEngine talks through that folder, as
+RPEngine's file transport does, instead of the WebSocket.
 
 The demo's character plays the example quest-giver playbook
 (C{docs/examples/quest-giver.toml}), so two more scripted lines follow the
@@ -84,8 +86,16 @@ class DemoService(service.Service):
     pacing: dict[str, Any] = {"tokensPerSecond": 25.0, "audioRealtime": True}
     port: int = 0
 
-    def __init__(self, reactor: Any, middleware: Middleware, parent: service.MultiService) -> None:
+    def __init__(
+        self,
+        reactor: Any,
+        middleware: Middleware,
+        parent: service.MultiService,
+        mailbox: bool = False,
+    ) -> None:
         self.reactor = reactor
+        #: Play through RPEngine's file mailbox instead of the WebSocket.
+        self.mailbox = mailbox
         self.middleware = middleware
         self.parentService = parent
         self.engine: Any = None
@@ -109,8 +119,18 @@ class DemoService(service.Service):
         self.middleware.registerCharacter(DEMO_CHARACTER, exampleCard())
         self._unobserve = self.middleware.router.observe(self._playbookEvent)
         options = SimulatorOptions(**self.pacing)
-        self.log.info("demo: connecting a simulated RPEngine to port {port}", port=port)
-        d = connectSimulator(self.reactor, port, options)
+        if self.mailbox:
+            from rpmiddleware.testing.simmailbox import connectMailboxSimulator
+
+            folder: Any = self.parentService.getServiceNamed("mailbox")
+            self.log.info(
+                "demo: pointing a simulated RPEngine at the mailbox folder {folder}",
+                folder=folder.root,
+            )
+            d = connectMailboxSimulator(self.reactor, folder.root, options)
+        else:
+            self.log.info("demo: connecting a simulated RPEngine to port {port}", port=port)
+            d = connectSimulator(self.reactor, port, options)
         d.addCallback(self._connected)
         d.addErrback(self._failed)
 

@@ -16,6 +16,7 @@ from twisted.web.server import Site
 from rpmiddleware.client.protocol import ClientFactory
 from rpmiddleware.config import Settings
 from rpmiddleware.console import mountConsole
+from rpmiddleware.engine.mailboxservice import MailboxOptions, MailboxService
 from rpmiddleware.engine.protocol import EngineFactory
 from rpmiddleware.middleware import Middleware
 from rpmiddleware.web import CLIENT_PATH, ENGINE_PATH, buildSite
@@ -99,4 +100,22 @@ def makeMiddlewareService(
     listener = ListenerService(reactor, site, settings, endpoints)
     listener.setName("listener")
     listener.setServiceParent(top)
+    if settings.engine.mailbox:
+        mailboxService(reactor, middleware, settings).setServiceParent(top)
     return top, middleware
+
+
+def mailboxService(reactor: Any, middleware: Middleware, settings: Settings) -> MailboxService:
+    """
+    RPEngine's file mailbox in the configured folder, feeding the same
+    engine link as the WebSocket endpoint.
+    """
+    engine = settings.engine
+    options = MailboxOptions(
+        path=str(settings.relativePath(engine.mailbox)),
+        integrationId=settings.game.integration_id,
+        displayName=f"rpmiddleware ({settings.game.integration_id})",
+        slotCount=engine.mailbox_audio_slots,
+        watch=engine.mailbox_watch,
+    )
+    return MailboxService(reactor, middleware, options)

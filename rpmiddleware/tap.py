@@ -4,6 +4,7 @@ C{twistd rpmiddleware}: command-line options and the service they make.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from twisted.application import service
@@ -23,6 +24,13 @@ class Options(usage.Options):
         ["interface", None, None, "Loopback address to listen on (default 127.0.0.1)."],
         ["config", "c", None, "TOML configuration file."],
         ["origin", None, None, "Also allow this browser origin on /rp-engine/socket."],
+        [
+            "mailbox",
+            None,
+            None,
+            "Also serve RPEngine's file mailbox in this folder (select it in RPEngine's "
+            "settings); created if missing.",
+        ],
     ]
     optFlags = [
         ["dev", None, "Development mode: also allow http://127.0.0.1:5173 as RPEngine's origin."],
@@ -46,6 +54,8 @@ class Options(usage.Options):
                 server.dev = True
             if self["origin"]:
                 server.origins.append(self["origin"])
+            if self["mailbox"]:
+                settings.engine.mailbox = os.path.abspath(os.path.expanduser(self["mailbox"]))
             check(settings)
         except ConfigError as e:
             raise usage.UsageError(str(e))
@@ -86,5 +96,6 @@ def makeService(options: Options, reactor: Any = None) -> service.IService:
     if options["demo"]:
         from rpmiddleware.demo import DemoService
 
-        DemoService(reactor, middleware, top).setServiceParent(top)
+        demo = DemoService(reactor, middleware, top, mailbox=bool(options.settings.engine.mailbox))
+        demo.setServiceParent(top)
     return top

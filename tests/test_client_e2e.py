@@ -18,6 +18,7 @@ from twisted.internet.task import deferLater
 
 from rpmiddleware.audio import exactLength
 from rpmiddleware.envelope import Envelope
+from rpmiddleware.testing.simmailbox import spokenChunks
 from rpmiddleware.testing.simoptions import defaultReplyText
 from tests.test_client_helpers import (
     LiveClientCase,
@@ -79,7 +80,7 @@ def expectedSamples(engine: Any, turnId: str, rate: int) -> int:
     segment RPEngine spoke, converted exactly.
     """
     segments: dict[int, int] = defaultdict(int)
-    for chunk in engine.sentOfType("reply.audio.chunk", requestId=turnId):
+    for chunk in spokenChunks(engine, requestId=turnId):
         segments[chunk["segmentSequence"]] += len(base64.b64decode(chunk["data"])) // 2
     return sum(exactLength(n, 44100, rate) for n in segments.values())
 
@@ -154,10 +155,10 @@ class VoiceAndTextTurnTests(TurnCase):
         self.assertEqual(
             messages[-1]["speech"], {"sampleRate": 24000, "samples": pcmSamples(messages)}
         )
-        segments = {c["segmentSequence"] for c in engine.sentOfType("reply.audio.chunk")}
+        segments = {c["segmentSequence"] for c in spokenChunks(engine)}
         stats = messages[-1]["stats"]
         self.assertEqual(stats["audio"]["segmentCount"], len(segments))
-        self.assertEqual(stats["audio"]["chunkCount"], len(engine.sentOfType("reply.audio.chunk")))
+        self.assertEqual(stats["audio"]["chunkCount"], len(spokenChunks(engine)))
         self.assertGreater(stats["text"]["tokenCount"], 0)
         self.assertEqual(messages[-1]["modalities"], ["text", "audio"])
         self.assertEqual(engine.processed[turnId], 1)
@@ -208,8 +209,7 @@ class VoiceAndTextTurnTests(TurnCase):
         # At 44.1 kHz the plugin converts nothing: the samples are RPEngine's own.
         last = requestsOf(engine)[-1]["requestId"]
         spoken = sum(
-            len(base64.b64decode(c["data"])) // 2
-            for c in engine.sentOfType("reply.audio.chunk", requestId=last)
+            len(base64.b64decode(c["data"])) // 2 for c in spokenChunks(engine, requestId=last)
         )
         self.assertEqual(expectedSamples(engine, last, 44100), spoken)
 
@@ -684,7 +684,7 @@ class SlowClientTests(TurnCase):
         self.assertEqual(
             messages[-1]["reason"], "the client is not reading its messages fast enough"
         )
-        spoken = len(engine.sentOfType("reply.audio.chunk", requestId=turnId))
+        spoken = len(spokenChunks(engine, requestId=turnId))
         self.assertLess(types(messages).count("tts-chunk"), spoken)
         self.assertFalse(slow.closed.called)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
@@ -305,17 +306,27 @@ class StatusHub:
         capacity = self.endpoint.capacity
         linkWaiting, gateHeld = self._waiting()
         clients = self._clients()
+        engine: dict[str, Any] = {
+            "connected": session is not None,
+            "sessionId": session.sessionId if session is not None else None,
+            "peer": session.peer if session is not None else None,
+            "connectedAt": _ms(session.startedAt) if session is not None else None,
+            "link": engineLink(port),
+        }
+        folder = middleware.settings.engine.mailbox
+        if folder:
+            # RPEngine's file mailbox is served too: the folder to select in
+            # RPEngine, and which way the live session came.
+            path = middleware.settings.relativePath(folder)
+            engine["mailbox"] = os.path.abspath(os.path.expanduser(path))
+            engine["transport"] = (
+                None if session is None else "mailbox" if session.fileMode else "websocket"
+            )
         return {
             "type": "status",
             "time": _ms(self._now()),
             "server": {"version": __version__, "port": port},
-            "engine": {
-                "connected": session is not None,
-                "sessionId": session.sessionId if session is not None else None,
-                "peer": session.peer if session is not None else None,
-                "connectedAt": _ms(session.startedAt) if session is not None else None,
-                "link": engineLink(port),
-            },
+            "engine": engine,
             "capacity": {
                 "acceptingRequests": capacity.acceptingRequests,
                 "queueDepth": capacity.queueDepth,

@@ -166,6 +166,7 @@ class MailboxService(service.Service):
         self._notifier: Any = None
         self._wake: IDelayedCall | None = None
         self._polling = False
+        self._closeAfterPoll = False
         self._failing = False
         self._lastActivity = -1e9
         self._lastStale = 0.0
@@ -235,11 +236,19 @@ class MailboxService(service.Service):
             self._notifier = None
         if self.endpoint is not None:
             self.endpoint.stop()
+        if self._polling:
+            # Stopped from inside a poll (something the poll handed on ended
+            # the program): the poll closes the folders when it is done.
+            self._closeAfterPoll = True
+        else:
+            self._closeFolders()
+        return None
+
+    def _closeFolders(self) -> None:
         folders, self.folders = self.folders, None
         if folders is not None:
             for fd in (folders.toEngine, folders.fromEngine, folders.audio):
                 os.close(fd)
-        return None
 
     # Polling
 
@@ -256,6 +265,8 @@ class MailboxService(service.Service):
                 endpoint.stranger(name)
                 removePair(folders.fromEngine, name[: -len(READY)])
             for stem in scan.stems:
+                if not self.running:
+                    break
                 try:
                     endpoint.read(stem)
                 except Exception:
@@ -282,6 +293,9 @@ class MailboxService(service.Service):
         finally:
             endpoint.outbox.flush()
             self._polling = False
+            if self._closeAfterPoll:
+                self._closeAfterPoll = False
+                self._closeFolders()
 
     def _pace(self, now: float, backlog: bool = False) -> None:
         """

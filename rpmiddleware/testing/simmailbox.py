@@ -165,6 +165,7 @@ class MailboxTransport:
         self._lastStamp = 0
         self._activeUntil = -1.0
         self._timer: IDelayedCall | None = None
+        self._ackTimers: list[IDelayedCall] = []
         self._polling = False
         self.polls = 0
 
@@ -268,6 +269,12 @@ class MailboxTransport:
             if level.timer.active():
                 level.timer.cancel()
         self._pendingLevels.clear()
+        # RPEngine's tab would still remove its acks two seconds on; a
+        # simulated one that went away leaves no timers behind in a test.
+        for timer in self._ackTimers:
+            if timer.active():
+                timer.cancel()
+        self._ackTimers = []
         if notify:
             self.engine.disconnected()
 
@@ -377,7 +384,10 @@ class MailboxTransport:
             return False
         self.written.append(envelope)
         if envelope["type"] == "ack":
-            self.clock.callLater(ACK_REMOVAL, _removePair, self.outbound, stem)
+            self._ackTimers = [t for t in self._ackTimers if t.active()]
+            self._ackTimers.append(
+                self.clock.callLater(ACK_REMOVAL, _removePair, self.outbound, stem)
+            )
         else:
             self.outgoing[envelope["messageId"]] = stem
         self._activeUntil = self.clock.seconds() + ACTIVE_FOR

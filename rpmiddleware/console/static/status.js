@@ -85,6 +85,17 @@ export class StatusView {
     link.title = engine.link;
     $("engine-session").textContent = engine.sessionId || "—";
     $("engine-peer").textContent = engine.peer || "—";
+    // RPEngine's file mailbox, when served: the folder to select in RPEngine
+    // (Settings, Game transport: Filesystem mailbox, Choose mailbox folder).
+    const mailbox = Boolean(engine.mailbox);
+    $("engine-mailbox-label").hidden = !mailbox;
+    $("engine-mailbox").hidden = !mailbox;
+    if (mailbox) {
+      const through = engine.transport === "mailbox" ? " (connected through it)" : "";
+      $("engine-mailbox").textContent = engine.mailbox + through;
+      $("engine-mailbox").title =
+        "In RPEngine: Settings, Game transport: Filesystem mailbox, Choose mailbox folder, then this folder";
+    }
     $("engine-since").textContent = engine.connected ? ago(engine.connectedAt, this.serverNow()) : "—";
   }
 
