@@ -464,6 +464,18 @@ class ResyncTests(SynchronousTestCase):
         self.resyncError("r2")
         self.assertEqual(self.rig.harness.typesToGame(), ["reply.completed", "request.error"])
 
+    def test_healedInTheNextSession(self) -> None:
+        """
+        A reference written for one session and read by an RPEngine of the
+        next (a new tab reads the file mailbox before its handshake) comes
+        back as card_resync_required there, and is healed with the card.
+        """
+        self.rig.newSession()
+        self.resyncError("r2")
+        self.assertEqual(self.rig.harness.sentToGame, [])
+        again = self.rig.sent()
+        self.assertEqual((again.requestId, again["card"]["mode"]), ("r2", "snapshot"))
+
 
 class OrderTests(SynchronousTestCase):
     def test_laterEnvelopesWaitBehindAHeldOne(self) -> None:
