@@ -33,7 +33,7 @@ from twisted.internet.task import LoopingCall, deferLater
 
 from bench.common import Section, median, percentile, pin, table
 from bench.peers import Peer
-from plugins.card_cache import CardCache, jsonSize
+from rpmiddleware.builtin.card_cache import CardCache, jsonSize
 from rpmiddleware.carddiff import diff
 from rpmiddleware.cards import CardHasher, canonicalHash, snapshotTransfer
 from rpmiddleware.config import Settings

@@ -40,8 +40,8 @@ from scipy.signal.windows import blackmanharris
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from plugins.audio_resample import AudioResample, ResampleSettings  # noqa: E402
 from rpmiddleware.audio import StreamResampler  # noqa: E402
+from rpmiddleware.builtin.audio_resample import AudioResample, ResampleSettings  # noqa: E402
 from rpmiddleware.testing.kit import PluginHarness  # noqa: E402
 
 #: A method given the input once returns the call to time and the call that

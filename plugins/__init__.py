@@ -1,10 +1,15 @@
 """
-The built-in plugins of rpmiddleware.
+The built-in plugins of rpmiddleware: C{rpmiddleware.builtin}.
+
+This folder is the repository's top-level C{plugins/}; it is shipped and
+imported as C{rpmiddleware.builtin} (setup.cfg's C{package_dir} in a wheel,
+L{rpmiddleware.sourcelayout} in a checkout), never as a top-level
+C{plugins} package, so a folder or package of that name elsewhere, in the
+working directory or in site-packages, is never ours and changes nothing.
 
 C{FACTORIES} lists every built-in factory; C{DEFAULT_CHAIN} is the chain a
 configuration starts from (name -> priority, lower nearer the game).  This
-package's path is never extended: only these modules are built-ins, whatever
-folder called C{plugins} lies in the working directory.
+package's path is never extended: only these modules are built-ins.
 
 The default order, game side first: the capacity gate holds work before the
 card cache chooses a transfer, so that the transfer is chosen for the session
@@ -13,21 +18,25 @@ the request actually leaves in.
 
 from __future__ import annotations
 
-from plugins.audio_resample import audioResample
-from plugins.capacity_gate import capacityGate
-from plugins.card_cache import cardCache
-from plugins.envelope_log import envelopeLog
-from plugins.moderation import moderation
-from plugins.playbook import playbook
+from rpmiddleware.builtin import (
+    audio_resample,
+    capacity_gate,
+    card_cache,
+    envelope_log,
+    moderation,
+    playbook,
+)
 from rpmiddleware.interfaces import IPluginFactory
 
+# The factories are reached through their modules, so that each name here
+# stays the module (``import rpmiddleware.builtin.playbook.tools as t`` works).
 FACTORIES: list[IPluginFactory] = [
-    moderation,
-    audioResample,
-    capacityGate,
-    cardCache,
-    envelopeLog,
-    playbook,
+    moderation.moderation,
+    audio_resample.audioResample,
+    capacity_gate.capacityGate,
+    card_cache.cardCache,
+    envelope_log.envelopeLog,
+    playbook.playbook,
 ]
 
 #: Moderation nearest the game so a blocked turn takes no capacity; audio is

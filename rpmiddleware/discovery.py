@@ -1,7 +1,8 @@
 """
 Finding plugin factories and building the configured chain from them.
 
-Built-in plugins come from the top-level C{plugins} package; third-party ones
+Built-in plugins come from C{rpmiddleware.builtin} (the repository's
+C{plugins/} folder, see L{rpmiddleware.sourcelayout}); third-party ones
 announce themselves with a drop-in module in a C{twisted/plugins/} folder and
 are found with L{twisted.plugin.getPlugins}.  Configuration alone decides
 which run and in what order.  A drop-in that fails to import is reported by
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -62,9 +63,12 @@ class PluginRegistry:
         self.origins[name] = origin
 
 
-def _moduleOf(failure: Any) -> str:
+def _moduleOf(failure: Any, folders: Collection[str]) -> str:
     """
-    The drop-in module a failed import came from, from its traceback.
+    The drop-in module a failed import came from, from its traceback: the
+    innermost frame in one of the drop-in package's C{folders}.  Only those
+    folders count, never a folder's name: the built-ins' own folder in a
+    checkout is called C{plugins/} too, and is no drop-in.
     """
     value = failure.value
     filename = getattr(value, "filename", None)
@@ -72,9 +76,8 @@ def _moduleOf(failure: Any) -> str:
         return os.path.basename(str(filename))
     for frame in reversed(failure.frames):
         path = frame[1]
-        if os.path.join("twisted", "plugins") in path or "plugins" in path.split(os.sep)[-2:-1]:
-            if not path.endswith(os.path.join("twisted", "plugin.py")):
-                return os.path.basename(path)
+        if os.path.dirname(os.path.abspath(path)) in folders:
+            return os.path.basename(path)
     return "an unknown drop-in"
 
 
@@ -95,7 +98,7 @@ def discoverPlugins(package: ModuleType | None = None) -> PluginRegistry:
     Every plugin factory: the built-ins, then the drop-ins found in
     C{package} (C{twisted.plugins} unless given).
     """
-    import plugins as builtins
+    import rpmiddleware.builtin as builtins
 
     registry = PluginRegistry()
     for factory in builtins.FACTORIES:
@@ -120,12 +123,15 @@ def discoverPlugins(package: ModuleType | None = None) -> PluginRegistry:
         found = list(getPlugins(IPluginFactory, package))
     finally:
         globalLogPublisher.removeObserver(collect)
+    folders = {os.path.abspath(folder) for folder in getattr(package, "__path__", ())}
     for factory in found:
         if any(factory is builtin for builtin in builtins.FACTORIES):
             continue
         registry.add(factory, _dropinModule(factory, package.__name__))
     for failure in failures:
-        problem = DropinProblem(_moduleOf(failure), f"{failure.type.__name__}: {failure.value}")
+        problem = DropinProblem(
+            _moduleOf(failure, folders), f"{failure.type.__name__}: {failure.value}"
+        )
         registry.problems.append(problem)
         log.error(
             "plugin drop-in {module} failed to load: {error}",
@@ -156,11 +162,11 @@ def buildChain(
     Build the configured plugins, in order.
 
     @param defaults: the chain the configuration starts from; the built-in
-        C{plugins.DEFAULT_CHAIN} unless given.
+        C{rpmiddleware.builtin.DEFAULT_CHAIN} unless given.
 
     @raise ConfigError: for an unknown plugin name or settings a plugin refuses.
     """
-    import plugins as builtins
+    import rpmiddleware.builtin as builtins
 
     built = []
     if defaults is None:

@@ -196,7 +196,7 @@ class ITool(Interface):
         @param arguments: the JSON object the playbook gives (a fresh dict).
         @param call: who and where: C{callId}, C{name}, C{clientId},
             C{characterId}, C{playbook}, C{stage}, C{requestId}, C{reactor}
-            (a L{plugins.playbook_tools.ToolCall}).
+            (a L{rpmiddleware.builtin.playbook.tools.ToolCall}).
         @return: a JSON-serialisable result, or a Deferred firing with one.
             Raising, failing, or not answering within the timeout ends the
             call with TOOL_ERROR; the conversation goes on.
@@ -207,7 +207,7 @@ class IToolProvider(Interface):
     """
     Provides tools to playbooks.  Announce one in a C{twisted/plugins/}
     drop-in (it must also provide L{twisted.plugin.IPlugin};
-    L{plugins.playbook_tools.ToolSet} does both), or pass it to the playbook
+    L{rpmiddleware.builtin.playbook.tools.ToolSet} does both), or pass it to the playbook
     plugin in code.
     """
 

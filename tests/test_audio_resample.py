@@ -17,14 +17,6 @@ from hypothesis.extra import numpy as hnp
 from scipy.signal.windows import blackmanharris
 from twisted.trial.unittest import SynchronousTestCase
 
-import plugins.audio_resample
-from plugins.audio_resample import (
-    PREPARE_DELAY,
-    AudioResample,
-    ResampleSettings,
-    audioResample,
-    endsSegment,
-)
 from rpmiddleware.audio import (
     AudioError,
     StreamResampler,
@@ -35,6 +27,14 @@ from rpmiddleware.audio import (
     exactLength,
     resample,
     strictBase64,
+)
+from rpmiddleware.builtin import audio_resample
+from rpmiddleware.builtin.audio_resample import (
+    PREPARE_DELAY,
+    AudioResample,
+    ResampleSettings,
+    audioResample,
+    endsSegment,
 )
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IEnvelopePlugin
@@ -535,7 +535,7 @@ class PreparedTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.made: list[tuple[int, int]] = []
         self.patch(CountingResampler, "made", self.made)
-        self.patch(plugins.audio_resample, "StreamResampler", CountingResampler)
+        self.patch(audio_resample, "StreamResampler", CountingResampler)
 
     def chunk(
         self, harness: PluginHarness, sequence: int, segment: int, samples: int, final: bool

@@ -10,8 +10,8 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
-from plugins.capacity_gate import CapacityGate, buildCapacityGate, capacityGate
-from plugins.card_cache import CardCache
+from rpmiddleware.builtin.capacity_gate import CapacityGate, buildCapacityGate, capacityGate
+from rpmiddleware.builtin.card_cache import CardCache
 from rpmiddleware.cards import CardHasher, canonicalHash, snapshotTransfer
 from rpmiddleware.config import Settings
 from rpmiddleware.envelope import Envelope

@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
 
-from plugins.card_cache import CardCache, buildCardCache, cardCache, jsonSize
+from rpmiddleware.builtin.card_cache import CardCache, buildCardCache, cardCache, jsonSize
 from rpmiddleware.canonical import canonicalJson
 from rpmiddleware.cards import CardHasher
 from rpmiddleware.config import Settings

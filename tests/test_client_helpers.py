@@ -108,9 +108,9 @@ def buildChain(services: PluginServices) -> list[Any]:
     tests do not depend on the configured defaults: capacity gate nearest the
     game, then audio resampling, then the card cache nearest RPEngine.
     """
-    from plugins.audio_resample import audioResample
-    from plugins.capacity_gate import capacityGate
-    from plugins.card_cache import cardCache
+    from rpmiddleware.builtin.audio_resample import audioResample
+    from rpmiddleware.builtin.capacity_gate import capacityGate
+    from rpmiddleware.builtin.card_cache import cardCache
 
     return [
         capacityGate.buildPlugin({"assume_after": 0.5}, services),

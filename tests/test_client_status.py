@@ -74,8 +74,8 @@ class Rig:
     """
 
     def __init__(self) -> None:
-        from plugins.capacity_gate import capacityGate
-        from plugins.card_cache import cardCache
+        from rpmiddleware.builtin.capacity_gate import capacityGate
+        from rpmiddleware.builtin.card_cache import cardCache
 
         self.clock = Clock()
         self.settings = Settings()

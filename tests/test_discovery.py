@@ -140,7 +140,7 @@ class OrderTests(SynchronousTestCase):
         """
         from twisted.internet.task import Clock
 
-        import plugins
+        import rpmiddleware.builtin as plugins
         from rpmiddleware.middleware import Middleware
 
         middleware = Middleware.fromSettings(Clock(), parseSettings({}))

@@ -14,7 +14,7 @@ from twisted.logger import ILogObserver, Logger, LogLevel, eventAsJSON, formatEv
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
-from plugins.envelope_log import (
+from rpmiddleware.builtin.envelope_log import (
     ENVELOPE_FORMAT,
     SUMMARY_FORMAT,
     EnvelopeLog,

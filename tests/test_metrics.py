@@ -43,9 +43,9 @@ class Rig:
     """
 
     def __init__(self, endpoints: dict[bytes, Any] | None = None) -> None:
-        from plugins.audio_resample import audioResample
-        from plugins.capacity_gate import capacityGate
-        from plugins.card_cache import cardCache
+        from rpmiddleware.builtin.audio_resample import audioResample
+        from rpmiddleware.builtin.capacity_gate import capacityGate
+        from rpmiddleware.builtin.card_cache import cardCache
 
         self.clock = Clock()
         self.timer = FakeTimer()

@@ -17,7 +17,13 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Site
 
-from plugins.moderation import Moderation, ModerationSettings, Rules, masked, moderation
+from rpmiddleware.builtin.moderation import (
+    Moderation,
+    ModerationSettings,
+    Rules,
+    masked,
+    moderation,
+)
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IEnvelopePlugin
 from rpmiddleware.testing.kit import REFERENCE_CARD, PluginHarness

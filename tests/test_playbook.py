@@ -15,10 +15,10 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from plugins.playbook import PlaybookPlugin, build
-from plugins.playbook_model import parsePlaybook, parseText
-from plugins.playbook_tools import FunctionTool, ToolCall, ToolSet, discoverTools
 from rpmiddleware import playbookwire as pw
+from rpmiddleware.builtin.playbook import PlaybookPlugin, build
+from rpmiddleware.builtin.playbook.parser import parsePlaybook, parseText
+from rpmiddleware.builtin.playbook.tools import FunctionTool, ToolCall, ToolSet, discoverTools
 from rpmiddleware.cards import CardHasher
 from rpmiddleware.config import Settings
 from rpmiddleware.enginerules import checkEnvelope, checkPromptContext
@@ -1261,7 +1261,7 @@ class MemoryTests(SynchronousTestCase):
 
 
 TOOL_DROPIN = """
-from plugins.playbook_tools import FunctionTool, ToolSet
+from rpmiddleware.builtin.playbook.tools import FunctionTool, ToolSet
 
 
 def weather(arguments, call):

@@ -17,9 +17,9 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.internet.task import Clock, deferLater
 from twisted.trial.unittest import TestCase
 
-from plugins.playbook import PlaybookPlugin
-from plugins.playbook_model import loadPlaybookFile
-from plugins.playbook_tools import FunctionTool
+from rpmiddleware.builtin.playbook import PlaybookPlugin
+from rpmiddleware.builtin.playbook.parser import loadPlaybookFile
+from rpmiddleware.builtin.playbook.tools import FunctionTool
 from rpmiddleware.cards import CardHasher
 from rpmiddleware.client.settings import ClientSettings
 from rpmiddleware.config import Settings

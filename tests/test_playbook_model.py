@@ -14,15 +14,9 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from plugins.playbook_model import (
-    Matcher,
-    PlaybookError,
-    Rule,
-    loadPlaybookFile,
-    parsePlaybook,
-    parseText,
-)
-from plugins.playbook_tools import FunctionTool
+from rpmiddleware.builtin.playbook.model import Matcher, PlaybookError, Rule
+from rpmiddleware.builtin.playbook.parser import loadPlaybookFile, parsePlaybook, parseText
+from rpmiddleware.builtin.playbook.tools import FunctionTool
 from rpmiddleware.enginerules import INTERACTION_MODES, checkPromptContext
 
 TOP = Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ from typing import Any
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from plugins.playbook import PlaybookPlugin
-from plugins.playbook_model import parsePlaybook
+from rpmiddleware.builtin.playbook import PlaybookPlugin
+from rpmiddleware.builtin.playbook.parser import parsePlaybook
 from rpmiddleware.cards import CardHasher
 from rpmiddleware.client.connection import ClientConnection
 from rpmiddleware.client.playbook import PlaybookBridge

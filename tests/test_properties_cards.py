@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from plugins.card_cache import CardCache, jsonSize, smallerPatch
+from rpmiddleware.builtin.card_cache import CardCache, jsonSize, smallerPatch
 from rpmiddleware.carddiff import applyPatch, diff
 from rpmiddleware.cards import CanonicalCard, CardHasher, canonicalHash, snapshotTransfer
 from rpmiddleware.testing.cardstore import SessionCardStore, simulatorHash

@@ -24,8 +24,8 @@ class NoGlobalReactorTests(SynchronousTestCase):
         twistd --reactor (asyncio for WebRTC) can still choose one.
         """
         code = (
-            "import sys, pkgutil, importlib, rpmiddleware, plugins\n"
-            "for package in (rpmiddleware, plugins):\n"
+            "import sys, pkgutil, importlib, rpmiddleware, rpmiddleware.builtin\n"
+            "for package in (rpmiddleware, rpmiddleware.builtin):\n"
             "    for info in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
             "        try:\n"
             "            importlib.import_module(info.name)\n"

@@ -17,11 +17,11 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from plugins.playbook_model import Rule
-from plugins.playbook_outbox import Outbox
-from plugins.playbook_state import SessionState
-from plugins.playbook_tools import ToolRunner
 from rpmiddleware import playbookwire as wire
+from rpmiddleware.builtin.playbook.model import Rule
+from rpmiddleware.builtin.playbook.outbox import Outbox
+from rpmiddleware.builtin.playbook.state import SessionState
+from rpmiddleware.builtin.playbook.tools import ToolRunner
 from rpmiddleware.envelope import Envelope
 
 #: What an idle transition without C{say} tells RPEngine happened.

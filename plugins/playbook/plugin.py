@@ -1,8 +1,8 @@
 """
 The playbook plugin in the chain: it sees a client's requests, their endings
 and the client endpoint's playbook envelopes, and hands each to the part that
-owns the rule (L{plugins.playbook_sessions}, L{plugins.playbook_prompt},
-L{plugins.playbook_rules}, L{plugins.playbook_pacing}, the tool runner).
+owns the rule (L{rpmiddleware.builtin.playbook.sessions}, L{rpmiddleware.builtin.playbook.prompt},
+L{rpmiddleware.builtin.playbook.rules}, L{rpmiddleware.builtin.playbook.pacing}, the tool runner).
 
 It talks to the client endpoint only with the envelopes of
 L{rpmiddleware.playbookwire}, through the chain, so that it can be tested
@@ -22,15 +22,16 @@ from typing import Any
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from plugins.playbook_model import Playbook, parsePlaybook
-from plugins.playbook_outbox import Outbox
-from plugins.playbook_pacing import Pacer
-from plugins.playbook_prompt import decorate
-from plugins.playbook_rules import IDLE_TEXT, Transitions, dueIdleRule, stageChange
-from plugins.playbook_sessions import Sessions
-from plugins.playbook_state import OpenRequest, SessionState, ToolRun
-from plugins.playbook_tools import ToolRunner
 from rpmiddleware import playbookwire as wire
+from rpmiddleware.builtin.playbook.model import Playbook
+from rpmiddleware.builtin.playbook.outbox import Outbox
+from rpmiddleware.builtin.playbook.pacing import Pacer
+from rpmiddleware.builtin.playbook.parser import parsePlaybook
+from rpmiddleware.builtin.playbook.prompt import decorate
+from rpmiddleware.builtin.playbook.rules import IDLE_TEXT, Transitions, dueIdleRule, stageChange
+from rpmiddleware.builtin.playbook.sessions import Sessions
+from rpmiddleware.builtin.playbook.state import OpenRequest, SessionState, ToolRun
+from rpmiddleware.builtin.playbook.tools import ToolRunner
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext, IEnvelopePlugin
 from rpmiddleware.messages import MESSAGES, textOfDelta

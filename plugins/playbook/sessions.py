@@ -19,11 +19,11 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from plugins.playbook_model import Playbook, PlaybookError
-from plugins.playbook_model import parseText as parsePlaybookText
-from plugins.playbook_outbox import Outbox
-from plugins.playbook_state import SessionState
 from rpmiddleware import playbookwire as wire
+from rpmiddleware.builtin.playbook.model import Playbook, PlaybookError
+from rpmiddleware.builtin.playbook.outbox import Outbox
+from rpmiddleware.builtin.playbook.parser import parseText as parsePlaybookText
+from rpmiddleware.builtin.playbook.state import SessionState
 
 
 class Sessions:

@@ -32,9 +32,9 @@ from twisted.plugin import IPlugin, getPlugins
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from plugins.playbook_model import Playbook, ToolUse
-from plugins.playbook_state import SessionState, ToolRun
 from rpmiddleware import playbookwire as wire
+from rpmiddleware.builtin.playbook.model import Playbook, ToolUse
+from rpmiddleware.builtin.playbook.state import SessionState, ToolRun
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import ITool, IToolProvider
 

@@ -24,11 +24,11 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from plugins.playbook_outbox import Outbox
-from plugins.playbook_rules import idleRules, short
-from plugins.playbook_sessions import Sessions
-from plugins.playbook_state import SessionState
 from rpmiddleware import playbookwire as wire
+from rpmiddleware.builtin.playbook.outbox import Outbox
+from rpmiddleware.builtin.playbook.rules import idleRules, short
+from rpmiddleware.builtin.playbook.sessions import Sessions
+from rpmiddleware.builtin.playbook.state import SessionState
 from rpmiddleware.envelope import Envelope
 
 

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from plugins.playbook_model import Stage
-from plugins.playbook_state import SessionState
+from rpmiddleware.builtin.playbook.model import Stage
+from rpmiddleware.builtin.playbook.state import SessionState
 from rpmiddleware.enginerules import PROMPT_CONTEXT_FIELDS, EngineRefusal, checkPromptContext
 from rpmiddleware.envelope import Envelope
 

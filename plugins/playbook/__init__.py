@@ -8,19 +8,24 @@ number of turns; transitions may run tools (game actions) on the way.  The
 plugin keeps, per client session, where the conversation is, and queues the
 game's live events while a reply plays.
 
-This module is what the chain's discovery imports: the factory, which reads
-C{[plugins.playbook]} and every configured playbook file at start-up, so that
-a mistake stops start-up rather than the first conversation that meets it.
-The plugin is built from these modules, one rule each:
+This package is the plugin; its C{__init__} is what the chain's discovery
+imports: the factory, which reads C{[plugins.playbook]} and every configured
+playbook file at start-up, so that a mistake stops start-up rather than the
+first conversation that meets it.  The plugin is built from the modules
+beside it, one rule each:
 
-  - L{plugins.playbook_plugin}: the chain plugin, which routes what it sees;
-  - L{plugins.playbook_sessions}: the sessions, and which playbook each plays;
-  - L{plugins.playbook_prompt}: what each request is told;
-  - L{plugins.playbook_rules}: which transition fires, and taking it;
-  - L{plugins.playbook_pacing}: events waiting, auto_event turns, idle timer;
-  - L{plugins.playbook_outbox}: what goes toward the game, one turn later;
-  - L{plugins.playbook_model}, L{plugins.playbook_state},
-    L{plugins.playbook_tools}: playbooks, a session's state, tools.
+  - L{plugin}: the chain plugin, which routes what it sees;
+  - L{sessions}: the sessions, and which playbook each plays;
+  - L{prompt}: what each request is told;
+  - L{rules}: which transition fires, and taking it;
+  - L{pacing}: events waiting, auto_event turns, idle timer;
+  - L{outbox}: what goes toward the game, one turn later;
+  - L{model}, L{parser}: playbooks once loaded, and loading and checking one;
+  - L{state}: one session's state;
+  - L{tools}: tools, their discovery, and running a transition's calls.
+
+(Each is C{rpmiddleware.builtin.playbook.NAME}; they never import this
+module, which imports them.)
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from plugins.playbook_model import Playbook, PlaybookError, loadPlaybookFile
-from plugins.playbook_plugin import NAME, PlaybookPlugin
-from plugins.playbook_tools import discoverTools
+from rpmiddleware.builtin.playbook.model import Playbook, PlaybookError
+from rpmiddleware.builtin.playbook.parser import loadPlaybookFile
+from rpmiddleware.builtin.playbook.plugin import NAME, PlaybookPlugin
+from rpmiddleware.builtin.playbook.tools import discoverTools
 from rpmiddleware.interfaces import IPluginServices
 from rpmiddleware.plugin import PluginFactory, rejectUnknownSettings
 

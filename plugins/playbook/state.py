@@ -4,8 +4,8 @@ its playbook, what is playing, which game events wait, which tools run.
 
 Keyed by the client session id (C{meta["client"]}), which a C{reconnect}
 keeps, so a client that comes back finds its conversation where it left it.
-The rules that change this state are in the other C{plugins.playbook_*}
-modules; this module only holds it, with the event queue's bounds, and
+The rules that change this state are in the other modules of
+C{rpmiddleware.builtin.playbook}; this module only holds it, with the event queue's bounds, and
 describes it for the console.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall
 
-from plugins.playbook_model import Playbook
+from rpmiddleware.builtin.playbook.model import Playbook
 
 #: Stage changes and tool calls the console can look back on, per session.
 RECENT = 20
