@@ -24,8 +24,7 @@ beside it, one rule each:
   - L{state}: one session's state;
   - L{tools}: tools, their discovery, and running a transition's calls.
 
-(Each is C{rpmiddleware.builtin.playbook.NAME}; they never import this
-module, which imports them.)
+(Modules of this package, none of which imports this one.)
 """
 
 from __future__ import annotations

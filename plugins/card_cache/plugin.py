@@ -1,34 +1,12 @@
 """
-card-cache: send every character card the cheapest way RPEngine accepts.
-
-A request carries its Character Card V2 as a whole C{snapshot}, an RFC 6902
-C{patch} against the card RPEngine holds, or a bare C{reference} to it.
-RPEngine holds one card per C{integrationId} + C{characterId} for one
-connection session (C{crates/rp-engine-core/src/session.rs}), and a request
-that names a card it does not hold there fails with C{card_resync_required}.
-Games (and the Python API) should not have to know any of that: they send
-snapshots, and this plugin turns each into a reference or a patch when the
-current session has acknowledged what that needs, turns references and
-patches back into snapshots when it has not, refuses invalid cards before they
-cost a round trip, and heals C{card_resync_required} by sending the request
-again with a snapshot, so the game never sees it.
-
-Canonical cards come from the shared L{CardHasher}, which finds the hash of a
-card the middleware owns by identity; diffs come from L{rpmiddleware.carddiff},
-linear in the card's size and bounded in length, and for a large card they run
-in a reactor turn of their own, so that no single turn does more than a few
-milliseconds of card work.  While one envelope waits for such work, later
-game-to-engine envelopes wait behind it: a cancel must not overtake the
-request it cancels.
+The card cache's chain plugin: chooses each card transfer on the way to
+RPEngine, in order, and learns from RPEngine's answers what it holds.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -36,27 +14,22 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from rpmiddleware.canonical import knownPlainJson
-from rpmiddleware.carddiff import applyPatch, diff
+from rpmiddleware.builtin.card_cache.store import ContentStore, Key, Sent, SessionCards, trim
+from rpmiddleware.builtin.card_cache.transfers import candidatePatch, reproduces, transferSize
+from rpmiddleware.carddiff import applyPatch
 from rpmiddleware.cards import (
     CARD_FORMAT,
     CanonicalCard,
     CardHasher,
     InvalidCard,
-    canonicalHash,
     snapshotTransfer,
     transferDocument,
     transferOperations,
     validateCard,
 )
 from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import (
-    IChainContext,
-    IEngineSessionInfo,
-    IEnvelopePlugin,
-    IPluginServices,
-)
-from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
+from rpmiddleware.interfaces import IChainContext, IEngineSessionInfo, IEnvelopePlugin
+from rpmiddleware.plugin import ChainPlugin
 from rpmiddleware.reactorturn import hasTurns, inLaterTurn
 from rpmiddleware.timeline import Timeline
 
@@ -68,164 +41,6 @@ CARD_BEARING = frozenset({"reply.request", "voice.capture.start", "character.syn
 ENDING = frozenset({"reply.completed", "reply.cancelled", "request.error"})
 #: Meta keys that describe one pass through the chain, not the request.
 _PASS_META = ("decisions", "enteredAt", "origin")
-
-Key = tuple[str, str]
-
-
-def jsonSize(value: Any) -> int:
-    """
-    Bytes of C{value} as compact UTF-8 JSON: what a transfer costs on the wire.
-    """
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def transferSize(transfer: Any, card: CanonicalCard | None) -> int:
-    """
-    L{jsonSize} of a card transfer, without encoding a snapshot's card again
-    when its canonical size is known (compact JSON in any key order has the
-    same length).
-    """
-    if (
-        card is None
-        or not isinstance(transfer, dict)
-        or transfer.get("snapshot") is not card.document
-    ):
-        return jsonSize(transfer)
-    return jsonSize({**transfer, "snapshot": 0}) - 1 + card.size
-
-
-def candidatePatch(base: CanonicalCard, target: CanonicalCard) -> list[dict[str, Any]] | None:
-    """
-    RFC 6902 operations turning C{base} into C{target}, or C{None} when
-    there are none short enough (see L{rpmiddleware.carddiff}) or they are
-    not smaller than C{target} itself.  Unchecked: see L{reproduces}.
-    """
-    operations = diff(base.document, target.document)
-    if operations is None or jsonSize(operations) >= target.size:
-        return None
-    return operations
-
-
-def reproduces(base: CanonicalCard, target: CanonicalCard, operations: list[Any]) -> bool:
-    """
-    Whether C{operations} applied to C{base} give exactly C{target}: the
-    same canonical hash, because Python's C{==}, which the diff relies on,
-    calls C{true} equal to C{1}.  When the C encoder wrote both cards, the
-    patched one is made only of their parts and needs no walk before it.
-    """
-    patched = applyPatch(base.document, operations)
-    if base.plain and target.plain:
-        return hashlib.sha256(knownPlainJson(patched)).hexdigest() == target.hash
-    return canonicalHash(patched) == target.hash
-
-
-def smallerPatch(base: CanonicalCard, target: CanonicalCard) -> list[dict[str, Any]] | None:
-    """
-    A checked patch from C{base} to C{target} (L{candidatePatch} then
-    L{reproduces}), or C{None}.
-    """
-    operations = candidatePatch(base, target)
-    if operations is None or not reproduces(base, target, operations):
-        return None
-    return operations
-
-
-class ContentStore:
-    """
-    Canonical cards by hash, least recently used evicted first.
-
-    It outlives sessions: it is what lets a reference or patch made in an old
-    session become a snapshot in a new one.
-    """
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._cards: OrderedDict[str, CanonicalCard] = OrderedDict()
-
-    def __contains__(self, targetHash: object) -> bool:
-        return targetHash in self._cards
-
-    def __len__(self) -> int:
-        return len(self._cards)
-
-    def get(self, targetHash: Any) -> CanonicalCard | None:
-        found = self._cards.get(targetHash) if isinstance(targetHash, str) else None
-        if found is not None:
-            self._cards.move_to_end(targetHash)
-        return found
-
-    def put(self, card: CanonicalCard) -> CanonicalCard:
-        """
-        Keep C{card}, or return the one already kept under its hash.
-        """
-        found = self.get(card.hash)
-        if found is not None:
-            return found
-        self._cards[card.hash] = card
-        while len(self._cards) > self._size:
-            self._cards.popitem(last=False)
-        return card
-
-
-@dataclass
-class _Sent:
-    """
-    A card-bearing request on its way, kept until RPEngine accepts or ends it
-    (across sessions: see L{CardCache._fresh}) so that
-    C{card_resync_required} can be answered with a snapshot.
-    """
-
-    fields: dict[str, Any]
-    meta: dict[str, Any]
-    key: Key
-    targetHash: str
-    mode: str
-    baseHash: str | None
-    card: CanonicalCard | None
-    resent: bool = False
-
-
-@dataclass
-class _SessionCards:
-    """
-    The card RPEngine holds in the current session for each C{integrationId}
-    + C{characterId}, and what is on its way.
-
-    C{held} names each card by our hash; it is set when a snapshot or patch
-    leaves (RPEngine takes messages in order, so a reference sent after it
-    finds it) and confirmed when RPEngine accepts.  RPEngine's hash is the one
-    that counts: C{engineHash} maps ours to RPEngine's where
-    C{reply.accepted.resolvedCardHash} or C{character.synced.targetHash}
-    showed that they differ, and a card with such a difference is sent as a
-    snapshot without C{targetHash} rather than as a patch whose target hash
-    we cannot know.
-    """
-
-    held: dict[Key, str] = field(default_factory=dict)
-    engineHash: OrderedDict[str, str] = field(default_factory=OrderedDict)
-    sent: OrderedDict[str, _Sent] = field(default_factory=OrderedDict)
-    syncs: dict[Key, str] = field(default_factory=dict)
-
-    def engineHashOf(self, ourHash: str) -> str:
-        return self.engineHash.get(ourHash, ourHash)
-
-    def learn(self, ourHash: str, resolved: Any, key: Key) -> None:
-        """
-        RPEngine now holds the card we call C{ourHash} for C{key}, under its
-        hash C{resolved}.
-        """
-        self.held[key] = ourHash
-        if isinstance(resolved, str) and resolved and resolved != ourHash:
-            self.engineHash[ourHash] = resolved
-            _trim(self.engineHash, ALIAS_LIMIT)
-
-    def forget(self, key: Key) -> None:
-        self.held.pop(key, None)
-
-
-#: How many hashes that RPEngine computes differently one session remembers.
-ALIAS_LIMIT = 4096
 
 
 def _settled(d: Deferred[Any]) -> Any:
@@ -244,7 +59,7 @@ def _settled(d: Deferred[Any]) -> Any:
 @implementer(IEnvelopePlugin)
 class CardCache(ChainPlugin):
     """
-    Chooses each card transfer; see the module docstring and
+    Chooses each card transfer; see the package docstring and
     C{docs/plugins/card-cache.md}.
 
     @ivar deferred: how many diffs, patch checks and patch applications ran
@@ -267,7 +82,7 @@ class CardCache(ChainPlugin):
         self._threshold = deferThreshold
         self._pendingLimit = pendingLimit
         self.store = ContentStore(storeSize)
-        self._session = _SessionCards()
+        self._session = SessionCards()
         self._busy = False
         self._waiting: deque[tuple[Envelope, IChainContext, Deferred[Any]]] = deque()
         self.deferred = 0
@@ -280,7 +95,7 @@ class CardCache(ChainPlugin):
     def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
         self._session = self._fresh()
 
-    def _fresh(self) -> _SessionCards:
+    def _fresh(self) -> SessionCards:
         """
         A new session holds no card, but the requests still on their way
         stay known: over RPEngine's file mailbox a new RPEngine tab reads
@@ -289,7 +104,7 @@ class CardCache(ChainPlugin):
         reference meant for the old one can come back as
         C{card_resync_required} in the new one, and is healed as ever.
         """
-        return _SessionCards(sent=self._session.sent)
+        return SessionCards(sent=self._session.sent)
 
     def held(self) -> dict[Key, str]:
         """
@@ -500,10 +315,10 @@ class CardCache(ChainPlugin):
         fields = {k: v for k, v in envelope.fields.items() if k not in ("messageId", "sessionId")}
         meta = {k: v for k, v in envelope.meta.items() if k not in _PASS_META}
         session.sent.pop(requestId, None)
-        session.sent[requestId] = _Sent(
+        session.sent[requestId] = Sent(
             fields, meta, key, ourHash, mode, chosen.get("baseHash"), card
         )
-        _trim(session.sent, self._pendingLimit)
+        trim(session.sent, self._pendingLimit)
 
     def _note(
         self, envelope: Envelope, transfer: Any, card: CanonicalCard | None = None, **extra: Any
@@ -603,39 +418,3 @@ class CardCache(ChainPlugin):
         self._note(again, transfer, sent.card, cardResync=True)
         context.sendToEngine(again)
         return None
-
-
-def _trim(mapping: OrderedDict[Any, Any], limit: int) -> None:
-    while len(mapping) > limit:
-        mapping.popitem(last=False)
-
-
-def _positiveInt(settings: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
-    value = settings.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{NAME}: {key} must be a whole number, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{NAME}: {key} must be at least {minimum}, got {value}")
-    return value
-
-
-def buildCardCache(settings: Mapping[str, Any], services: IPluginServices) -> CardCache:
-    """
-    The plugin from its C{[plugins.card-cache]} table.
-    """
-    rejectUnknownSettings(NAME, settings, {"store_size", "defer_threshold", "pending_limit"})
-    return CardCache(
-        services.cards,
-        services.timeline,
-        storeSize=_positiveInt(settings, "store_size", 64, 1),
-        deferThreshold=_positiveInt(settings, "defer_threshold", 32 * 1024, 0),
-        pendingLimit=_positiveInt(settings, "pending_limit", 256, 1),
-    )
-
-
-cardCache = PluginFactory(
-    NAME,
-    "Sends each character card as a reference, patch or snapshot, whichever is cheapest "
-    "and valid in the current RPEngine session, and heals card_resync_required.",
-    buildCardCache,
-)

@@ -1,263 +1,36 @@
 """
-The moderation plugin: checks what the player says before RPEngine hears it,
-and what the character says before the game shows it.
+The moderation plugin's chain plugin: what it checks of each envelope, and
+what it does with what it finds (mask, block or cancel).
 
-Local rules (words and regular expressions) run on every piece of text,
-including the streamed C{reply.text.delta}s: a word split across two deltas
-is still caught because the plugin holds back only the shortest tail that
-could still become a match, and emits the rest at once.  An optional remote
-service (an OpenAI-compatible C{/v1/moderations} endpoint) classifies whole
-texts: the player's message and transcript, and the completed reply.  It does
-not see deltas, because a round trip per delta would stall every reply by the
-service's latency, and a classifier judges a sentence, not a word piece.
+Local rules (L{rpmiddleware.builtin.moderation.rules}) run on every piece of
+text, including the streamed C{reply.text.delta}s; the remote service
+(L{rpmiddleware.builtin.moderation.remote}) classifies whole texts, and
+while it decides, the envelope it checks and every later one of its request
+wait.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import treq
-from treq.client import HTTPClient
-from twisted.internet.defer import Deferred, TimeoutError, succeed
+from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.client import Agent, HTTPConnectionPool
 from zope.interface import implementer
 
+from rpmiddleware.builtin.moderation.remote import ModerationService, Verdict
+from rpmiddleware.builtin.moderation.rules import CONTEXT_CHARS, Hit, Rules, masked, maskedWhole
+from rpmiddleware.builtin.moderation.settings import NAME, ModerationSettings
 from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import (
-    IChainContext,
-    IEngineSessionInfo,
-    IEnvelopePlugin,
-    IPluginServices,
-)
+from rpmiddleware.interfaces import IChainContext, IEngineSessionInfo, IEnvelopePlugin
 from rpmiddleware.messages import MESSAGES, textOfDelta
-from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin import ChainPlugin
 
-NAME = "moderation"
-ACTIONS = ("mask", "block", "cancel")
-FAIL_POLICIES = ("open", "closed")
-#: Raw text already emitted that is kept to find matches that began in it.
-CONTEXT_CHARS = 256
-_WORD_CHAR = re.compile(r"\w")
 _DELTA_FIELDS = ("text", "delta", "content")
 _OPENING = ("reply.request", "voice.capture.start")
 _WITHDRAWING = ("request.cancel", "voice.capture.cancel")
-_KNOWN = {
-    "words",
-    "patterns",
-    "action",
-    "input_action",
-    "output_action",
-    "mask_char",
-    "max_hold_chars",
-    "remote_url",
-    "remote_model",
-    "remote_timeout",
-    "fail_policy",
-}
-
-
-def _choice(settings: Mapping[str, Any], key: str, choices: Sequence[str], default: str) -> str:
-    value = settings.get(key, default)
-    if value not in choices:
-        raise ValueError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
-    return str(value)
-
-
-def _strings(settings: Mapping[str, Any], key: str) -> tuple[str, ...]:
-    value = settings.get(key, [])
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
-        raise ValueError(f"{key} must be a list of non-empty strings, got {value!r}")
-    return tuple(value)
-
-
-@dataclass(frozen=True)
-class ModerationSettings:
-    """
-    The plugin's TOML table, checked.
-    """
-
-    words: tuple[str, ...] = ()
-    patterns: tuple[str, ...] = ()
-    action: str = "mask"
-    input_action: str = ""
-    output_action: str = ""
-    mask_char: str = "*"
-    max_hold_chars: int = 64
-    remote_url: str = ""
-    remote_model: str = "omni-moderation-latest"
-    remote_timeout: float = 2.0
-    fail_policy: str = "open"
-
-    @property
-    def inputAction(self) -> str:
-        return self.input_action or self.action
-
-    @property
-    def outputAction(self) -> str:
-        return self.output_action or self.action
-
-    @classmethod
-    def fromMapping(cls, settings: Mapping[str, Any]) -> ModerationSettings:
-        rejectUnknownSettings(NAME, settings, _KNOWN)
-        patterns = _strings(settings, "patterns")
-        for index, pattern in enumerate(patterns):
-            try:
-                re.compile(pattern)
-            except re.error as e:
-                raise ValueError(f"patterns[{index}] is not a valid regular expression: {e}")
-        maskChar = settings.get("mask_char", cls.mask_char)
-        if not isinstance(maskChar, str) or len(maskChar) != 1:
-            raise ValueError(f"mask_char must be a single character, got {maskChar!r}")
-        hold = settings.get("max_hold_chars", cls.max_hold_chars)
-        if type(hold) is not int or hold < 1:
-            raise ValueError(f"max_hold_chars must be a positive whole number, got {hold!r}")
-        url = settings.get("remote_url", cls.remote_url)
-        if not isinstance(url, str) or (url and not url.startswith(("http://", "https://"))):
-            raise ValueError(f"remote_url must be an http:// or https:// URL or empty, got {url!r}")
-        model = settings.get("remote_model", cls.remote_model)
-        if not isinstance(model, str):
-            raise ValueError(f"remote_model must be a string, got {model!r}")
-        timeout = settings.get("remote_timeout", cls.remote_timeout)
-        if type(timeout) not in (int, float) or timeout <= 0:
-            raise ValueError(
-                f"remote_timeout must be a positive number of seconds, got {timeout!r}"
-            )
-        return cls(
-            words=_strings(settings, "words"),
-            patterns=patterns,
-            action=_choice(settings, "action", ACTIONS, cls.action),
-            input_action=_choice(settings, "input_action", ("", *ACTIONS), ""),
-            output_action=_choice(settings, "output_action", ("", *ACTIONS), ""),
-            mask_char=maskChar,
-            max_hold_chars=hold,
-            remote_url=url,
-            remote_model=model,
-            remote_timeout=float(timeout),
-            fail_policy=_choice(settings, "fail_policy", FAIL_POLICIES, cls.fail_policy),
-        )
-
-
-@dataclass(frozen=True)
-class Hit:
-    """
-    One rule matching C{text[start:end]}.
-    """
-
-    start: int
-    end: int
-    rule: str
-
-    def describe(self) -> str:
-        kind = "word" if self.rule.startswith("words") else "pattern"
-        return f"it matched a blocked {kind} ({self.rule})"
-
-
-class Rules:
-    """
-    The local rules, and where a stream of text may safely be cut.
-    """
-
-    def __init__(self, words: Sequence[str], patterns: Sequence[str], maxHold: int = 64) -> None:
-        self._words = [w.lower() for w in words]
-        self._longestWord = max((len(w) for w in words), default=0)
-        self._maxHold = maxHold
-        self._hasPatterns = bool(patterns)
-        self._rules = [
-            (f"words[{i}]", re.compile(rf"(?<!\w){re.escape(w)}(?!\w)", re.IGNORECASE))
-            for i, w in enumerate(words)
-        ] + [(f"patterns[{i}]", re.compile(p)) for i, p in enumerate(patterns)]
-
-    def __bool__(self) -> bool:
-        return bool(self._rules)
-
-    def hits(self, text: str) -> list[Hit]:
-        found = [
-            Hit(m.start(), m.end(), name)
-            for name, regex in self._rules
-            for m in regex.finditer(text)
-            if m.end() > m.start()
-        ]
-        return sorted(found, key=lambda h: (h.start, h.end))
-
-    def scan(self, context: str, text: str, final: bool) -> tuple[int, list[Hit]]:
-        """
-        How much of C{text} may be emitted now, and the matches inside that
-        part (clipped to it, relative to C{text}).
-
-        @param context: raw text already emitted just before C{text}, so
-            that word boundaries and matches that began there are seen.
-        @param final: no more text follows: everything may be emitted.
-        """
-        full = context + text
-        offset, end = len(context), len(full)
-        hold = end
-        confirmed = []
-        for hit in self.hits(full):
-            if hit.end <= offset:
-                continue
-            if not final and hit.end == end:
-                # More text could still extend it or undo it ("darn" + "ed").
-                hold = min(hold, max(hit.start, offset))
-            else:
-                confirmed.append(hit)
-        if not final:
-            hold = min(hold, self._possibleStart(full, offset))
-        return hold - offset, [
-            Hit(max(h.start, offset) - offset, min(h.end, hold) - offset, h.rule)
-            for h in confirmed
-            if max(h.start, offset) < hold
-        ]
-
-    def _possibleStart(self, full: str, offset: int) -> int:
-        """
-        The earliest position at or after C{offset} where a match could
-        begin that more text would complete.
-        """
-        end = len(full)
-        start = end
-        for i in range(max(offset, end - self._longestWord + 1), end):
-            if i > 0 and _WORD_CHAR.match(full[i - 1]):
-                continue
-            tail = full[i:].lower()
-            if any(len(w) > len(tail) and w.startswith(tail) for w in self._words):
-                start = i
-                break
-        if self._hasPatterns and end > offset and _WORD_CHAR.match(full[-1]):
-            # Regular expressions cannot say what could still match: hold
-            # the unfinished last word, as far back as max_hold_chars.
-            word = end
-            while word > max(offset, end - self._maxHold) and _WORD_CHAR.match(full[word - 1]):
-                word -= 1
-            start = min(start, word)
-        return start
-
-
-def _timedOut(result: Any, timeout: float) -> Failure:
-    """
-    Whatever the cancelled request failed with (treq wraps the cancellation
-    in ResponseNeverReceived), the cause was the timeout.
-    """
-    return Failure(TimeoutError(f"no answer within {timeout:g} s"))
-
-
-def masked(text: str, hits: Sequence[Hit], char: str) -> str:
-    chars = list(text)
-    for hit in hits:
-        chars[hit.start : hit.end] = char * (hit.end - hit.start)
-    return "".join(chars)
-
-
-def maskedWhole(text: str, char: str) -> str:
-    """
-    A text the remote service flagged as a whole: every visible character.
-    """
-    return re.sub(r"\S", char, text)
 
 
 @dataclass
@@ -281,9 +54,6 @@ class _Reply:
     held: bool = False
 
 
-Verdict = str | None
-
-
 @implementer(IEnvelopePlugin)
 class Moderation(ChainPlugin):
     """
@@ -299,67 +69,16 @@ class Moderation(ChainPlugin):
         self.rules = Rules(s.words, s.patterns, s.max_hold_chars)
         self.reactor = reactor
         self._replies: dict[str, _Reply] = {}
-        self._pool: HTTPConnectionPool | None = None
-        self._client: HTTPClient | None = None
-        if s.remote_url:
-            if reactor is None:
-                raise ValueError("remote_url needs a reactor")
-            # Persistent connections: a check should not pay a TCP handshake.
-            self._pool = HTTPConnectionPool(reactor, persistent=True)
-            self._client = HTTPClient(Agent(reactor, pool=self._pool))
+        #: The remote service, when C{remote_url} names one.
+        self.service = ModerationService(s, reactor) if s.remote_url else None
 
     def close(self) -> Deferred[Any]:
         """
         Close the connections kept open to the remote service.
         """
-        if self._pool is None:
+        if self.service is None:
             return succeed(None)
-        return self._pool.closeCachedConnections()
-
-    # The remote service.
-
-    def _checkRemotely(self, text: str) -> Deferred[Verdict]:
-        """
-        Fires with C{None} when C{text} may pass, else with the reason it
-        may not; never fails.
-        """
-        assert self._client is not None
-        s = self.settings
-        body = {"input": text, "model": s.remote_model}
-        d: Deferred[Any] = self._client.post(s.remote_url, json=body)
-        d.addCallback(self._readVerdict)
-        d.addTimeout(s.remote_timeout, self.reactor, onTimeoutCancel=_timedOut)
-        return d.addErrback(self._remoteFailed)
-
-    def _readVerdict(self, response: Any) -> Deferred[Verdict]:
-        def parse(content: bytes) -> Verdict:
-            if response.code != 200:
-                raise ValueError(f"HTTP {response.code}")
-            try:
-                flagged = json.loads(content)["results"][0]["flagged"]
-            except (ValueError, LookupError, TypeError):
-                raise ValueError("an answer without results[0].flagged")
-            if not isinstance(flagged, bool):
-                raise ValueError("results[0].flagged is not a boolean")
-            return "it was flagged by the moderation service" if flagged else None
-
-        return treq.content(response).addCallback(parse)
-
-    def _remoteFailed(self, failure: Failure) -> Verdict:
-        if failure.check(TimeoutError):
-            why = f"no answer within {self.settings.remote_timeout:g} s"
-        else:
-            why = str(failure.value) or type(failure.value).__name__
-        closed = self.settings.fail_policy == "closed"
-        self.log.warn(
-            "the moderation service failed ({why}); fail_policy is {policy}, so the text {result}",
-            why=why,
-            policy=self.settings.fail_policy,
-            result="is treated as flagged" if closed else "passes",
-        )
-        if closed:
-            return f"the moderation service could not check it ({why}) and fail_policy is closed"
-        return None
+        return self.service.close()
 
     # Toward RPEngine: the player's message.
 
@@ -369,7 +88,7 @@ class Moderation(ChainPlugin):
         Whether there is anything to check with: without rules or a service
         the plugin passes everything and keeps no state.
         """
-        return bool(self.rules) or self._client is not None
+        return bool(self.rules) or self.service is not None
 
     def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
         kind, requestId = envelope.type, envelope.requestId
@@ -398,11 +117,13 @@ class Moderation(ChainPlugin):
                 **event,
                 "text": masked(text, hits, self.settings.mask_char),
             }
-        if self._client is None:
+        if self.service is None:
             return envelope
-        return self._holdInput(envelope, context, text)
+        return self._holdInput(envelope, context, self.service, text)
 
-    def _holdInput(self, envelope: Envelope, context: IChainContext, text: str) -> Deferred[Any]:
+    def _holdInput(
+        self, envelope: Envelope, context: IChainContext, service: ModerationService, text: str
+    ) -> Deferred[Any]:
         reply = self._replies[envelope.requestId or ""]
         reply.held = True
 
@@ -423,7 +144,7 @@ class Moderation(ChainPlugin):
             self._refuse(envelope, context, verdict)
             return None
 
-        return self._checkRemotely(text).addCallback(decided)
+        return service.check(text).addCallback(decided)
 
     def _refuse(self, envelope: Envelope, context: IChainContext, reason: str) -> None:
         self._replies.pop(envelope.requestId or "", None)
@@ -554,7 +275,7 @@ class Moderation(ChainPlugin):
                 self._cut(reply, envelope, context, hits[0].describe(), side)
                 return None
             envelope[name] = masked(text, hits, self.settings.mask_char)
-        if self._client is None or not text:
+        if self.service is None or not text:
             return envelope
 
         def decided(verdict: Verdict) -> Envelope | None:
@@ -568,7 +289,7 @@ class Moderation(ChainPlugin):
             self._cut(reply, envelope, context, verdict, side)
             return None
 
-        return self._gate(reply, context, self._checkRemotely(text), decided)
+        return self._gate(reply, context, self.service.check(text), decided)
 
     def _gate(
         self,
@@ -650,14 +371,3 @@ class Moderation(ChainPlugin):
 
     def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
         self._replies = {k: r for k, r in self._replies.items() if r.held or r.gate is not None}
-
-
-def _build(settings: Mapping[str, Any], services: IPluginServices) -> Moderation:
-    return Moderation(ModerationSettings.fromMapping(settings), services.reactor)
-
-
-moderation = PluginFactory(
-    NAME,
-    "Masks, blocks or cancels player and character text by word lists, patterns or a service.",
-    _build,
-)
