@@ -6,13 +6,18 @@ passed and the rest is said: each attachment's alt text goes with the
 client's next turn as context in C{event.text}; the image itself (its data URI
 or URL) never leaves the middleware, and the client is told so in an
 C{attachments-ack}.
+
+Attachments come in an C{attachments} message (for the next turn) or inside
+an C{audio} message (for that turn).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rpmiddleware.client import messages as wire
 from rpmiddleware.client.messages import Attachment
+from rpmiddleware.client.surface import ClientSurface
 
 
 def keepPending(
@@ -64,3 +69,26 @@ def contextText(attachments: list[Attachment]) -> str | None:
     if not alts:
         return None
     return "\n".join(f"[The player shows an image: {alt}]" for alt in alts)
+
+
+def keepAttachments(client: ClientSurface, attached: list[Attachment], when: str) -> None:
+    """
+    Keep attachments for the client's next turn, and tell the client what
+    of them can reach RPEngine (alt text only: v3 takes no images).
+    """
+    settings = client.settings
+    kept, dropped = keepPending(client.session.attachments, attached, settings.max_attachments)
+    client.session.attachments = kept
+    client.send(acknowledgement(attached, dropped, settings.max_attachments, when))
+
+
+def attachmentContext(client: ClientSurface) -> str | None:
+    """
+    The context standing for the attachments waiting for this turn, which
+    are taken.
+    """
+    return contextText(client.session.takeAttachments())
+
+
+def handleAttachments(client: ClientSurface, message: dict[str, Any]) -> None:
+    keepAttachments(client, wire.attachments(message, required=True), "your next turn")

@@ -1,5 +1,5 @@
 """
-One client connection: its messages in order, its session, its turns.
+One client connection's life: its messages in order, its session, its turns.
 
 Independent of Autobahn (L{rpmiddleware.client.protocol} adapts it) so that
 the rules are read in one place:
@@ -13,6 +13,11 @@ the rules are read in one place:
     happens; the session lives on;
   - when the connection goes, its turn is cancelled upstream and its session
     waits for a reconnect.
+
+What each message means is not here: the endpoint's dispatch table
+(L{rpmiddleware.client.endpoint.ClientEndpoint.handlers}) names the handler
+of each type, in the module of its concern, and a handler sees this
+connection only as a L{rpmiddleware.client.surface.ClientSurface}.
 """
 
 from __future__ import annotations
@@ -26,38 +31,22 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from rpmiddleware.api import ReplyStream
-from rpmiddleware.cards import InvalidCard, validateCard
 from rpmiddleware.client import messages as wire
-from rpmiddleware.client.attachments import acknowledgement, contextText, keepPending
-from rpmiddleware.client.decode import AudioDecodeError, DecodedAudio
+from rpmiddleware.client.attachments import attachmentContext
+from rpmiddleware.client.decode import DecodedAudio
 from rpmiddleware.client.endpoint import ClientEndpoint, Writer
-from rpmiddleware.client.errors import (
-    INTERNAL_ERROR,
-    INVALID_MESSAGE,
-    RATE_LIMITED,
-    SESSION_EXPIRED,
-    SESSION_NOT_FOUND,
-    WEBRTC_UNAVAILABLE,
-    errorMessage,
-)
+from rpmiddleware.client.errors import INTERNAL_ERROR, INVALID_MESSAGE, RATE_LIMITED, errorMessage
 from rpmiddleware.client.flow import SendGuard
-from rpmiddleware.client.messages import Attachment, InvalidMessage
-from rpmiddleware.client.playbook import PLAYBOOK_HANDLERS, sessionResumed
-from rpmiddleware.client.sessions import ClientConfig, ClientSession, SessionLookupError
+from rpmiddleware.client.messages import InvalidMessage
+from rpmiddleware.client.sessions import ClientConfig, ClientSession
 from rpmiddleware.client.settings import Character
-from rpmiddleware.client.status import handleStatus
+from rpmiddleware.client.surface import Opener, Reply
 from rpmiddleware.client.tts import SpeechOutput
-from rpmiddleware.client.turns import AUDIO, TEXT, VOICE, Turn
+from rpmiddleware.client.turns import AUDIO, Turn
 
 #: WebSocket close codes this endpoint uses.
 CLOSE_POLICY = 1008
 CLOSE_TAKEN_OVER = 4001
-
-Opener = Callable[[dict[str, Any]], ReplyStream]
-#: Answers a message on the channel it came by (the WebRTC data channel);
-#: C{None}: the WebSocket.
-Reply = Callable[[dict[str, Any]], Any]
-
 
 #: Seconds between capacity messages that only move the queue depth.
 DEPTH_INTERVAL = 0.25
@@ -65,6 +54,8 @@ DEPTH_INTERVAL = 0.25
 
 class ClientConnection:
     """
+    Provides L{rpmiddleware.client.surface.ClientSurface} to the handlers.
+
     @ivar session: the client's session (replaced by a successful reconnect).
     @ivar current: the turn playing now, if any.
     """
@@ -172,8 +163,17 @@ class ClientConnection:
             self.voice.mirror(message)
         return True
 
-    def _error(self, code: str, message: str, retryable: bool = False, **extra: Any) -> None:
+    def error(self, code: str, message: str, retryable: bool = False, **extra: Any) -> None:
         self.send(errorMessage(code, message, retryable, **extra))
+
+    def reply(self, message: dict[str, Any]) -> None:
+        """
+        Answer the message being handled on the channel it came by.
+        """
+        if self._reply is not None:
+            self._reply(message)
+        else:
+            self.send(message)
 
     def _congested(self) -> None:
         self.log.warn(
@@ -260,7 +260,7 @@ class ClientConnection:
         self._busy = False
         if isinstance(result, Failure):
             self.log.failure("handling a message of client {peer} failed", result, peer=self.peer)
-            self._error(INTERNAL_ERROR, "the middleware failed while handling a message")
+            self.error(INTERNAL_ERROR, "the middleware failed while handling a message")
         if not self.closed:
             self.writer.resumeReading()
             self._drain()
@@ -276,248 +276,39 @@ class ClientConnection:
                 kind=kind,
                 size=len(payload),
             )
-            return self._HANDLERS[kind](self, message)
+            return self.endpoint.handlers[kind](self, message)
         except InvalidMessage as e:
             self.log.info("invalid message from client {peer}: {why}", peer=self.peer, why=str(e))
-            self._error(INVALID_MESSAGE, str(e))
+            self.error(INVALID_MESSAGE, str(e))
         except Exception:
             self.log.failure(
                 "handling a {kind} message of client {peer} failed", kind=kind, peer=self.peer
             )
-            self._error(INTERNAL_ERROR, f"the middleware failed while handling {kind}")
+            self.error(INTERNAL_ERROR, f"the middleware failed while handling {kind}")
         return None
 
-    # Messages.
+    # What handlers use (see ClientSurface).
 
-    def _ping(self, message: dict[str, Any]) -> None:
-        pong = wire.pong(wire.number(message, "timestamp"))
-        if self._reply is not None:
-            self._reply(pong)
-        else:
-            self.send(pong)
+    @property
+    def middleware(self) -> Any:
+        return self.endpoint.middleware
 
-    def _offer(self, message: dict[str, Any]) -> Deferred[None] | None:
-        answer = self.endpoint.answerOffer
-        if answer is not None:
-            return answer(self, message)
-        self._error(
-            WEBRTC_UNAVAILABLE,
-            "this server has no WebRTC; send recordings in audio messages over this WebSocket",
-        )
-        return None
+    @property
+    def port(self) -> int:
+        return self.writer.port
 
-    def _character(self, message: dict[str, Any]) -> None:
-        characterId = wire.identifier(message, "characterId")
-        integrationId = wire.identifier(message, "integrationId", required=False)
-        card = wire.obj(message, "card")
-        try:
-            validateCard(card)
-        except InvalidCard as e:
-            raise InvalidMessage(f"character.card: {e}")
-        assert characterId is not None
-        # Parsed for this connection alone and never changed: the hasher may
-        # find its hash by identity on every turn.
-        card = self.endpoint.middleware.cards.adopt(card)
-        self.session.character = Character(characterId, integrationId, card)
-        self.log.info(
-            "client {peer} plays character {characterId}",
-            peer=self.peer,
-            characterId=characterId,
-        )
+    @property
+    def congested(self) -> bool:
+        return self.guard.congested
 
-    def _configure(self, message: dict[str, Any]) -> None:
-        config = self.session.config.updated(wire.configureChanges(message))
-        config.check(self.settings, "configure")
-        self.session.config = config
+    @property
+    def queued(self) -> int:
+        return len(self.waiting)
 
-    def _turnConfig(self, message: dict[str, Any]) -> ClientConfig:
-        """
-        The configuration a turn plays with: the session's, with the turn's
-        own C{options} (checked like C{configure}'s) over it.  Taken when the
-        turn is sent, so a later C{configure} does not change a turn that
-        waits behind another.
-        """
-        changes = wire.turnOptions(message)
-        config = self.session.config
-        if changes:
-            config = config.updated(changes)
-            config.check(self.settings, f"{message['type']}.options")
-        return config
+    def decode(self, data: str) -> Deferred[DecodedAudio]:
+        return self.endpoint.decode(data)
 
-    def _attachments(self, message: dict[str, Any]) -> None:
-        self._keepAttachments(wire.attachments(message, required=True), "your next turn")
-
-    def _text(self, message: dict[str, Any]) -> None:
-        typed = wire.string(message, "text")
-        config = self._turnConfig(message)
-        self._characterOrRefuse()
-        context = self._attachmentContext()
-
-        def open(request: dict[str, Any]) -> ReplyStream:
-            text = typed if context is None else f"{context}\n{typed}"
-            return self.endpoint.middleware.requestReply(text=text, **request)
-
-        self._submit(TEXT, typed, open, config)
-
-    def _audio(self, message: dict[str, Any]) -> Deferred[None]:
-        data = wire.string(message, "data")
-        attached = wire.attachments(message, required=False)
-        config = self._turnConfig(message)
-        self._characterOrRefuse()
-        if attached:
-            self._keepAttachments(attached, "this turn")
-        decoding = self.endpoint.decode(data)
-        return decoding.addCallbacks(self._decoded, self._undecodable, callbackArgs=(config,))
-
-    def _decoded(self, decoded: DecodedAudio, config: ClientConfig | None = None) -> None:
-        if self.closed:
-            return
-        self.log.info(
-            "client {peer} sent {seconds:.2f} s of {container} audio ({rate} Hz, {channels} ch)",
-            peer=self.peer,
-            seconds=decoded.seconds,
-            container=decoded.container,
-            rate=decoded.sampleRate,
-            channels=decoded.channels,
-        )
-        config = config or self.session.config
-        try:
-            self.submitAudio(decoded.eventAudio(config.inputLanguage), config)
-        except InvalidMessage as e:
-            self._error(INVALID_MESSAGE, str(e))
-
-    def submitAudio(self, audio: dict[str, Any], config: ClientConfig | None = None) -> None:
-        """
-        Start a turn from a recording already in RPEngine's C{event.audio}
-        shape (PCM at any rate; the audio-resample plugin converts it), with
-        any pending attachments' alt text as context.  The entry point for
-        audio that arrives other than in an C{audio} message (a WebRTC
-        microphone track).
-
-        @raise InvalidMessage: when the client has no character.
-        """
-        context = self._attachmentContext()
-
-        def open(request: dict[str, Any]) -> ReplyStream:
-            return self.endpoint.middleware.requestReply(text=context, audio=audio, **request)
-
-        self._submit(AUDIO, None, open, config)
-
-    def _undecodable(self, failure: Failure) -> None:
-        if self.closed:
-            return
-        if failure.check(AudioDecodeError):
-            error: Any = failure.value
-            self.log.info(
-                "refused audio from client {peer}: {why}", peer=self.peer, why=error.message
-            )
-            self._error(error.code, error.message)
-        else:
-            self.log.failure("decoding audio from client {peer} failed", failure, peer=self.peer)
-            self._error(INTERNAL_ERROR, "the middleware failed while decoding the audio")
-
-    def _voiceCapture(self, message: dict[str, Any]) -> None:
-        """
-        C{start}: a turn on RPEngine's microphone (voice.capture.start, with
-        C{returnTranscript: true} so the client is told the words, and the
-        turn's C{silenceBehavior}); C{stop}: end the player's speech now
-        (voice.capture.stop, also while the player speaks); C{cancel}: throw
-        the capture (or the reply it became) away.
-        """
-        action = wire.voiceAction(message)
-        turn = self.current
-        live = turn is not None and not (turn.ended or turn.silenced)
-        capture = turn if live and turn is not None and turn.kind == VOICE else None
-        if action == "start":
-            config = self._turnConfig(message)
-            self._characterOrRefuse()
-            if capture is not None and capture.capturePhase:
-                # RPEngine has one capture at a time and would answer
-                # voice_capture_active; say so here, naming what to do.
-                raise InvalidMessage(
-                    f"voice-capture start: a voice capture is already in progress "
-                    f"(turn {capture.id}); send voice-capture stop or cancel first"
-                )
-            silence = config.silence()
-
-            def open(request: dict[str, Any]) -> ReplyStream:
-                return self.endpoint.middleware.captureVoice(
-                    returnTranscript=True, silenceBehavior=silence, **request
-                )
-
-            self._submit(VOICE, None, open, config)
-        elif capture is None:
-            raise InvalidMessage(f"voice-capture {action}: no voice capture is in progress")
-        elif action == "stop":
-            # After speech_ended RPEngine stops the capture itself; a stop
-            # that crossed it has nothing left to do.
-            if capture.stopCapture():
-                self.endpoint.middleware.stopVoiceCapture(capture.stream)
-        else:
-            capture.cancel()
-
-    def _cancel(self, message: dict[str, Any]) -> None:
-        self._dropWaiting("a waiting turn was cancelled by the client")
-        if self.current is not None and not self.current.ended:
-            self.current.cancel()
-
-    def _reconnect(self, message: dict[str, Any]) -> None:
-        sessionId = wire.identifier(message, "sessionId")
-        assert sessionId is not None
-        if sessionId == self.session.id:
-            self.send(wire.reconnectAck(True, sessionId, bool(self.session.history)))
-            return
-        try:
-            session, previous = self.endpoint.sessions.resume(sessionId, self)
-        except SessionLookupError as e:
-            if e.expired:
-                self._error(
-                    SESSION_EXPIRED,
-                    f"session {sessionId} expired (sessions are kept "
-                    f"{self.settings.session_ttl:g} s after a disconnect); this is a new one",
-                )
-            else:
-                self._error(SESSION_NOT_FOUND, f"there is no session {sessionId[:64]}")
-            self.send(wire.reconnectAck(False, self.session.id, False))
-            return
-        if previous is not None and previous is not self:
-            previous.takenOver()
-        self._dropWaiting("a waiting turn was dropped: the connection resumed another session")
-        turn, self.current = self.current, None
-        if turn is not None and not turn.ended:
-            turn.cancel("the connection resumed another session")
-        self.endpoint.sessions.discard(self.session)
-        self.session = session
-        recovered = bool(session.history)
-        self.log.info(
-            "client {peer} resumed session {sessionId} ({entries} history entries)",
-            peer=self.peer,
-            sessionId=sessionId,
-            entries=len(session.history),
-        )
-        self.send(wire.reconnectAck(True, sessionId, recovered))
-        if recovered:
-            self.send({"type": "history", "entries": list(session.history)})
-        sessionResumed(self)
-
-    _HANDLERS: dict[str, Callable[[ClientConnection, dict[str, Any]], Deferred[None] | None]] = {
-        "ping": _ping,
-        "offer": _offer,
-        "reconnect": _reconnect,
-        "audio": _audio,
-        "attachments": _attachments,
-        "character": _character,
-        "configure": _configure,
-        "text": _text,
-        "cancel": _cancel,
-        "voice-capture": _voiceCapture,
-        "status": handleStatus,
-        **PLAYBOOK_HANDLERS,
-    }
-
-    # Characters and attachments.
-
-    def _characterOrRefuse(self) -> Character:
+    def character(self) -> Character:
         character = self.session.character or self.endpoint.defaultCharacter
         if character is None:
             raise InvalidMessage(
@@ -526,23 +317,34 @@ class ClientConnection:
             )
         return character
 
-    def _keepAttachments(self, attached: list[Attachment], when: str) -> None:
+    def resume(self, sessionId: str) -> ClientSession:
         """
-        Keep attachments for the next turn, and tell the client what of them
-        can reach RPEngine (alt text only: v3 takes no images).
-        """
-        kept, dropped = keepPending(
-            self.session.attachments, attached, self.settings.max_attachments
-        )
-        self.session.attachments = kept
-        self.send(acknowledgement(attached, dropped, self.settings.max_attachments, when))
+        Take over the session C{sessionId}: its previous connection, if any,
+        is closed, this connection's turns are dropped and its own session
+        forgotten.
 
-    def _attachmentContext(self) -> str | None:
-        return contextText(self.session.takeAttachments())
+        @raise SessionLookupError: no such session (or it expired).
+        """
+        session, previous = self.endpoint.sessions.resume(sessionId, self)
+        if previous is not None and previous is not self:
+            previous.takenOver()
+        self.dropWaiting("a waiting turn was dropped: the connection resumed another session")
+        turn, self.current = self.current, None
+        if turn is not None and not turn.ended:
+            turn.cancel("the connection resumed another session")
+        self.endpoint.sessions.discard(self.session)
+        self.session = session
+        self.log.info(
+            "client {peer} resumed session {sessionId} ({entries} history entries)",
+            peer=self.peer,
+            sessionId=sessionId,
+            entries=len(session.history),
+        )
+        return session
 
     # Turns.
 
-    def _submit(
+    def submit(
         self,
         kind: str,
         playerText: str | None,
@@ -556,16 +358,16 @@ class ClientConnection:
         @param config: the configuration the turn plays with (the session's
             now when not given).
         """
-        character = self._characterOrRefuse()
+        character = self.character()
         config = config or self.session.config
         turn = self.current
         if turn is not None and not turn.ended:
             if self.session.config.bargesIn(self.settings):
-                self._dropWaiting("a waiting turn was replaced by a newer one (barge-in)")
+                self.dropWaiting("a waiting turn was replaced by a newer one (barge-in)")
                 self.current = None
                 turn.cancel("interrupted by a new turn (barge-in)")
             elif len(self.waiting) >= self.settings.queued_turns:
-                self._error(
+                self.error(
                     RATE_LIMITED,
                     f"{len(self.waiting)} turns already wait behind the one playing; "
                     "wait for reply-complete or send cancel",
@@ -576,6 +378,23 @@ class ClientConnection:
                 self.waiting.append(lambda: self._start(kind, playerText, open, character, config))
                 return
         self._start(kind, playerText, open, character, config)
+
+    def submitAudio(self, audio: dict[str, Any], config: ClientConfig | None = None) -> None:
+        """
+        Start a turn from a recording already in RPEngine's C{event.audio}
+        shape (PCM at any rate; the audio-resample plugin converts it), with
+        any pending attachments' alt text as context.  The entry point for
+        audio that arrives other than in an C{audio} message (a WebRTC
+        microphone track).
+
+        @raise InvalidMessage: when the client has no character.
+        """
+        context = attachmentContext(self)
+
+        def open(request: dict[str, Any]) -> ReplyStream:
+            return self.endpoint.middleware.requestReply(text=context, audio=audio, **request)
+
+        self.submit(AUDIO, None, open, config)
 
     def _start(
         self,
@@ -610,7 +429,7 @@ class ClientConnection:
             stream = open(request)
         except Exception:
             self.log.failure("starting a turn for client {peer} failed", peer=self.peer)
-            self._error(INTERNAL_ERROR, "the middleware could not start this turn")
+            self.error(INTERNAL_ERROR, "the middleware could not start this turn")
             self._startWaiting()
             return
         turn = Turn(
@@ -652,7 +471,7 @@ class ClientConnection:
         if self.waiting and self.current is None and not self.closed:
             self.waiting.popleft()()
 
-    def _dropWaiting(self, reason: str) -> None:
+    def dropWaiting(self, reason: str) -> None:
         """
         Forget the turns waiting behind the one playing, telling the client
         of each (they have no turnId yet).

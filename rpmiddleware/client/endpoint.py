@@ -1,24 +1,36 @@
 """
 What a client connection is given: its writer (the WebSocket, or a fake in
-tests) and the endpoint's shared parts.
+tests) and the endpoint's shared parts, among them the dispatch table that
+says which module handles each client message type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 
+from rpmiddleware.client import messages as wire
+from rpmiddleware.client.attachments import handleAttachments
 from rpmiddleware.client.capacity import CapacityMonitor
+from rpmiddleware.client.character import handleCharacter, handleConfigure
 from rpmiddleware.client.decode import DecodedAudio
+from rpmiddleware.client.errors import WEBRTC_UNAVAILABLE
+from rpmiddleware.client.playbook import PLAYBOOK_HANDLERS
+from rpmiddleware.client.reconnect import handleReconnect
 from rpmiddleware.client.sessions import SessionStore
 from rpmiddleware.client.settings import Character, ClientSettings
-
-if TYPE_CHECKING:
-    from rpmiddleware.client.connection import ClientConnection
+from rpmiddleware.client.status import statusHandler
+from rpmiddleware.client.surface import ClientSurface, Handler
+from rpmiddleware.client.turnmessages import (
+    handleAudio,
+    handleCancel,
+    handleText,
+    handleVoiceCapture,
+)
 
 
 class Writer(Protocol):
@@ -50,6 +62,8 @@ class ClientEndpoint:
 
     @ivar decode: decodes a base64 recording, off the reactor thread when it
         can; fails with L{AudioDecodeError}.
+    @ivar handlers: the dispatch table, client message type to its handler
+        (every type L{rpmiddleware.client.messages.CLIENT_TYPES} names).
     """
 
     middleware: Any
@@ -61,4 +75,45 @@ class ClientEndpoint:
     defaultCharacter: Character | None = None
     #: Answers C{offer} messages (WebRTC, when installed); without it they
     #: get WEBRTC_UNAVAILABLE.
-    answerOffer: Callable[[ClientConnection, dict[str, Any]], Deferred[None] | None] | None = None
+    answerOffer: Handler | None = None
+    handlers: dict[str, Handler] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.handlers = {
+            "ping": handlePing,
+            "offer": self.offer,
+            "reconnect": handleReconnect,
+            "audio": handleAudio,
+            "attachments": handleAttachments,
+            "character": handleCharacter,
+            "configure": handleConfigure,
+            "text": handleText,
+            "cancel": handleCancel,
+            "voice-capture": handleVoiceCapture,
+            "status": statusHandler(self),
+            **PLAYBOOK_HANDLERS,
+        }
+
+    def offer(self, client: ClientSurface, message: dict[str, Any]) -> Deferred[None] | None:
+        if self.answerOffer is not None:
+            return self.answerOffer(client, message)
+        refuseOffer(client, message)
+        return None
+
+
+# The endpoint's own messages.
+
+
+def handlePing(client: ClientSurface, message: dict[str, Any]) -> None:
+    """
+    Answered on the channel it came by: an LLMRTC client that pings on its
+    WebRTC data channel waits for the C{pong} there.
+    """
+    client.reply(wire.pong(wire.number(message, "timestamp")))
+
+
+def refuseOffer(client: ClientSurface, message: dict[str, Any]) -> None:
+    client.error(
+        WEBRTC_UNAVAILABLE,
+        "this server has no WebRTC; send recordings in audio messages over this WebSocket",
+    )

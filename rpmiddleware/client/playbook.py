@@ -27,10 +27,8 @@ chain the three messages are refused with PLAYBOOK_ERROR.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-from twisted.internet.defer import Deferred
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from rpmiddleware import playbookwire as pw
 from rpmiddleware.api import ReplyStream
@@ -43,10 +41,8 @@ from rpmiddleware.client.errors import (
     errorMessage,
 )
 from rpmiddleware.client.messages import InvalidMessage
+from rpmiddleware.client.surface import ClientSurface, Handler
 from rpmiddleware.envelope import Envelope
-
-if TYPE_CHECKING:
-    from rpmiddleware.client.connection import ClientConnection
 
 #: The client message types added here.
 CLIENT_TYPES = ("playbook", "event", "tool-result")
@@ -58,11 +54,11 @@ MAX_EVENT_CHARS = 2000
 MAX_SCENE_CHARS = 8000
 
 
-def _pluginInChain(connection: ClientConnection) -> bool:
-    return pw.PLUGIN_NAME in connection.endpoint.middleware.chain.names
+def _pluginInChain(connection: ClientSurface) -> bool:
+    return pw.PLUGIN_NAME in connection.middleware.chain.names
 
 
-def _enabled(connection: ClientConnection) -> None:
+def _enabled(connection: ClientSurface) -> None:
     if not _pluginInChain(connection):
         raise _Refused(
             "playbooks and game events need the playbook plugin, which this middleware's "
@@ -76,16 +72,12 @@ class _Refused(Exception):
     """
 
 
-def _submit(connection: ClientConnection, kind: str, **fields: Any) -> None:
-    connection.endpoint.middleware.chain.sendToEngine(
-        pw.toPlugin(kind, connection.session.id, **fields)
-    )
+def _tellPlugin(connection: ClientSurface, kind: str, **fields: Any) -> None:
+    connection.middleware.chain.sendToEngine(pw.toPlugin(kind, connection.session.id, **fields))
 
 
-def _guarded(
-    handler: Callable[[ClientConnection, dict[str, Any]], None],
-) -> Callable[[ClientConnection, dict[str, Any]], Deferred[None] | None]:
-    def handle(connection: ClientConnection, message: dict[str, Any]) -> None:
+def _guarded(handler: Callable[[ClientSurface, dict[str, Any]], None]) -> Handler:
+    def handle(connection: ClientSurface, message: dict[str, Any]) -> None:
         try:
             _enabled(connection)
         except _Refused as e:
@@ -96,7 +88,7 @@ def _guarded(
     return handle
 
 
-def _playbook(connection: ClientConnection, message: dict[str, Any]) -> None:
+def _playbook(connection: ClientSurface, message: dict[str, Any]) -> None:
     has = [name for name in ("playbook", "toml") if name in message]
     if len(has) != 1:
         raise InvalidMessage(
@@ -104,15 +96,15 @@ def _playbook(connection: ClientConnection, message: dict[str, Any]) -> None:
             "one) or toml (the playbook as TOML text)"
         )
     if has == ["toml"]:
-        _submit(connection, pw.LOAD, toml=wire.string(message, "toml"))
+        _tellPlugin(connection, pw.LOAD, toml=wire.string(message, "toml"))
         return
     document = message["playbook"]
     if document is not None and not isinstance(document, dict):
         raise InvalidMessage("playbook.playbook must be an object or null")
-    _submit(connection, pw.LOAD, playbook=document)
+    _tellPlugin(connection, pw.LOAD, playbook=document)
 
 
-def _event(connection: ClientConnection, message: dict[str, Any]) -> None:
+def _event(connection: ClientSurface, message: dict[str, Any]) -> None:
     text = wire.string(message, "text")
     if len(text) > MAX_EVENT_CHARS:
         raise InvalidMessage(f"event.text is longer than {MAX_EVENT_CHARS} characters")
@@ -130,10 +122,10 @@ def _event(connection: ClientConnection, message: dict[str, Any]) -> None:
         priority = 0
     if isinstance(priority, bool) or not isinstance(priority, int | float):
         raise InvalidMessage("event.priority must be a number")
-    _submit(connection, pw.EVENT, text=text, scene=scene, replyPolicy=policy, priority=priority)
+    _tellPlugin(connection, pw.EVENT, text=text, scene=scene, replyPolicy=policy, priority=priority)
 
 
-def _toolResult(connection: ClientConnection, message: dict[str, Any]) -> None:
+def _toolResult(connection: ClientSurface, message: dict[str, Any]) -> None:
     callId = wire.identifier(message, "callId")
     error = message.get("error")
     if error is not None:
@@ -141,12 +133,12 @@ def _toolResult(connection: ClientConnection, message: dict[str, Any]) -> None:
             raise InvalidMessage("tool-result has both result and error; send one")
         if not isinstance(error, str) or not error.strip():
             raise InvalidMessage("tool-result.error must be a non-empty string")
-        _submit(connection, pw.TOOL_RESULT, callId=callId, error=error)
+        _tellPlugin(connection, pw.TOOL_RESULT, callId=callId, error=error)
         return
-    _submit(connection, pw.TOOL_RESULT, callId=callId, result=message.get("result"))
+    _tellPlugin(connection, pw.TOOL_RESULT, callId=callId, result=message.get("result"))
 
 
-def sessionResumed(connection: ClientConnection) -> None:
+def sessionResumed(connection: ClientSurface) -> None:
     """
     The connection took back its session with C{reconnect}.  The plugin's
     messages for a session no connection has are dropped (see
@@ -155,12 +147,10 @@ def sessionResumed(connection: ClientConnection) -> None:
     the chain there is nothing to tell, and nothing is sent.
     """
     if _pluginInChain(connection):
-        _submit(connection, pw.RESUMED)
+        _tellPlugin(connection, pw.RESUMED)
 
 
-Handler = Callable[["ClientConnection", dict[str, Any]], "Deferred[None] | None"]
-
-#: Registered in L{ClientConnection._HANDLERS}.
+#: In the endpoint's dispatch table (L{rpmiddleware.client.endpoint}).
 PLAYBOOK_HANDLERS: dict[str, Handler] = {
     "playbook": _guarded(_playbook),
     "event": _guarded(_event),
@@ -236,7 +226,7 @@ class PlaybookBridge:
         envelope (at most C{server.max_connections}).
     """
 
-    def __init__(self, connections: Callable[[], list[ClientConnection]]) -> None:
+    def __init__(self, connections: Callable[[], Iterable[ClientSurface]]) -> None:
         self.connections = connections
 
     def __call__(self, envelope: Envelope) -> None:
@@ -256,7 +246,7 @@ class PlaybookBridge:
         if translate is not None:
             connection.send(translate(envelope.fields))
 
-    def _find(self, clientId: Any) -> ClientConnection | None:
+    def _find(self, clientId: Any) -> ClientSurface | None:
         if not isinstance(clientId, str):
             return None
         for connection in self.connections():
@@ -264,14 +254,14 @@ class PlaybookBridge:
                 return connection
         return None
 
-    def _turn(self, connection: ClientConnection, envelope: Envelope) -> None:
+    def _turn(self, connection: ClientSurface, envelope: Envelope) -> None:
         """
         Start the auto_event turn the plugin asked for (it barges in, or
         waits, like any turn), or tell the plugin why not.
         """
         token = str(envelope.get("token") or "")
         text = str(envelope.get("text") or "")
-        before = (connection.current, len(connection.waiting))
+        before = (connection.current, connection.queued)
 
         def open(request: dict[str, Any]) -> ReplyStream:
             request = {
@@ -279,19 +269,19 @@ class PlaybookBridge:
                 "interactionMode": "auto_event",
                 "meta": {**request["meta"], pw.TURN_TOKEN: token},
             }
-            return connection.endpoint.middleware.requestReply(text=text, **request)
+            return connection.middleware.requestReply(text=text, **request)
 
         why = None
         try:
-            connection._submit(EVENT, text, open)
+            connection.submit(EVENT, text, open)
         except InvalidMessage as e:
             connection.send(errorMessage(INVALID_MESSAGE, f"event: {e}"))
             why = str(e)
         else:
-            if connection.current is before[0] and len(connection.waiting) <= before[1]:
+            if connection.current is before[0] and connection.queued <= before[1]:
                 why = "the client's turn could not start"
         if why is not None:
-            connection.endpoint.middleware.chain.sendToEngine(
+            connection.middleware.chain.sendToEngine(
                 pw.toPlugin(pw.TURN_FAILED, connection.session.id, token=token, reason=why)
             )
 
@@ -302,7 +292,7 @@ def installBridge(factory: Any) -> PlaybookBridge:
     them to C{factory}'s open connections.
     """
 
-    def connections() -> list[ClientConnection]:
+    def connections() -> list[ClientSurface]:
         found = (getattr(p, "connection", None) for p in list(factory.connections))
         return [c for c in found if c is not None]
 

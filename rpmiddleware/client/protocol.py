@@ -3,8 +3,9 @@ The WebSocket face of the client endpoint, C{/client/socket}.
 
 The guarded server classes bring the origin rules (no Origin header: a native
 program, accepted; browser origins only from C{server.client_origins}), the
-8 MiB limit, the connection limit and TCP_NODELAY; everything the protocol
-means is in L{rpmiddleware.client.connection}.
+8 MiB limit, the connection limit and TCP_NODELAY; a connection's life is
+L{rpmiddleware.client.connection}, and what each message means is in the
+module the endpoint's dispatch table names (L{rpmiddleware.client.endpoint}).
 """
 
 from __future__ import annotations

@@ -27,20 +27,18 @@ import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from rpmiddleware import __version__
-from rpmiddleware.client.capacity import engineLink
+from rpmiddleware.client.capacity import CapacityMonitor, engineLink
 from rpmiddleware.client.errors import clientCode
 from rpmiddleware.client.messages import InvalidMessage
+from rpmiddleware.client.settings import Character
+from rpmiddleware.client.surface import ClientSurface, Handler
 from rpmiddleware.envelope import Envelope
-
-if TYPE_CHECKING:
-    from rpmiddleware.client.connection import ClientConnection
-    from rpmiddleware.client.endpoint import ClientEndpoint
 
 #: Turns and errors a snapshot carries, newest first.
 STATUS_TURNS = 20
@@ -73,7 +71,19 @@ _CHANGES = frozenset(
 )
 _SCALARS = (str, int, float, bool, type(None))
 
-Connections = Callable[[], Iterable["ClientConnection"]]
+Connections = Callable[[], Iterable[ClientSurface]]
+
+
+class HubParts(Protocol):
+    """
+    What a hub reads of its client endpoint
+    (L{rpmiddleware.client.endpoint.ClientEndpoint} provides it).
+    """
+
+    middleware: Any
+    clock: IReactorTime
+    capacity: CapacityMonitor
+    defaultCharacter: Character | None
 
 
 def clientLabel(sessionId: str) -> str:
@@ -105,12 +115,12 @@ class StatusHub:
 
     log = Logger()
 
-    def __init__(self, endpoint: ClientEndpoint, connections: Connections | None = None) -> None:
+    def __init__(self, endpoint: HubParts, connections: Connections | None = None) -> None:
         self.endpoint = endpoint
         self.middleware = endpoint.middleware
         self.clock = endpoint.clock
         self._connections = connections
-        self._subscribers: list[ClientConnection] = []
+        self._subscribers: list[ClientSurface] = []
         self._lastKey: str | None = None
         self._errors: deque[dict[str, Any]] = deque(maxlen=STATUS_ERRORS)
         self._requestErrors: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -151,35 +161,35 @@ class StatusHub:
 
     # Subscribers.
 
-    def subscribe(self, connection: ClientConnection) -> None:
+    def subscribe(self, connection: ClientSurface) -> None:
         if connection not in self._subscribers:
             self._subscribers.append(connection)
         self.sendTo(connection)
         self._scheduleTick()
 
-    def unsubscribe(self, connection: ClientConnection) -> None:
+    def unsubscribe(self, connection: ClientSurface) -> None:
         if connection in self._subscribers:
             self._subscribers.remove(connection)
         if not self._subscribers:
             self._cancel()
 
     @property
-    def subscribers(self) -> list[ClientConnection]:
+    def subscribers(self) -> list[ClientSurface]:
         return list(self._subscribers)
 
-    def sendTo(self, connection: ClientConnection) -> None:
+    def sendTo(self, connection: ClientSurface) -> None:
         """
         Send C{connection} a snapshot now.
         """
-        snapshot = self.snapshot(connection.writer.port)
+        snapshot = self.snapshot(connection.port)
         connection.send(self._personal(snapshot, connection))
 
-    def _personal(self, snapshot: dict[str, Any], connection: ClientConnection) -> dict[str, Any]:
+    def _personal(self, snapshot: dict[str, Any], connection: ClientSurface) -> dict[str, Any]:
         you = clientLabel(connection.session.id)
         clients = [{**c, "you": c["id"] == you} for c in snapshot["clients"]]
         return {**snapshot, "you": you, "clients": clients}
 
-    def _live(self) -> list[ClientConnection]:
+    def _live(self) -> list[ClientSurface]:
         self._subscribers = [c for c in self._subscribers if not (c.closed or c.closing)]
         if not self._subscribers:
             self._cancel()
@@ -248,13 +258,13 @@ class StatusHub:
         subscribers = self._live()
         if not subscribers:
             return
-        snapshot = self.snapshot(subscribers[0].writer.port)
+        snapshot = self.snapshot(subscribers[0].port)
         key = json.dumps({k: v for k, v in snapshot.items() if k != "time"}, sort_keys=True)
         if key == self._lastKey and not force:
             return
         self._lastKey = key
         for connection in subscribers:
-            if connection.guard.congested:
+            if connection.congested:
                 # It does not read; it gets the next one when it does.
                 continue
             connection.send(self._personal(snapshot, connection))
@@ -289,7 +299,7 @@ class StatusHub:
 
     # The snapshot.
 
-    def connections(self) -> list[ClientConnection]:
+    def connections(self) -> list[ClientSurface]:
         if self._connections is not None:
             found = list(self._connections())
         else:
@@ -399,7 +409,7 @@ class StatusHub:
         return turns
 
 
-def hubFor(endpoint: ClientEndpoint) -> StatusHub:
+def hubFor(endpoint: HubParts) -> StatusHub:
     """
     The endpoint's hub, made now if the listener did not attach one.
     """
@@ -409,7 +419,7 @@ def hubFor(endpoint: ClientEndpoint) -> StatusHub:
     return hub
 
 
-def attachHub(endpoint: ClientEndpoint, connections: Connections | None = None) -> StatusHub:
+def attachHub(endpoint: HubParts, connections: Connections | None = None) -> StatusHub:
     """
     Give C{endpoint} its hub, watching from now on (the queue chart starts
     here).
@@ -419,18 +429,24 @@ def attachHub(endpoint: ClientEndpoint, connections: Connections | None = None) 
     return hub
 
 
-def handleStatus(connection: ClientConnection, message: dict[str, Any]) -> None:
+def statusHandler(endpoint: HubParts) -> Handler:
     """
-    The C{status} message: a snapshot now, and with C{subscribe: true} one
-    whenever something changes; C{subscribe: false} stops them.
+    The C{status} message's handler for C{endpoint}'s dispatch table: a
+    snapshot now, and with C{subscribe: true} one whenever something
+    changes; C{subscribe: false} stops them.  The endpoint's hub is made at
+    the first C{status} if the listener did not attach one.
     """
-    subscribe = message.get("subscribe")
-    if subscribe is not None and not isinstance(subscribe, bool):
-        raise InvalidMessage("status.subscribe must be true or false")
-    hub = hubFor(connection.endpoint)
-    if subscribe is False:
-        hub.unsubscribe(connection)
-    elif subscribe:
-        hub.subscribe(connection)
-    else:
-        hub.sendTo(connection)
+
+    def handleStatus(client: ClientSurface, message: dict[str, Any]) -> None:
+        subscribe = message.get("subscribe")
+        if subscribe is not None and not isinstance(subscribe, bool):
+            raise InvalidMessage("status.subscribe must be true or false")
+        hub = hubFor(endpoint)
+        if subscribe is False:
+            hub.unsubscribe(client)
+        elif subscribe:
+            hub.subscribe(client)
+        else:
+            hub.sendTo(client)
+
+    return handleStatus
