@@ -1,0 +1,240 @@
+"""
+The simulated RPEngine's microphone: one voice capture at a time, its states
+and levels, the recording echoed to RPEngine's mock game, its transcript,
+and the reply it becomes (app.rs accept_capture, stop_capture, capture_*,
+stt_completed).  The browser's side is L{rpmiddleware.testing.capture}.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from rpmiddleware.testing.capture import (
+    CAPTURE_SAMPLE_RATE,
+    MicrophoneCapture,
+    Recording,
+)
+from rpmiddleware.testing.replystream import PCM_CHUNK_BYTES, chunked
+from rpmiddleware.testing.requestchecks import RequestError, pointer
+from rpmiddleware.testing.simoptions import PlayerTake
+from rpmiddleware.testing.simreplies import Replies
+from rpmiddleware.testing.simrequests import SimCapture, SimReply
+
+#: The message of the state RPEngine reports when a capture that heard
+#: nothing listens again (app.rs stt_completed); the brief quotes it.
+LISTENING_AGAIN = "No speech was recognized; listening again."
+
+
+class Captures(Replies):
+    """
+    Replies, with the microphone (the browser's capture events,
+    L{rpmiddleware.testing.capture.CaptureEvents}, come here).
+    """
+
+    def _nextTake(self) -> PlayerTake:
+        if self._takes:
+            return self._takes.popleft()
+        return PlayerTake(speechSeconds=self.options.captureSpeechSeconds)
+
+    def _acceptCapture(self, fields: dict[str, Any]) -> None:
+        """
+        app.rs accept_capture: C{reply.accepted} with the depth counting
+        the capture, the microphone starts, capacity is published.
+        """
+        requestId: str = fields["requestId"]
+        try:
+            self._preflight(requestId, voice=True)
+            resolvedHash, card = self._resolveCard(fields)
+        except RequestError as e:
+            self._requestError(requestId, fields["messageId"], e)
+            return
+        self._accepted.add(requestId)
+        microphone = MicrophoneCapture(
+            requestId,
+            self.clock,
+            self,
+            self._nextTake,
+            fields.get("silenceBehavior") == "restart",
+            self.options.captureLevelInterval,
+        )
+        self._capture = SimCapture(requestId, fields, card, microphone)
+        self._emit(
+            "reply.accepted",
+            requestId=requestId,
+            eventId=fields.get("eventId"),
+            resolvedCardHash=resolvedHash,
+            queueDepth=self.queueDepth,
+        )
+        microphone.start()
+        self._publishCapacity()
+
+    def _dropCapture(self) -> None:
+        capture, self._capture = self._capture, None
+        if capture is None:
+            return
+        capture.microphone.cancel()
+        if capture.timer is not None and capture.timer.active():
+            capture.timer.cancel()
+
+    def _currentCapture(self, microphone: MicrophoneCapture) -> SimCapture | None:
+        capture = self._capture
+        return capture if capture is not None and capture.microphone is microphone else None
+
+    def _stopCapture(self, requestId: str) -> None:
+        """
+        app.rs stop_capture: only a capture that is still capturing stops;
+        anything else is ignored.
+        """
+        capture = self._capture
+        if capture is None or capture.requestId != requestId or capture.phase != "capturing":
+            return
+        capture.phase = "stopping"
+        capture.microphone.stop()
+
+    def captureState(
+        self,
+        capture: MicrophoneCapture,
+        state: str,
+        seconds: float,
+        autoEndEnabled: bool,
+        message: str | None,
+    ) -> None:
+        """
+        app.rs capture_state: passed on; C{speech_ended} stops the capture.
+        """
+        if self._capture is None:
+            return
+        self._emit(
+            "voice.capture.state",
+            requestId=capture.requestId,
+            state=state,
+            seconds=seconds,
+            autoEndEnabled=autoEndEnabled,
+            message=message,
+        )
+        if state == "speech_ended":
+            self._stopCapture(capture.requestId)
+
+    def captureLevel(
+        self, capture: MicrophoneCapture, seconds: float, peak: float, rms: float
+    ) -> None:
+        """
+        app.rs capture_level.
+        """
+        if self._capture is not None:
+            self._emit(
+                "voice.capture.level",
+                requestId=capture.requestId,
+                seconds=seconds,
+                peak=peak,
+                rms=rms,
+            )
+
+    def captureFailed(self, capture: MicrophoneCapture, message: str) -> None:
+        """
+        app.rs capture_failed: the capture ends with C{request_failed}.
+        """
+        current = self._currentCapture(capture)
+        source = str(current.fields.get("messageId", "")) if current is not None else ""
+        if current is not None:
+            self._dropCapture()
+        self._accepted.discard(capture.requestId)
+        self._requestError(capture.requestId, source, RequestError("request_failed", message))
+        self._publishCapacity()
+
+    def captureCompleted(
+        self, capture: MicrophoneCapture, recording: Recording, take: PlayerTake
+    ) -> None:
+        """
+        app.rs capture_completed: the recording goes to speech recognition,
+        echoed first to RPEngine's own mock game when it asks for it.
+        """
+        current = self._currentCapture(capture)
+        if current is None:
+            return
+        if current.fields.get("integrationId") == "mock-game" and (
+            pointer(current.fields, "debug", "echoCapturedAudio") is True
+        ):
+            self._echoRecording(current.requestId, recording)
+        current.phase = "transcribing"
+        transcript = take.transcript
+        if transcript is None:
+            transcript = f"(simulated transcript of {recording.speechSeconds:.2f} s of speech)"
+        current.timer = self.clock.callLater(
+            self.options.transcriptionSeconds, self._captureTranscribed, current, transcript
+        )
+
+    def _echoRecording(self, requestId: str, recording: Recording) -> None:
+        """
+        app.rs capture_completed: the recording as PCM16 in 32 KiB chunks.
+        """
+        pcm = recording.pcm()
+        parts = chunked(pcm, PCM_CHUNK_BYTES)
+        self._emit(
+            "voice.capture.audio.start",
+            requestId=requestId,
+            format="pcm_s16le",
+            sampleRate=CAPTURE_SAMPLE_RATE,
+            channels=1,
+        )
+        for sequence, part in enumerate(parts):
+            self._emit(
+                "voice.capture.audio.chunk",
+                requestId=requestId,
+                sequence=sequence,
+                data=base64.b64encode(part).decode("ascii"),
+            )
+        self._emit(
+            "voice.capture.audio.completed",
+            requestId=requestId,
+            chunkCount=len(parts),
+            totalBytes=len(pcm),
+            durationSeconds=len(pcm) / 2 / CAPTURE_SAMPLE_RATE,
+        )
+
+    def _captureTranscribed(self, capture: SimCapture, text: str) -> None:
+        """
+        app.rs stt_completed for a capture: listen again, report the
+        transcript, fail with C{empty_speech}, or queue the reply.
+        """
+        if self._capture is not capture:
+            return
+        text = text.strip()
+        self._capture = None
+        requestId = capture.requestId
+        if not text and capture.fields.get("silenceBehavior") == "restart":
+            capture.phase = "capturing"
+            capture.timer = None
+            self._capture = capture
+            self._emit(
+                "voice.capture.state",
+                requestId=requestId,
+                state="listening",
+                seconds=0,
+                autoEndEnabled=True,
+                message=LISTENING_AGAIN,
+            )
+            capture.microphone.start()
+            self._publishCapacity()
+            return
+        if capture.fields.get("returnTranscript") is True:
+            self._emit(
+                "voice.capture.transcript",
+                requestId=requestId,
+                text=text,
+                language=self.options.selectedLanguage,
+                elapsedMs=round(self.options.transcriptionSeconds * 1000.0, 3),
+            )
+        if not text:
+            self._accepted.discard(requestId)
+            self._requestError(
+                requestId,
+                str(capture.fields.get("messageId", "")),
+                RequestError("empty_speech", "no speech was recognised in the recording"),
+            )
+        else:
+            fields = dict(capture.fields, type="reply.request", event={"text": text})
+            self._queue.append(SimReply(requestId, fields, capture.card))
+            self._startNextReply()
+        self._publishCapacity()
