@@ -16,7 +16,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.fuzzing import KNOWN_CLIENT_FAULTS, fuzzClient, fuzzEngine
+from bench.clientfuzzing import KNOWN_CLIENT_FAULTS, fuzzClient
+from bench.fuzzing import fuzzEngine
 from bench.scenarios import clientLoad, engineDrops
 from rpmiddleware.config import Settings
 from rpmiddleware.middleware import Middleware

@@ -24,7 +24,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
-from bench.fuzzing import KNOWN_CLIENT_FAULTS, fuzzClient
+from bench.clientfuzzing import KNOWN_CLIENT_FAULTS, fuzzClient
 from bench.scenarios import clientLoad
 from rpmiddleware.client.settings import ClientSettings
 from rpmiddleware.config import Settings
@@ -35,7 +35,7 @@ from rpmiddleware.testing.simoptions import defaultReplyText
 from rpmiddleware.testing.simulator import SimulatedEngine, SimulatorOptions, connectSimulator
 from tests.test_reliability_hostile import RawPeer, cancelBucketTimers, rawConnect
 
-#: See bench.fuzzing.KNOWN_CLIENT_FAULTS; test_knownWrongAnswers holds those
+#: See bench.clientfuzzing.KNOWN_CLIENT_FAULTS; test_knownWrongAnswers holds those
 #: frames to the protocol as expected failures.
 KNOWN_WRONG = KNOWN_CLIENT_FAULTS
 
