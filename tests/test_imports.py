@@ -1,0 +1,258 @@
+"""
+The imports between rpmiddleware's own modules: no circle, and no private
+name imported from another module.
+
+Every module of the C{rpmiddleware} package is read (not imported), the
+built-in plugins (C{rpmiddleware.builtin}, the checkout's C{plugins/} folder)
+included, and every C{import x} and C{from x import y} in it becomes an edge
+to the module of ours it names: at module level or inside a function, and
+relative imports resolved.  C{from package import name} is an edge to the
+submodule C{package.name} when there is one, else to the package.
+
+Imports under C{if TYPE_CHECKING:} count like any other: a circle that only
+the type checker follows is still two modules that each need the other (the
+client endpoint's old circle was such), and the way out is the same, a
+narrow protocol lower down.  What does not count is the package an import
+implies (C{import a.b} runs C{a}'s C{__init__} first): every module would
+otherwise "import" its package, whose C{__init__} imports some of them.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from twisted.trial.unittest import SynchronousTestCase
+
+import rpmiddleware
+import rpmiddleware.builtin
+
+
+@dataclass
+class Module:
+    name: str
+    path: str
+    isPackage: bool
+    #: (the module imported, the name taken from it or None, line)
+    imports: list[tuple[str, str | None, int]] = field(default_factory=list)
+
+
+def modulesUnder(folder: str, prefix: str, skip: str | None = None) -> Iterator[Module]:
+    """
+    Every module in the package C{prefix} whose folder is C{folder}
+    (subpackages: folders with an C{__init__.py}).
+    """
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if os.path.isfile(os.path.join(root, d, "__init__.py"))
+            and os.path.join(root, d) != skip
+        )
+        relative = os.path.relpath(root, folder)
+        package = prefix if relative == "." else prefix + "." + relative.replace(os.sep, ".")
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(root, name)
+            if name == "__init__.py":
+                yield Module(package, path, True)
+            else:
+                yield Module(f"{package}.{name[:-3]}", path, False)
+
+
+def ourModules() -> dict[str, Module]:
+    top = os.path.dirname(os.path.abspath(rpmiddleware.__file__ or ""))
+    builtin = os.path.dirname(os.path.abspath(rpmiddleware.builtin.__file__ or ""))
+    found = {m.name: m for m in modulesUnder(top, "rpmiddleware", skip=builtin)}
+    found.update((m.name, m) for m in modulesUnder(builtin, "rpmiddleware.builtin"))
+    return found
+
+
+def readImports(module: Module) -> None:
+    with open(module.path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), module.path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                module.imports.append((alias.name, None, node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.name.split(".")
+                # A package's own name is the base of "from . import x" in it.
+                keep = len(parts) - node.level + (1 if module.isPackage else 0)
+                base = ".".join(parts[:keep] + ([base] if base else []))
+            for alias in node.names:
+                module.imports.append((base, alias.name, node.lineno))
+
+
+def importGraph() -> tuple[dict[str, Module], dict[str, dict[str, int]]]:
+    """
+    Our modules, and for each the modules of ours it imports (with the
+    first line that does).
+    """
+    modules = ourModules()
+    graph: dict[str, dict[str, int]] = {}
+    for module in modules.values():
+        readImports(module)
+        edges: dict[str, int] = {}
+        for target, name, line in module.imports:
+            if name is not None and f"{target}.{name}" in modules:
+                target = f"{target}.{name}"
+            else:
+                # import a.b.c: the longest prefix that is a module of ours.
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+            if target and target != module.name:
+                edges.setdefault(target, line)
+        graph[module.name] = edges
+    return modules, graph
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """
+    One circle (a -> b -> ... -> a) in each strongly connected part of the
+    graph that has one (Tarjan, then a walk inside the part).
+    """
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    onStack: set[str] = set()
+    parts: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        onStack.add(node)
+        for target in sorted(graph.get(node, {})):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in onStack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                member = stack.pop()
+                onStack.discard(member)
+                part.append(member)
+                if member == node:
+                    break
+            if len(part) > 1:
+                parts.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+
+    found = []
+    for part in parts:
+        members = set(part)
+        start = part[0]
+        path = [start]
+        seen = {start}
+        # Walk inside the part until a step returns to a module on the path.
+        while True:
+            here = path[-1]
+            nexts = sorted(t for t in graph[here] if t in members)
+            back = [t for t in nexts if t in seen]
+            if back:
+                found.append(path[path.index(back[0]) :] + [back[0]])
+                break
+            path.append(nexts[0])
+            seen.add(nexts[0])
+    return found
+
+
+def isPrivate(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+class ImportGraphTests(SynchronousTestCase):
+    def test_everyModuleRead(self) -> None:
+        """
+        The walk finds the package's modules, the built-in plugins' among them.
+        """
+        modules = ourModules()
+        for name in (
+            "rpmiddleware",
+            "rpmiddleware.client.connection",
+            "rpmiddleware.builtin",
+            "rpmiddleware.builtin.playbook.plugin",
+            "rpmiddleware.builtin.card_cache.plugin",
+        ):
+            self.assertIn(name, modules)
+        self.assertFalse([m for m in modules if ".builtin.builtin" in m])
+
+    def test_resolution(self) -> None:
+        """
+        Relative imports, submodules named in C{from}, function-level and
+        TYPE_CHECKING imports all become edges.
+        """
+        package = Module("a.b", "", True)
+        module = Module("a.b.c", "", False)
+        modules = {m: Module(m, "", False) for m in ("a.b.d", "a.e", "a.b.f")}
+        for target, source, expected in (
+            (module, "from . import d", "a.b.d"),
+            (module, "from ..e import x", "a.e"),
+            (package, "from . import d", "a.b.d"),
+            (
+                module,
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from a.b.f import x",
+                "a.b.f",
+            ),
+            (module, "def g():\n    import a.e", "a.e"),
+        ):
+            target.imports = []
+            tree = ast.parse(source)
+            path = self.mktemp()
+            with open(path, "w") as f:
+                f.write(ast.unparse(tree))
+            target.path = path
+            readImports(target)
+            resolved = set()
+            for base, name, _ in target.imports:
+                if name is not None and f"{base}.{name}" in modules:
+                    resolved.add(f"{base}.{name}")
+                elif base in modules:
+                    resolved.add(base)
+            self.assertIn(expected, resolved, source)
+
+    def test_cycleFinder(self) -> None:
+        graph = {"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1, "d": 1}, "d": {}}
+        self.assertEqual(cycles(graph), [["a", "b", "c", "a"]])
+        self.assertEqual(cycles({"a": {"b": 1}, "b": {}}), [])
+
+    def test_noCircles(self) -> None:
+        """
+        No module of ours imports, directly or through others, a module
+        that imports it.
+        """
+        _, graph = importGraph()
+        found = cycles(graph)
+        described = [
+            " -> ".join(
+                f"{a} (line {graph[a][b]})" if b else a
+                for a, b in zip(circle, circle[1:] + [""], strict=True)
+            )
+            for circle in found
+        ]
+        self.assertEqual(described, [], "import circles:\n" + "\n".join(described))
+
+    def test_noPrivateImports(self) -> None:
+        """
+        No module imports another module's private name (C{_x}), ours or a
+        library's.
+        """
+        modules, _ = importGraph()
+        found = [
+            f"{m.name} line {line}: from {target} import {name}"
+            for m in modules.values()
+            for target, name, line in m.imports
+            if (name is not None and isPrivate(name))
+            or any(isPrivate(part) for part in target.split("."))
+        ]
+        self.assertEqual(found, [], "\n".join(found))
