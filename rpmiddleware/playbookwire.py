@@ -2,8 +2,8 @@
 The middleware-internal envelopes between the playbook plugin and the client
 endpoint.
 
-The plugin (C{plugins/playbook*.py}) keeps the dialogue logic; the client
-endpoint (C{rpmiddleware/client/playbook.py}) speaks to clients.  They never
+The plugin (C{rpmiddleware.builtin.playbook}) keeps the dialogue logic; the
+client endpoint (C{rpmiddleware/client/playbook.py}) speaks to clients.  They never
 call each other: they exchange envelopes through the chain like everything
 else, so the plugin is tested with a L{PluginHarness} and the endpoint knows
 nothing of playbooks but these names.  Every one of them carries the client
