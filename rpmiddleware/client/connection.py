@@ -345,18 +345,12 @@ class ClientConnection:
     # Turns.
 
     def submit(
-        self,
-        kind: str,
-        playerText: str | None,
-        open: Opener,
-        config: ClientConfig | None = None,
+        self, kind: str, playerText: str | None, open: Opener, config: ClientConfig | None = None
     ) -> None:
         """
-        Start a turn now (cancelling the one playing, with barge-in) or
-        queue it behind the one playing.
-
-        @param config: the configuration the turn plays with (the session's
-            now when not given).
+        L{rpmiddleware.client.surface.ClientSurface.submit}, with barge-in or
+        queueing as configured.  C{config} is the configuration the turn
+        plays with (the session's now when not given).
         """
         character = self.character()
         config = config or self.session.config

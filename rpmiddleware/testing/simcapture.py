@@ -43,13 +43,10 @@ class Captures(Replies):
         the capture, the microphone starts, capacity is published.
         """
         requestId: str = fields["requestId"]
-        try:
-            self._preflight(requestId, voice=True)
-            resolvedHash, card = self._resolveCard(fields)
-        except RequestError as e:
-            self._requestError(requestId, fields["messageId"], e)
+        admitted = self._admit(fields, voice=True)
+        if admitted is None:
             return
-        self._accepted.add(requestId)
+        resolvedHash, card = admitted
         microphone = MicrophoneCapture(
             requestId,
             self.clock,

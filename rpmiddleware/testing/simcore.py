@@ -419,6 +419,22 @@ class EngineCore:
         if voice and self._capture is not None:
             raise RequestError("voice_capture_active", "another voice capture is in progress")
 
+    def _admit(self, fields: dict[str, Any], voice: bool) -> tuple[str, Any] | None:
+        """
+        A request passes L{_preflight} and its card resolves, and it is
+        accepted: its resolved card hash and card; else it is refused with
+        its C{request.error} and C{None} (app.rs accept_reply, accept_capture).
+        """
+        requestId: str = fields["requestId"]
+        try:
+            self._preflight(requestId, voice)
+            resolved = self._resolveCard(fields)
+        except RequestError as e:
+            self._requestError(requestId, fields["messageId"], e)
+            return None
+        self._accepted.add(requestId)
+        return resolved
+
     # For tests
 
     def sentOfType(self, *types: str, requestId: str | None = None) -> list[dict[str, Any]]:

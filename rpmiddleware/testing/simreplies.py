@@ -34,13 +34,10 @@ class Replies(EngineCore):
         app.rs accept_reply.
         """
         requestId: str = fields["requestId"]
-        try:
-            self._preflight(requestId, voice=False)
-            resolvedHash, card = self._resolveCard(fields)
-        except RequestError as e:
-            self._requestError(requestId, fields["messageId"], e)
+        admitted = self._admit(fields, voice=False)
+        if admitted is None:
             return
-        self._accepted.add(requestId)
+        resolvedHash, card = admitted
         self._emit(
             "reply.accepted",
             requestId=requestId,
