@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
-from importlib.machinery import ModuleSpec
 from importlib.util import spec_from_file_location
-from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
 
 #: The package the checkout's C{plugins/} folder is shipped as.
 NAME = "rpmiddleware.builtin"
