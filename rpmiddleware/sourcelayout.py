@@ -21,8 +21,9 @@ rpmiddleware) is never looked at.
 
 A checkout is recognised by the repository's own files beside the
 package: C{setup.cfg}, C{plugins/__init__.py} and the twistd drop-in.  The
-check is three C{stat} calls and imports nothing (importing rpmiddleware
-stays cheap and installs no reactor).
+check is four C{stat} calls, and this module imports nothing Python has
+not loaded at start-up (importing rpmiddleware stays cheap and installs no
+reactor).
 """
 
 from __future__ import annotations
