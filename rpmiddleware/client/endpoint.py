@@ -76,7 +76,7 @@ class ClientEndpoint:
     #: Answers C{offer} messages (WebRTC, when installed); without it they
     #: get WEBRTC_UNAVAILABLE.
     answerOffer: Handler | None = None
-    handlers: dict[str, Handler] = field(init=False, repr=False)
+    handlers: dict[str, Handler] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.handlers = {
