@@ -7,7 +7,8 @@ Run the benchmarks and write docs/benchmarks.md, or run the stress checks.
     python -m bench stress          # the long reliability run; exit 1 on a problem
 
 Benchmarks: cards (5), memory (6), hop (1 and 2), load (3), resample (4,
-bench/resample.py, run as it is and its table included).
+bench/resample.py, run as it is and its table included), mailbox (7, RPEngine's
+file mailbox against its WebSocket; also writes docs/benchmarks/mailbox.md).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from bench.common import Section, machine
 from bench.peers import discard
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCHMARKS = ("hop", "load", "cards", "memory", "resample")
+BENCHMARKS = ("hop", "load", "cards", "memory", "resample", "mailbox")
 
 
 def loadAverage() -> str:
@@ -92,6 +93,10 @@ async def benchmarks(reactor: Any, names: list[str], quick: bool) -> list[Sectio
             sections.append(await memory.run(reactor, quick))
         elif name == "resample":
             sections.append(resampleSection(quick))
+        elif name == "mailbox":
+            from bench import mailbox
+
+            sections.append(await mailbox.run(reactor, quick))
         print(f"   {time.perf_counter() - started:.0f} s", flush=True)
     return sections
 

@@ -7,9 +7,10 @@ does not land on the reactor being measured.
 connects a simulated RPEngine (L{rpmiddleware.testing.simulator}) and keeps
 it connected, reconnecting when dropped, until stdin closes.
 
-    python -m bench.peers middleware [--config FILE] [--bare-relay]
+    python -m bench.peers middleware [--config FILE] [--bare-relay] [--mailbox DIR [--no-watch]]
 
-serves the middleware (the default plugin chain) on a free loopback port,
+serves the middleware (the default plugin chain) on a free loopback port
+(and RPEngine's file mailbox in DIR, woken by inotify unless told not to),
 or the bare Autobahn relay the hop benchmark measures against, and prints
 C{PORT n} once listening.  C{rss} on stdin answers C{RSS n} (kilobytes);
 stdin closing ends it.
@@ -109,6 +110,10 @@ def serveMiddleware(args: argparse.Namespace) -> None:
         settings.server.max_connections = args.max_connections
     if args.hello_timeout is not None:
         settings.server.hello_timeout = args.hello_timeout
+    if args.mailbox:
+        settings.engine.mailbox = args.mailbox
+        settings.engine.mailbox_watch = not args.no_watch
+        settings.engine.mailbox_audio_slots = args.audio_slots
     if args.bare_relay:
         from bench.relay import startRelay
 
@@ -236,6 +241,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     middleware.add_argument("--max-connections", type=int, default=None)
     middleware.add_argument("--hello-timeout", type=float, default=None)
     middleware.add_argument("--profile", default="", help="write cProfile stats here at exit")
+    middleware.add_argument("--mailbox", default="", help="also serve RPEngine's file mailbox here")
+    middleware.add_argument(
+        "--no-watch", action="store_true", help="mailbox: poll only, no inotify"
+    )
+    middleware.add_argument("--audio-slots", type=int, default=2048, help="mailbox: WAV slots")
     for sub_ in (engine, middleware):
         sub_.add_argument("--pin", type=int, default=None, help="run on this CPU only")
     args = parser.parse_args(argv)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from rpmiddleware.engine.audioslots import (
@@ -282,6 +282,7 @@ class MailboxEndpoint:
         self._strangersLogged: set[str] = set()
         self._dropLogged: set[str] = set()
         self._unreadWarned: str | None = None
+        self._later: list[IDelayedCall] = []
         self.refusedFiles = 0
         self.segmentsRead = 0
 
@@ -299,6 +300,10 @@ class MailboxEndpoint:
             self._adopted(session)
 
     def stop(self) -> None:
+        for call in self._later:
+            if call.active():
+                call.cancel()
+        self._later = []
         session, self.session = self.session, None
         if session is not None and not session.closed:
             self._end(session, withdraw=False)
@@ -505,18 +510,19 @@ class MailboxEndpoint:
             self.segmentsRead += 1
             for envelope in self.segments.envelopes(segment, audio, session.sessionId):
                 self.link.received(session, envelope)
-        # After the chunks, so the player does not wait for this file: the
-        # slot was read, RPEngine may put silence back.
+        # The slot was read: RPEngine may put silence back.  In the next
+        # reactor turn, so the chunks reach their client before this file's
+        # trip to the disk.
         if 0 <= slotIndex < self.layout.slotCount and not session.closed:
-            session.send(
-                Envelope.build(
-                    "reply.audio.segment.consumed",
-                    requestId=segment.requestId,
-                    segmentSequence=segment.get("segmentSequence"),
-                    slotIndex=slotIndex,
-                    peerInstanceId=self.ledger.peerInstanceId,
-                )
+            consumed = Envelope.build(
+                "reply.audio.segment.consumed",
+                requestId=segment.requestId,
+                segmentSequence=segment.get("segmentSequence"),
+                slotIndex=slotIndex,
+                peerInstanceId=self.ledger.peerInstanceId,
             )
+            self._later = [call for call in self._later if call.active()]
+            self._later.append(self.clock.callLater(0, self._sendConsumed, session, consumed))
         if self.ledger.remaining <= self.reserve:
             self._renewWanted = True
             self.maintain()
@@ -543,6 +549,11 @@ class MailboxEndpoint:
                 seconds=waited,
                 messageId=messageId,
             )
+
+    @staticmethod
+    def _sendConsumed(session: EngineSession, consumed: Envelope) -> None:
+        if not session.closed:
+            session.send(consumed)
 
     # The peer identity
 

@@ -165,6 +165,7 @@ class MailboxService(service.Service):
         self._loop: LoopingCall | None = None
         self._notifier: Any = None
         self._wake: IDelayedCall | None = None
+        self._flush: IDelayedCall | None = None
         self._polling = False
         self._closeAfterPoll = False
         self._failing = False
@@ -234,8 +235,13 @@ class MailboxService(service.Service):
         if self._notifier is not None:
             self._notifier.loseConnection()
             self._notifier = None
+        if self._flush is not None and self._flush.active():
+            self._flush.cancel()
+        self._flush = None
         if self.endpoint is not None:
             self.endpoint.stop()
+            if self.folders is not None and not self._polling:
+                self.endpoint.outbox.flush()
         if self._polling:
             # Stopped from inside a poll (something the poll handed on ended
             # the program): the poll closes the folders when it is done.
@@ -291,11 +297,21 @@ class MailboxService(service.Service):
                     "mailbox: cannot read {folder}: {error}", folder=folders.root, error=e
                 )
         finally:
-            endpoint.outbox.flush()
             self._polling = False
             if self._closeAfterPoll:
                 self._closeAfterPoll = False
+                endpoint.outbox.flush()
                 self._closeFolders()
+            elif self._flush is None:
+                # In the next reactor turn: what this poll handed on is
+                # written to its clients first, not after the acks' trips to
+                # the disk.
+                self._flush = self.clock.callLater(0, self._flushAcks)
+
+    def _flushAcks(self) -> None:
+        self._flush = None
+        if self.endpoint is not None and self.folders is not None:
+            self.endpoint.outbox.flush()
 
     def _pace(self, now: float, backlog: bool = False) -> None:
         """
