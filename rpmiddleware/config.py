@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from rpmiddleware.messages import SPEECH_OUTPUT_LANGUAGES, VOICES
+from rpmiddleware.messages import MAX_MESSAGE_BYTES, SPEECH_OUTPUT_LANGUAGES, VOICES
 
 PRODUCTION_ORIGIN = "https://rpengine.gemtavern.com"
 #: RPEngine's other production host name; its own mock game admits it
@@ -25,7 +25,6 @@ MIN_SAMPLE_RATE = 8000
 MAX_SAMPLE_RATE = 192000
 DEVELOPMENT_ORIGIN = "http://127.0.0.1:5173"
 DEFAULT_PORT = 38471
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 
 class ConfigError(ValueError):

@@ -23,10 +23,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION
-from rpmiddleware.messages import AUDIO_INPUT_LANGUAGES, SPEECH_MODEL
+from rpmiddleware.messages import AUDIO_INPUT_LANGUAGES, MAX_MESSAGE_BYTES, SPEECH_MODEL
 
-#: RPEngine refuses a message larger than this (json_core.rs MAX_MESSAGE_BYTES).
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+__all__ = ["MAX_MESSAGE_BYTES", "EngineRefusal", "checkEnvelope"]
 AUDIO_PROCESSING_PROFILES = ("narrowband_voice", "cinematic_radio")
 INTERACTION_MODES = ("auto_event", "direct_user")
 #: The three prompt-context fields travel together or not at all.

@@ -262,15 +262,16 @@ MESSAGES: dict[str, MessageSpec] = {
 #: only, for peers written to older drafts.
 ACK_REFERENCE_FIELDS = ("acknowledgedMessageId", "sourceMessageId")
 
-#: voice.capture.state values (src/browser-voice-capture.ts CaptureState).
-CAPTURE_STATES = ("listening", "speech_started", "speech_ended")
-#: reply.cancelled reasons RPEngine gives (app.rs cancel_request, cancel_all).
-CANCEL_REASONS = ("requested_by_game", "not_active", "connection_lost")
 #: RPEngine's queue limit (app.rs QUEUE_LIMIT).
 ENGINE_QUEUE_LIMIT = 20
 #: RPEngine remembers this many messageIds for duplicates, across reconnects
 #: of the same tab (app.rs transport_message).
 ENGINE_DEDUP_WINDOW = 2000
+#: The largest message either side reads (json_core.rs MAX_MESSAGE_BYTES).
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+#: PCM bytes per reply.audio.chunk as RPEngine cuts a phrase
+#: (src/socket-adapter.ts, app.rs PCM_CHUNK_BYTES).
+PCM_CHUNK_BYTES = 32 * 1024
 
 MAX_ID_LENGTH = 256
 

@@ -27,6 +27,7 @@ from typing import Protocol
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
+from rpmiddleware.messages import INPUT_SAMPLE_RATE
 from rpmiddleware.testing.simoptions import PlayerTake
 from rpmiddleware.testing.tones import inputRecording, sampleCount
 
@@ -38,7 +39,7 @@ NO_SPEECH_SECONDS = 8.0
 #: The browser stops recording after this long (browser-voice-capture.ts).
 MAX_CAPTURE_SECONDS = 30.0
 #: Captured audio is 16 kHz mono (browser-voice-capture.ts).
-CAPTURE_SAMPLE_RATE = 16000
+CAPTURE_SAMPLE_RATE = INPUT_SAMPLE_RATE
 
 NO_SPEECH_MESSAGE = "No speech was heard within 8 seconds."
 STILL_LISTENING_MESSAGE = "Nothing heard yet; listening on."

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
+from rpmiddleware.messages import PCM_CHUNK_BYTES
 from rpmiddleware.testing.responsetext import (
     ChangedText,
     DisplayTextStream,
@@ -48,7 +49,6 @@ from rpmiddleware.testing.tones import (
 
 #: RPEngine sends speech in chunks of 32 KiB of PCM16 (app.rs
 #: PCM_CHUNK_BYTES, src/socket-adapter.ts sendAudioSegment).
-PCM_CHUNK_BYTES = 32 * 1024
 PCM_CHUNK_SAMPLES = PCM_CHUNK_BYTES // 2
 
 #: A token is a word with the whitespace that follows it.

@@ -19,23 +19,21 @@ import math
 import struct
 from typing import Any
 
-#: Languages Supertonic 3 speaks (app.rs supported_tts_language); RPEngine
-#: checks the output language against them even for text-only replies.
-TTS_LANGUAGES = frozenset(
-    (
-        "en ko es pt fr de it pl ru nl cs ar zh ja hu tr fi sk da hr el sv nb he uk id ms "
-        "vi th ro bg"
-    ).split()
+# RPEngine checks the output language against the languages Supertonic 3
+# speaks even for text-only replies (app.rs supported_tts_language), and the
+# voice against its ten (supported_voice); ENGINE_RETRYABLE_CODES are the
+# errors a game may retry as they are (request_error_code).
+from rpmiddleware.messages import (
+    ENGINE_RETRYABLE_CODES,
+    INPUT_SAMPLE_RATE,
+    SPEECH_OUTPUT_LANGUAGES,
+    VOICES,
 )
-#: Supertonic 3's voices (app.rs supported_voice): F1-F5 and M1-M5.
-VOICES = frozenset(f"{kind}{n}" for kind in "FM" for n in range(1, 6))
+
 #: The voice when a request names none (app.rs start_next_reply).
 DEFAULT_VOICE = "F4"
-#: Errors a game may retry as they are (app.rs request_error_code).
-RETRYABLE_CODES = frozenset({"card_resync_required", "capacity_exceeded"})
 #: Speech recognition takes at most this much audio (audio.rs MAX_STT_SECONDS).
 MAX_STT_SECONDS = 30
-STT_SAMPLE_RATE = 16000
 #: Names of the languages speech recognition has a model for (app.rs
 #: language_name), for messages.
 STT_LANGUAGE_NAMES = {
@@ -60,7 +58,7 @@ class RequestError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-        self.retryable = code in RETRYABLE_CODES if retryable is None else retryable
+        self.retryable = code in ENGINE_RETRYABLE_CODES if retryable is None else retryable
 
 
 def pointer(fields: Any, *path: str) -> Any:
@@ -82,7 +80,7 @@ def checkSpeechOutput(fields: dict[str, Any]) -> None:
     """
     language = pointer(fields, "output", "language")
     language = language if isinstance(language, str) else "en"
-    if language not in TTS_LANGUAGES:
+    if language not in SPEECH_OUTPUT_LANGUAGES:
         raise RequestError("unsupported_language", f"speech output has no language {language!r}")
     voice = pointer(fields, "output", "audio", "voice")
     voice = voice if isinstance(voice, str) else DEFAULT_VOICE
@@ -102,7 +100,7 @@ def recordingSeconds(audio: dict[str, Any]) -> float:
 
     @raise RequestError: C{request_failed} if it does not decode.
     """
-    if audio.get("sampleRate") != STT_SAMPLE_RATE or audio.get("channels") != 1:
+    if audio.get("sampleRate") != INPUT_SAMPLE_RATE or audio.get("channels") != 1:
         raise RequestError("request_failed", "speech recognition needs 16 kHz mono audio")
     try:
         data = base64.b64decode(str(audio.get("data", "")), validate=True)
@@ -116,6 +114,6 @@ def recordingSeconds(audio: dict[str, Any]) -> float:
         for (value,) in struct.iter_unpack("<f", data):
             if not math.isfinite(value):
                 raise RequestError("request_failed", "the recording has a non-finite sample")
-    if samples > STT_SAMPLE_RATE * MAX_STT_SECONDS:
+    if samples > INPUT_SAMPLE_RATE * MAX_STT_SECONDS:
         raise RequestError("request_failed", f"the recording is longer than {MAX_STT_SECONDS} s")
-    return samples / STT_SAMPLE_RATE
+    return samples / INPUT_SAMPLE_RATE

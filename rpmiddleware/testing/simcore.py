@@ -22,6 +22,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, isoTimestamp
+from rpmiddleware.messages import ENGINE_DEDUP_WINDOW
 from rpmiddleware.testing.cardstore import SessionCardStore
 from rpmiddleware.testing.envelopecheck import (
     InvalidPayload,
@@ -32,10 +33,6 @@ from rpmiddleware.testing.envelopecheck import (
 from rpmiddleware.testing.requestchecks import RequestError
 from rpmiddleware.testing.simoptions import PlayerTake, SimulatorOptions
 from rpmiddleware.testing.simrequests import SimCapture, SimReply
-
-#: RPEngine remembers this many messageIds to spot duplicates (app.rs
-#: transport_message).
-DUPLICATE_WINDOW = 2000
 
 
 class EngineCore:
@@ -306,7 +303,7 @@ class EngineCore:
             return
         self._seen.add(messageId)
         self._seenOrder.append(messageId)
-        while len(self._seenOrder) > DUPLICATE_WINDOW:
+        while len(self._seenOrder) > ENGINE_DEDUP_WINDOW:
             self._seen.discard(self._seenOrder.popleft())
         if kind == "welcome":
             self._welcome(fields)

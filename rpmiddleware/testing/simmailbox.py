@@ -48,6 +48,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from rpmiddleware.engine.audioslots import PCM_CHUNK_BYTES, pcm16Wav
 from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, isoTimestamp
+from rpmiddleware.messages import MAX_MESSAGE_BYTES
 from rpmiddleware.testing.simengine import SimulatedEngine
 from rpmiddleware.testing.simoptions import SimulatorOptions
 
@@ -59,7 +60,6 @@ VOICE_LEVEL_BATCH = 0.25
 ACK_REMOVAL = 2.0
 ACTIVE_FOR = 2.0
 STALE_SECONDS = 24 * 60 * 60
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 #: Types before which a request's pending text is flushed (isTextTerminal).
 TEXT_TERMINAL = ("reply.text.completed", "reply.completed", "reply.cancelled", "request.error")
 

@@ -13,11 +13,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rpmiddleware.messages import ENGINE_QUEUE_LIMIT
 from rpmiddleware.testing.replystream import PCM_CHUNK_SAMPLES, Pacing
 
 CLIENT_VERSION = "rpengine-simulator/3"
-#: RPEngine's fixed queue limit (crates/rp-engine-core/src/app.rs QUEUE_LIMIT).
-QUEUE_LIMIT = 20
+#: RPEngine's fixed queue limit (app.rs QUEUE_LIMIT).
+QUEUE_LIMIT = ENGINE_QUEUE_LIMIT
 
 
 @dataclass(frozen=True)
