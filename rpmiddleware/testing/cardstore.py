@@ -21,13 +21,13 @@ L{rpmiddleware.canonical.canonicalHash}).
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from rpmiddleware.canonical import canonicalHash
 from rpmiddleware.cards import InvalidCard, validateCard
+from rpmiddleware.envelope import jsonBytes
 from rpmiddleware.testing.requestchecks import RequestError
 
 
@@ -53,15 +53,6 @@ def simulatorHash(document: Any) -> str:
         return canonicalHash(document)
     except (TypeError, ValueError) as e:
         raise CardTransferError("invalid_character_card", f"the card is not JSON: {e}")
-
-
-def transferSize(transfer: Any) -> int:
-    """
-    Bytes of the C{card} field as it travels (compact UTF-8 JSON), so tests
-    and benchmarks can see what patches and references save.
-    """
-    text = json.dumps(transfer, separators=(",", ":"), ensure_ascii=False)
-    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _resync(message: str) -> CardTransferError:
@@ -96,7 +87,9 @@ class SessionCardStore:
         """
         mode = transfer.get("mode") if isinstance(transfer, Mapping) else None
         logged = str(mode) if isinstance(transfer, Mapping) else "missing"
-        self.transfers.append((logged, transferSize(transfer)))
+        # Bytes of the card field as it travels, so tests and benchmarks see
+        # what patches and references save.
+        self.transfers.append((logged, len(jsonBytes(transfer))))
         if not isinstance(transfer, Mapping):
             raise _resync("the card transfer is not an object")
         target = transfer.get("targetHash")
