@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.logger import Logger
 
 from rpmiddleware.cards import InvalidCard, validateCard
-from rpmiddleware.engine.session import CLOSE_SUPERSEDED, EngineSession
+from rpmiddleware.engine.session import CLOSE_SUPERSEDED, WITHDRAWING, EngineSession
 from rpmiddleware.enginerules import EngineRefusal, checkEnvelope
 from rpmiddleware.envelope import Direction, Envelope, summarize
 from rpmiddleware.messages import MESSAGES
@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 RESENDABLE = frozenset({"reply.request", "voice.capture.start", "character.sync"})
 #: What the chain writes into meta on a pass; not carried into a new pass.
 _CHAIN_META = frozenset({"enteredAt", "decisions", "origin"})
-#: Messages that withdraw a request.
-WITHDRAWING = frozenset({"request.cancel", "voice.capture.cancel", "voice.capture.stop"})
 
 
 class EngineLink:

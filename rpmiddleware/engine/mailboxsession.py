@@ -113,28 +113,19 @@ class MailboxSession(EngineSession):
         self.writer = writer
         self._ledger = ledger
         self._former = formerSessionIds
-        self._announce = onWelcome
         self.pending = False
         self.welcomeId: str | None = None
-        self._writingAck = False
 
     def _welcomeFields(self) -> dict[str, Any]:
         return self._ledger.welcomeFields()
 
-    def _write(self, messageId: str, payload: bytes) -> None:
-        self.writer.write(messageId, payload, self._writingAck)
+    def _write(self, messageId: str, payload: bytes, ack: bool) -> None:
+        # Acks are files like any other, but nobody acknowledges them: the
+        # outbox removes ours after a while, as RPEngine does its own.
+        self.writer.write(messageId, payload, ack)
 
     def _stillQueued(self, messageId: str) -> bool:
         return self.writer.unread(messageId)
-
-    def send(self, envelope: Envelope) -> Envelope:
-        # Acks are files like any other, but nobody acknowledges them: the
-        # outbox removes ours after a while, as RPEngine does its own.
-        self._writingAck = envelope.type == "ack"
-        try:
-            return super().send(envelope)
-        finally:
-            self._writingAck = False
 
     def adopt(self, announce: bool) -> None:
         """
@@ -153,7 +144,7 @@ class MailboxSession(EngineSession):
             waitsForRPEngine=not announce,
         )
         if announce:
-            self._announce(self)
+            self._onWelcome(self)
         else:
             self.pending = True
 
@@ -166,7 +157,7 @@ class MailboxSession(EngineSession):
                     "RPEngine adopted session {sessionId} from the mailbox",
                     sessionId=self.sessionId,
                 )
-                self._announce(self)
+                self._onWelcome(self)
             if kind == "ack" and stamped != self.sessionId:
                 # Matched by the messageId it names (RPEngine acks a welcome
                 # under the session it had before adopting it).

@@ -33,9 +33,9 @@ from rpmiddleware.messages import ProtocolViolation, ackReference, validate
 #: RPEngine's answer to a message it cannot read: no requestId, no
 #: sourceMessageId, no ack (app.rs transport_message).
 INVALID_PAYLOAD = "invalid_payload"
-#: Messages whose refusal must not end the turn they name: a refused cancel
-#: leaves the turn running in RPEngine.
-_WITHDRAWING = frozenset({"request.cancel", "voice.capture.cancel", "voice.capture.stop"})
+#: Messages that withdraw a turn rather than ask for one: their refusal must
+#: not end the turn they name (a refused cancel leaves it running in RPEngine).
+WITHDRAWING = frozenset({"request.cancel", "voice.capture.cancel", "voice.capture.stop"})
 
 #: Close codes this side uses (4000-4999 are for applications).
 CLOSE_HELLO_TIMEOUT = 4008
@@ -211,7 +211,7 @@ class EngineSession:
         self._helloTimer = None
         self.sessionId = uuid.uuid4().hex
         self.startedAt = self._clock.seconds()
-        welcome = self.send(
+        return self.send(
             Envelope.build(
                 "welcome",
                 self.sessionId,
@@ -219,7 +219,6 @@ class EngineSession:
                 **self._welcomeFields(),
             )
         )
-        return welcome
 
     def _welcomeFields(self) -> dict[str, Any]:
         """
@@ -265,7 +264,7 @@ class EngineSession:
             sessionId=self.sessionId,
         )
         error["sourceMessageId"] = messageId
-        if refused.requestId and refused.type not in _WITHDRAWING:
+        if refused.requestId and refused.type not in WITHDRAWING:
             error["requestId"] = refused.requestId
         error["message"] = f"RPEngine refused the {refused.type}: {error.get('message') or ''}"
 
@@ -284,13 +283,11 @@ class EngineSession:
         reference = ackReference(ack.fields)
         if reference:
             self._answered(reference)
-        entry = self._unacked.pop(reference, None) if reference else None
+        entry = self._forget(reference) if reference else None
         if entry is None:
             # A late ack for a retransmitted message, or for one we never sent.
             self.log.debug("ack for unknown messageId {reference}", reference=reference)
             return
-        if entry.timer is not None and entry.timer.active():
-            entry.timer.cancel()
         self._onAcked(self, entry.envelope)
 
     # Writing
@@ -324,13 +321,14 @@ class EngineSession:
             entry.timer = self._clock.callLater(
                 self._options.ackTimeout, self._retransmit, fields["messageId"]
             )
-        self._write(fields["messageId"], payload)
+        self._write(fields["messageId"], payload, envelope.type == "ack")
         return envelope
 
-    def _write(self, messageId: str, payload: bytes) -> None:
+    def _write(self, messageId: str, payload: bytes, ack: bool) -> None:
         """
         Hand one encoded envelope to the transport.  The file mailbox names
-        its files after the messageId, so it is given here too.
+        its files after the messageId, and removes its acks itself (nobody
+        acknowledges them), so it is told both here too.
         """
         self._writer.sendText(payload)
 
@@ -369,7 +367,7 @@ class EngineSession:
             envelope=summarize(entry.envelope.fields),
             attempt=entry.attempts,
         )
-        self._write(messageId, entry.payload)
+        self._write(messageId, entry.payload, False)
         entry.timer = self._clock.callLater(self._options.ackTimeout, self._retransmit, messageId)
 
     def unacknowledged(self) -> list[Envelope]:
