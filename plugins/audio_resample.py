@@ -31,6 +31,7 @@ from rpmiddleware.audio import (
     decodePcm,
     encodeBase64,
     encodePcm,
+    endsSegment,
     resample,
     toMono,
 )
@@ -443,19 +444,6 @@ class AudioResample(ChainPlugin):
         replies, self._replies = self._replies, {}
         for reply in replies.values():
             self._forget(reply)
-
-
-def endsSegment(fields: Mapping[str, Any]) -> bool:
-    """
-    Whether a C{reply.audio.chunk} is its segment's last: RPEngine numbers
-    each segment's chunks (C{segmentChunkSequence} of C{segmentChunkCount},
-    src/socket-adapter.ts), so the last is known when it arrives.  C{final}
-    is read for older peers.
-    """
-    index, count = fields.get("segmentChunkSequence"), fields.get("segmentChunkCount")
-    if type(index) is int and type(count) is int:
-        return index == count - 1
-    return fields.get("final") is True
 
 
 def _build(settings: Mapping[str, Any], services: IPluginServices) -> AudioResample:

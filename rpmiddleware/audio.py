@@ -12,7 +12,7 @@ same bytes back.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -195,6 +195,20 @@ def resample(samples: Samples, inRate: int, outRate: int, quality: str = "HQ") -
         return _EMPTY
     out = soxr.resample(samples, inRate, outRate, quality=quality)
     return fitLength(np.asarray(out, dtype=np.float32), exactLength(len(samples), inRate, outRate))
+
+
+def endsSegment(fields: Mapping[str, Any]) -> bool:
+    """
+    Whether a C{reply.audio.chunk} is its segment's last: RPEngine numbers
+    each segment's chunks (C{segmentChunkSequence} of C{segmentChunkCount},
+    src/socket-adapter.ts), so the last is known when it arrives, and a
+    segment's resampler can be flushed with it.  C{final} is read for older
+    peers.
+    """
+    index, count = fields.get("segmentChunkSequence"), fields.get("segmentChunkCount")
+    if type(index) is int and type(count) is int:
+        return index == count - 1
+    return fields.get("final") is True
 
 
 class StreamResampler:

@@ -24,6 +24,7 @@ from rpmiddleware.audio import (
     decodePcm,
     encodeBase64,
     encodePcm,
+    endsSegment,
     strictBase64,
 )
 from rpmiddleware.messages import OUTPUT_SAMPLE_RATE
@@ -118,7 +119,7 @@ class SpeechOutput:
             cut = len(raw) - len(raw) % 2
             self._carry = raw[cut:]
             pcm = self._resampler.feed(decodePcm(raw[:cut], "pcm_s16le"))
-            if _lastOfSegment(fields):
+            if endsSegment(fields):
                 pcm = np.concatenate([pcm, self._resampler.flush()])
                 self._resampler = None
             out.append(encodePcm(pcm, "pcm_s16le"))
@@ -168,20 +169,6 @@ class SpeechOutput:
                     )
                 self._collected.append(piece)
         return result
-
-
-def _lastOfSegment(fields: Mapping[str, Any]) -> bool:
-    """
-    Whether a chunk ends its sentence segment: RPEngine numbers a segment's
-    chunks (C{segmentChunkSequence} of C{segmentChunkCount}, app.rs
-    C{take_reply_audio_transport}), so the segment's tail can be sent with
-    its last chunk instead of waiting for the next segment.  C{final: true}
-    is taken too.
-    """
-    if fields.get("final") is True:
-        return True
-    index, count = fields.get("segmentChunkSequence"), fields.get("segmentChunkCount")
-    return type(index) is int and type(count) is int and index == count - 1
 
 
 def _decode(data: str) -> bytes:
