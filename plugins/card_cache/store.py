@@ -57,8 +57,7 @@ class ContentStore:
         if found is not None:
             return found
         self._cards[card.hash] = card
-        while len(self._cards) > self._size:
-            self._cards.popitem(last=False)
+        trim(self._cards, self._size)
         return card
 
 
