@@ -27,7 +27,7 @@ from rpmiddleware.builtin.playbook.model import Playbook
 from rpmiddleware.builtin.playbook.outbox import Outbox
 from rpmiddleware.builtin.playbook.pacing import Pacer
 from rpmiddleware.builtin.playbook.parser import parsePlaybook
-from rpmiddleware.builtin.playbook.prompt import decorate
+from rpmiddleware.builtin.playbook.prompt import AUTO_EVENT, decorate, modeOf
 from rpmiddleware.builtin.playbook.rules import IDLE_TEXT, Transitions, dueIdleRule, stageChange
 from rpmiddleware.builtin.playbook.sessions import Sessions
 from rpmiddleware.builtin.playbook.state import OpenRequest, SessionState, ToolRun
@@ -249,7 +249,7 @@ class PlaybookPlugin(ChainPlugin):
         # it is an auto_event turn whatever interactionMode it came with.
         token = envelope.meta.get(wire.TURN_TOKEN)
         ours = token is not None
-        auto = ours or envelope.get("interactionMode") == "auto_event"
+        auto = ours or envelope.get("interactionMode") == AUTO_EVENT
         if ours and token == state.turnAsked:
             state.clearAsk()
         event = envelope.get("event")
@@ -274,7 +274,7 @@ class PlaybookPlugin(ChainPlugin):
                 requestId,
                 playbook=state.playbook.name,
                 stage=state.stage,
-                interactionMode="auto_event" if auto else "direct_user",
+                interactionMode=modeOf(auto),
             )
         self.pacer.settle(state)
 

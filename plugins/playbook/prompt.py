@@ -38,6 +38,13 @@ AUTO_EVENT = "auto_event"
 DIRECT_USER = "direct_user"
 
 
+def modeOf(auto: bool) -> str:
+    """
+    The C{interactionMode} of an auto_event turn, or of the player's.
+    """
+    return AUTO_EVENT if auto else DIRECT_USER
+
+
 def gamesOwn(envelope: Envelope, mode: str) -> dict[str, Any] | None:
     """
     The game's own prompt context on C{envelope}, copied with the turn's
@@ -62,7 +69,7 @@ def promptContext(
     """
     The three prompt-context fields a request gets, complete, or C{None}.
     """
-    mode = AUTO_EVENT if auto else DIRECT_USER
+    mode = modeOf(auto)
     context = stage.promptContext(mode) if stage is not None else None
     if context is None:
         context = gamesOwn(envelope, mode)
