@@ -14,7 +14,7 @@ silently change nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -296,7 +296,7 @@ def settingsChanges(fields: Mapping[str, Any], where: str, keys: frozenset[str])
     if "interactionMode" in fields:
         changes["interactionMode"] = _named(
             fields["interactionMode"],
-            frozenset(INTERACTION_MODES),
+            INTERACTION_MODES,
             f"{where}.interactionMode",
             "an interaction mode of RPEngine",
         )
@@ -339,14 +339,14 @@ def _player(value: Any, where: str) -> dict[str, Any] | None:
 def _silenceBehavior(value: Any, where: str) -> Any:
     return _named(
         value,
-        frozenset(SILENCE_BEHAVIORS),
+        SILENCE_BEHAVIORS,
         where,
         'what RPEngine does after a silent capture ("error": empty_speech; '
         '"restart": listen again)',
     )
 
 
-def _named(value: Any, choices: frozenset[str], where: str, what: str) -> Any:
+def _named(value: Any, choices: Collection[str], where: str, what: str) -> Any:
     """
     C{value} if it is null or one of C{choices} (a list or object never is,
     and is unhashable); else L{InvalidMessage} listing the choices.
@@ -397,7 +397,7 @@ def _outputChanges(output: Mapping[str, Any], where: str) -> dict[str, Any]:
         # RPEngine's output.audio.processing.profile.
         changes["audioProcessing"] = _named(
             output["audioProcessing"],
-            frozenset(AUDIO_PROCESSING_PROFILES),
+            AUDIO_PROCESSING_PROFILES,
             f"{where}.audioProcessing",
             "an audio processing profile of RPEngine",
         )
