@@ -184,16 +184,16 @@ def _checkBook(value: Any) -> None:
             raise InvalidCard(f"{where}.position", "must be before_char or after_char")
 
 
-def snapshotTransfer(document: dict[str, Any], targetHash: str) -> dict[str, Any]:
+def snapshotTransfer(document: dict[str, Any], targetHash: str | None) -> dict[str, Any]:
     """
-    The C{card} field of a request that sends the whole card.
+    The C{card} field of a request that sends the whole card; without
+    C{targetHash} when it is C{None} (optional for a snapshot: RPEngine then
+    computes it, docs/file-transport-v1.md).
     """
-    return {
-        "format": CARD_FORMAT,
-        "mode": "snapshot",
-        "snapshot": document,
-        "targetHash": targetHash,
-    }
+    transfer = {"format": CARD_FORMAT, "mode": "snapshot", "snapshot": document}
+    if targetHash is not None:
+        transfer["targetHash"] = targetHash
+    return transfer
 
 
 #: Names under which a snapshot transfer may carry the document: RPEngine

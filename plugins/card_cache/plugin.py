@@ -276,10 +276,8 @@ class CardCache(ChainPlugin):
         A snapshot, with C{targetHash} unless RPEngine hashes this card
         differently (it is optional: RPEngine computes it).
         """
-        transfer = snapshotTransfer(card.document, targetHash)
-        if targetHash in self._session.engineHash:
-            del transfer["targetHash"]
-        return transfer
+        differs = targetHash in self._session.engineHash
+        return snapshotTransfer(card.document, None if differs else targetHash)
 
     async def _inOwnTurn(
         self, size: int, context: IChainContext, work: Callable[..., Any], *args: Any
@@ -404,8 +402,7 @@ class CardCache(ChainPlugin):
             return error
         # Without targetHash: should RPEngine hash this card differently from
         # us, the snapshot is still taken, and reply.accepted says its hash.
-        transfer = snapshotTransfer(sent.card.document, "")
-        del transfer["targetHash"]
+        transfer = snapshotTransfer(sent.card.document, None)
         again = Envelope({**sent.fields, "card": transfer}, dict(sent.meta))
         again.meta["cardResync"] = True
         sent.resent, sent.mode, sent.baseHash = True, "snapshot", None
