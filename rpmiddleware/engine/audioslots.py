@@ -22,7 +22,6 @@ resampler and every client see one stream whichever way RPEngine came.
 
 from __future__ import annotations
 
-import base64
 import os
 import stat
 import struct
@@ -30,6 +29,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from rpmiddleware.audio import encodeBase64
 from rpmiddleware.engine.mailbox import FILE_MODE, Refused, readRegularFile
 from rpmiddleware.envelope import Envelope
 
@@ -301,7 +301,7 @@ class SegmentStream:
                     segmentSequence=segment.get("segmentSequence"),
                     segmentChunkSequence=index,
                     segmentChunkCount=count,
-                    data=base64.b64encode(part).decode("ascii"),
+                    data=encodeBase64(part),
                 )
             )
         speech.nextSequence += count

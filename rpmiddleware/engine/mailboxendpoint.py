@@ -21,6 +21,7 @@ were withdrawn, so that no second tab plays them too.
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,8 +98,6 @@ class FileOutbox:
         """
         found = removed = 0
         latest = 0
-        import os
-
         with os.scandir(self._dir) as entries:
             names = sorted(entry.name for entry in entries)
         for name in names:
@@ -476,8 +475,7 @@ class MailboxEndpoint:
             self.ledger.used(self.layout.slotCount - 1)
             self._renewWanted = True
         self.link.received(session, envelope)
-        if self._renewWanted:
-            self.maintain()
+        self._renew()
 
     def _segment(self, session: EngineSession, segment: Envelope) -> None:
         """
@@ -525,7 +523,7 @@ class MailboxEndpoint:
             self._later.append(self.clock.callLater(0, self._sendConsumed, session, consumed))
         if self.ledger.remaining <= self.reserve:
             self._renewWanted = True
-            self.maintain()
+            self._renew()
 
     def _checkReader(self) -> None:
         """
@@ -559,12 +557,19 @@ class MailboxEndpoint:
 
     def maintain(self) -> None:
         """
+        The service's periodic care: tidy the outbox, say so if RPEngine
+        stopped reading, and renew the peer identity if that is due.
+        """
+        self.outbox.tidy()
+        self._checkReader()
+        self._renew()
+
+    def _renew(self) -> None:
+        """
         Renew the peer identity, if its slots are (nearly) used up and no
         turn is open: a fresh C{welcome} under a new session gives RPEngine
         a new C{peerInstanceId} and slot 0 again.
         """
-        self.outbox.tidy()
-        self._checkReader()
         if not self._renewWanted:
             return
         session = self.session

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,7 +198,7 @@ class MailboxService(service.Service):
         now = self.clock.seconds()
         for fd in (folders.toEngine, folders.fromEngine):
             removeTemporaries(fd)
-            removeStale(fd, _wallClock())
+            removeStale(fd, time.time())
         self._lastStale = self._lastTidy = now
         endpoint = self.endpoint = MailboxEndpoint(
             self.middleware, self.clock, folders, self.layout, onWrite=self._wrote
@@ -287,7 +288,7 @@ class MailboxService(service.Service):
             if now - self._lastStale >= self.options.staleEvery:
                 self._lastStale = now
                 for fd in (folders.toEngine, folders.fromEngine):
-                    removeStale(fd, _wallClock())
+                    removeStale(fd, time.time())
             self._pace(now, backlog=scan.total > len(scan.stems))
             self._failing = False
         except OSError as e:
@@ -369,9 +370,3 @@ class MailboxService(service.Service):
         loop = self._loop
         if loop is not None and loop.running and not self._polling:
             loop.reset()
-
-
-def _wallClock() -> float:
-    import time
-
-    return time.time()
