@@ -250,7 +250,6 @@ class SlotLedger:
 class _Speech:
     started: bool = False
     nextSequence: int = 0
-    segments: int = 0
 
 
 class SegmentStream:
@@ -305,7 +304,6 @@ class SegmentStream:
                 )
             )
         speech.nextSequence += count
-        speech.segments += 1
         return made
 
     def passed(self, envelope: Envelope) -> None:

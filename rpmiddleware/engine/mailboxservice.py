@@ -111,15 +111,13 @@ def prepareMailbox(options: MailboxOptions, layout: AudioLayout) -> Folders:
         document = json.dumps(manifest(options, layout), indent=2) + "\n"
         writeAtomic(rootFd, MANIFEST_NAME, document.encode("utf-8"))
         createSlots(folders[2], layout)
-    except (OSError, Refused) as e:
+    except (OSError, Refused, MailboxError) as e:
         for fd in opened:
             os.close(fd)
+        if isinstance(e, MailboxError):
+            raise
         why = e.reason if isinstance(e, Refused) else (e.strerror or str(e))
         raise MailboxError(f"cannot prepare the mailbox folder {root}: {why}")
-    except MailboxError:
-        for fd in opened:
-            os.close(fd)
-        raise
     os.close(rootFd)
     return Folders(root, folders[0], folders[1], folders[2])
 
