@@ -32,6 +32,7 @@ from typing import Any
 from rpmiddleware.audio import encodeBase64
 from rpmiddleware.engine.mailbox import FILE_MODE, Refused, readRegularFile
 from rpmiddleware.envelope import Envelope
+from rpmiddleware.messages import OUTPUT_SAMPLE_RATE, PCM_CHUNK_BYTES
 
 WAV_FORMAT = "wav_pcm_s16le"
 AUDIO_DIRECTORY = "audio"
@@ -39,9 +40,7 @@ SLOT_PATTERN = "slot_%04d.wav"
 #: As many as RPEngine's documentation and its mock game make.
 DEFAULT_SLOT_COUNT = 2048
 #: RPEngine's speech is 44.1 kHz mono PCM16 (app.rs tts_completed).
-SAMPLE_RATE = 44100
-#: RPEngine's chunk size on the WebSocket (src/socket-adapter.ts).
-PCM_CHUNK_BYTES = 32 * 1024
+SAMPLE_RATE = OUTPUT_SAMPLE_RATE
 #: A phrase's WAV is read whole; a sentence of speech is a few hundred KB,
 #: and three minutes of it 16 MB.
 MAX_SLOT_BYTES = 32 * 1024 * 1024

@@ -33,6 +33,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from rpmiddleware.messages import MAX_MESSAGE_BYTES
+
 #: The manifest RPEngine reads in the folder the player selects.
 MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = "gemtavern.rp_engine.file_transport"
@@ -43,7 +45,7 @@ FROM_ENGINE = "engine-to-integration"
 READY = ".ready"
 JSON = ".json"
 #: RPEngine and its mock game refuse a message over 8 MiB.
-MAX_ENVELOPE_BYTES = 8 * 1024 * 1024
+MAX_ENVELOPE_BYTES = MAX_MESSAGE_BYTES
 #: Mailbox files older than this are removed (docs/file-transport-v1.md).
 STALE_SECONDS = 24 * 60 * 60
 #: Our temporary names: never a stem, never C{.ready}, so no reader looks.
