@@ -41,15 +41,13 @@ from rpmiddleware.interfaces import (
     IEnvelopePlugin,
     IPluginServices,
 )
+from rpmiddleware.messages import WITHDRAWING
 from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
 
 NAME = "capacity-gate"
 
 #: Messages that start work RPEngine queues.
 WORK = frozenset({"reply.request", "voice.capture.start"})
-#: Messages that withdraw a request; for a held one nothing started, so all
-#: three end it locally (as the engine link does for requests waiting on it).
-WITHDRAWING = frozenset({"request.cancel", "voice.capture.cancel", "voice.capture.stop"})
 #: Messages that end a request and so free its place in RPEngine's queue.
 TERMINAL = frozenset({"reply.completed", "reply.cancelled", "request.error"})
 #: Client id of requests that carry none (the in-process Python API).
@@ -194,6 +192,7 @@ class CapacityGate(ChainPlugin):
             return envelope
         if envelope.type in WORK:
             return self._admit(envelope, context)
+        # For a held request nothing started: all three withdrawals end it here.
         if envelope.type in WITHDRAWING and self._withdraw(requestId, context):
             return None
         return envelope

@@ -23,7 +23,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION
-from rpmiddleware.messages import AUDIO_INPUT_LANGUAGES, MAX_MESSAGE_BYTES, SPEECH_MODEL
+from rpmiddleware.messages import (
+    AUDIO_INPUT_LANGUAGES,
+    MAX_MESSAGE_BYTES,
+    SPEECH_MODEL,
+    WITHDRAWING,
+)
 
 __all__ = ["MAX_MESSAGE_BYTES", "EngineRefusal", "checkEnvelope"]
 AUDIO_PROCESSING_PROFILES = ("narrowband_voice", "cinematic_radio")
@@ -48,7 +53,6 @@ _RUST_UNSUPPORTED = re.compile(r"\(\?<?[=!]|\\[1-9]|\(\?P=|\(\?>|\(\?\(|\\Z")
 
 #: Types whose requestId RPEngine requires.
 _REQUEST_TYPES = ("reply.request", "voice.capture.start")
-_WITHDRAWING_TYPES = ("voice.capture.stop", "voice.capture.cancel", "request.cancel")
 
 
 class EngineRefusal(ValueError):
@@ -108,7 +112,7 @@ def checkEnvelope(fields: Mapping[str, Any]) -> None:
         checkOutput(fields.get("output"))
         checkCardTransfer(fields.get("card"))
         checkPromptContext(fields)
-    elif kind in _WITHDRAWING_TYPES:
+    elif kind in WITHDRAWING:
         _requireText(fields, ("requestId",))
 
 

@@ -262,6 +262,9 @@ MESSAGES: dict[str, MessageSpec] = {
 #: only, for peers written to older drafts.
 ACK_REFERENCE_FIELDS = ("acknowledgedMessageId", "sourceMessageId")
 
+#: The messages that withdraw a request instead of asking for one (app.rs
+#: stop_capture, cancel_request): each names only its requestId.
+WITHDRAWING = frozenset({"request.cancel", "voice.capture.cancel", "voice.capture.stop"})
 #: RPEngine's queue limit (app.rs QUEUE_LIMIT).
 ENGINE_QUEUE_LIMIT = 20
 #: RPEngine remembers this many messageIds for duplicates, across reconnects

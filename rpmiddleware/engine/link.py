@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 from twisted.logger import Logger
 
 from rpmiddleware.cards import InvalidCard, validateCard
-from rpmiddleware.engine.session import CLOSE_SUPERSEDED, WITHDRAWING, EngineSession
+from rpmiddleware.engine.session import CLOSE_SUPERSEDED, EngineSession
 from rpmiddleware.enginerules import EngineRefusal, checkEnvelope
 from rpmiddleware.envelope import Direction, Envelope, summarize
-from rpmiddleware.messages import MESSAGES
+from rpmiddleware.messages import MESSAGES, WITHDRAWING
 
 if TYPE_CHECKING:
     from rpmiddleware.chain import PluginChain

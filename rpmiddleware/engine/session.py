@@ -28,14 +28,11 @@ from rpmiddleware.envelope import (
     summarize,
 )
 from rpmiddleware.interfaces import IEngineSessionInfo
-from rpmiddleware.messages import ProtocolViolation, ackReference, validate
+from rpmiddleware.messages import WITHDRAWING, ProtocolViolation, ackReference, validate
 
 #: RPEngine's answer to a message it cannot read: no requestId, no
 #: sourceMessageId, no ack (app.rs transport_message).
 INVALID_PAYLOAD = "invalid_payload"
-#: Messages that withdraw a turn rather than ask for one: their refusal must
-#: not end the turn they name (a refused cancel leaves it running in RPEngine).
-WITHDRAWING = frozenset({"request.cancel", "voice.capture.cancel", "voice.capture.stop"})
 
 #: Close codes this side uses (4000-4999 are for applications).
 CLOSE_HELLO_TIMEOUT = 4008
@@ -264,6 +261,8 @@ class EngineSession:
             sessionId=self.sessionId,
         )
         error["sourceMessageId"] = messageId
+        # A refused cancel must not end the turn it names: that turn runs on
+        # in RPEngine.
         if refused.requestId and refused.type not in WITHDRAWING:
             error["requestId"] = refused.requestId
         error["message"] = f"RPEngine refused the {refused.type}: {error.get('message') or ''}"
