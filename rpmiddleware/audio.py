@@ -12,6 +12,7 @@ same bytes back.
 from __future__ import annotations
 
 import base64
+import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -299,3 +300,30 @@ class StreamResampler:
             self.samplesOut += len(samples)
             self._lastPiece = samples
         return samples
+
+
+_WAV_HEADER = struct.Struct("<4sI4s4sIHHIIHH4sI")
+
+
+def pcm16Wav(pcm: bytes, sampleRate: int, channels: int = 1) -> bytes:
+    """
+    A canonical 44-byte-header PCM16 WAV: what RPEngine writes into a
+    mailbox slot (src/filesystem-mailbox-adapter.ts pcm16Wav), and what a
+    client asking for one WAV per reply gets.
+    """
+    header = _WAV_HEADER.pack(
+        b"RIFF",
+        36 + len(pcm),
+        b"WAVE",
+        b"fmt ",
+        16,
+        1,
+        channels,
+        sampleRate,
+        sampleRate * channels * 2,
+        channels * 2,
+        16,
+        b"data",
+        len(pcm),
+    )
+    return header + pcm

@@ -13,8 +13,9 @@ import wave
 import numpy as np
 from twisted.trial.unittest import SynchronousTestCase
 
+from rpmiddleware.audio import pcm16Wav as wavBytes
 from rpmiddleware.client.decode import AudioDecodeError, decodeAudio, sniff
-from rpmiddleware.client.tts import base64Bytes, wavBytes
+from rpmiddleware.client.tts import base64Bytes
 from tests.test_client_helpers import opusBase64, tone, wavBase64
 
 

@@ -12,8 +12,6 @@ per sentence segment, so the client gets the rate it asked for either way.
 
 from __future__ import annotations
 
-import io
-import wave
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +23,7 @@ from rpmiddleware.audio import (
     encodeBase64,
     encodePcm,
     endsSegment,
+    pcm16Wav,
     strictBase64,
 )
 from rpmiddleware.messages import OUTPUT_SAMPLE_RATE
@@ -50,19 +49,6 @@ def base64Bytes(text: str) -> int:
 
 def _rate(value: Any) -> int | None:
     return value if type(value) is int and value > 0 else None
-
-
-def wavBytes(pcm: bytes, sampleRate: int) -> bytes:
-    """
-    A mono 16-bit PCM WAV file.
-    """
-    out = io.BytesIO()
-    with wave.open(out, "wb") as writer:
-        writer.setnchannels(1)
-        writer.setsampwidth(2)
-        writer.setframerate(sampleRate)
-        writer.writeframes(pcm)
-    return out.getvalue()
 
 
 class SpeechOutput:
@@ -137,7 +123,7 @@ class SpeechOutput:
         """
         Everything collected, as one WAV at the client's rate.
         """
-        return wavBytes(b"".join(self._collected), self.rate)
+        return pcm16Wav(b"".join(self._collected), self.rate)
 
     def _flushSegment(self) -> bytes:
         resampler, self._resampler, self._carry = self._resampler, None, b""

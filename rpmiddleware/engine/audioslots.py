@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from rpmiddleware.audio import encodeBase64
+from rpmiddleware.audio import encodeBase64, pcm16Wav
 from rpmiddleware.engine.mailbox import FILE_MODE, Refused, readRegularFile
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.messages import OUTPUT_SAMPLE_RATE, PCM_CHUNK_BYTES
@@ -44,7 +44,6 @@ SAMPLE_RATE = OUTPUT_SAMPLE_RATE
 #: A phrase's WAV is read whole; a sentence of speech is a few hundred KB,
 #: and three minutes of it 16 MB.
 MAX_SLOT_BYTES = 32 * 1024 * 1024
-_HEADER = struct.Struct("<4sI4s4sIHHIIHH4sI")
 
 
 @dataclass(frozen=True)
@@ -72,28 +71,6 @@ class AudioLayout:
             "sampleRate": self.sampleRate,
             "channels": 1,
         }
-
-
-def pcm16Wav(pcm: bytes, sampleRate: int, channels: int = 1) -> bytes:
-    """
-    A canonical 44-byte-header WAV, as RPEngine writes them (C{pcm16Wav}).
-    """
-    header = _HEADER.pack(
-        b"RIFF",
-        36 + len(pcm),
-        b"WAVE",
-        b"fmt ",
-        16,
-        1,
-        channels,
-        sampleRate,
-        sampleRate * channels * 2,
-        channels * 2,
-        16,
-        b"data",
-        len(pcm),
-    )
-    return header + pcm
 
 
 def silentSlot(sampleRate: int = SAMPLE_RATE) -> bytes:
