@@ -23,6 +23,7 @@ from rpmiddleware.builtin import (
     capacity_gate,
     card_cache,
     envelope_log,
+    memory,
     moderation,
     playbook,
 )
@@ -37,6 +38,7 @@ FACTORIES: list[IPluginFactory] = [
     card_cache.cardCache,
     envelope_log.envelopeLog,
     playbook.playbook,
+    memory.memory,
 ]
 
 #: Moderation nearest the game so a blocked turn takes no capacity; audio is
@@ -44,9 +46,12 @@ FACTORIES: list[IPluginFactory] = [
 #: (``logging = 500`` in [chain.plugins]) because it is one line per envelope.
 #: The playbook plugin sits nearest the game: it must see every request and
 #: every ending of a turn, even those another plugin answers itself; it
-#: changes nothing for a client with no playbook and no game events.
+#: changes nothing for a client with no playbook and no game events.  Memory
+#: comes next: it plans with the prompt fields the playbook set, and records
+#: replies after moderation has masked them, as the client gets them.
 DEFAULT_CHAIN: dict[str, int] = {
     "playbook": 50,
+    "memory": 80,
     "moderation": 100,
     "audio-resample": 200,
     "capacity-gate": 300,

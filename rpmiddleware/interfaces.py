@@ -215,3 +215,31 @@ class IToolProvider(Interface):
         """
         @return: an iterable of L{ITool} providers.
         """
+
+
+class IClientExtension(Interface):
+    """
+    Optional, for plugins that add client messages of their own (the memory
+    plugin's C{memory}, a third party's): the client endpoint accepts the
+    types named here while the plugin is in the chain, and hands each such
+    message to the chain as an envelope (L{rpmiddleware.clientext}), which
+    the plugin consumes.  What the plugin sends a client travels toward the
+    game the same way; nothing in the core knows the plugin's messages.
+    """
+
+    clientMessageTypes = Attribute(
+        "The client message types this plugin takes (a tuple of str); none may be a "
+        "type of the client protocol itself."
+    )
+
+
+class IMetricsSource(Interface):
+    """
+    Optional, for plugins with figures of their own for C{/metrics}.
+    """
+
+    def collectMetrics():  # type: ignore[no-untyped-def]
+        """
+        @return: an iterable of C{prometheus_client.core.Metric} families,
+            read on every scrape (names start with C{rpmiddleware_}).
+        """

@@ -31,7 +31,7 @@ from twisted.web.server import Request
 from zope.interface import implementer
 
 from rpmiddleware.envelope import Direction, Envelope
-from rpmiddleware.interfaces import IChainObserver
+from rpmiddleware.interfaces import IChainObserver, IMetricsSource
 
 #: Seconds from asking to the first text or audio: a local model answers in
 #: a fraction of a second when idle and in tens of seconds when queued.
@@ -113,6 +113,9 @@ class _Gauges(Collector):
         if gate is not None:
             waiting.add_metric(["capacity_gate"], len(gate.held()))
         yield waiting
+        for plugin in m.middleware.chain.plugins:
+            if IMetricsSource.providedBy(plugin):
+                yield from plugin.collectMetrics()
 
 
 @implementer(IChainObserver)

@@ -302,6 +302,26 @@ class Middleware:
 
         return self._inOrder.submit(self.cards.canonical(card).addCallback(attach))
 
+    def submit(self, envelope: Envelope) -> None:
+        """
+        Hand C{envelope} to the chain at the game end, after every request
+        submitted before it (which may still be waiting for its card's
+        hash): the entry for anything a game sends, the client endpoint's
+        messages for plugins among them (L{rpmiddleware.clientext}).
+        """
+        self._sendInOrder(envelope)
+
+    def plugin(self, interface: Any) -> Any:
+        """
+        The first plugin of the chain that provides C{interface}, or C{None}:
+        how a game finds a plugin's Python API (the memory plugin's
+        C{IConversationMemory}, say) without knowing its name.
+        """
+        for plugin in self.chain.plugins:
+            if interface.providedBy(plugin):
+                return plugin
+        return None
+
     def _sendInOrder(self, envelope: Envelope) -> None:
         """
         Send C{envelope} after every request submitted before it (which may

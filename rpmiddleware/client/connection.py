@@ -268,7 +268,7 @@ class ClientConnection:
     def _handle(self, payload: bytes | str, isBinary: bool) -> Deferred[None] | None:
         kind = "?"
         try:
-            message = wire.decodeFrame(payload, isBinary)
+            message = wire.decodeFrame(payload, isBinary, self.endpoint.extensions)
             kind = message["type"]
             self.log.debug(
                 "client {peer} sent {kind} ({size} bytes)",

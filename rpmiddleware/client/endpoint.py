@@ -31,6 +31,7 @@ from rpmiddleware.client.turnmessages import (
     handleText,
     handleVoiceCapture,
 )
+from rpmiddleware.clientext import extensionTypes, fromClient
 
 
 class Writer(Protocol):
@@ -77,6 +78,9 @@ class ClientEndpoint:
     #: get WEBRTC_UNAVAILABLE.
     answerOffer: Handler | None = None
     handlers: dict[str, Handler] = field(init=False, repr=False, compare=False)
+    #: Client message types the chain's plugins take, to the plugin's name
+    #: (L{rpmiddleware.clientext}); each is handed to the chain as it came.
+    extensions: dict[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.handlers = {
@@ -93,6 +97,15 @@ class ClientEndpoint:
             "status": statusHandler(self),
             **PLAYBOOK_HANDLERS,
         }
+        chain = getattr(self.middleware, "chain", None)
+        plugins = getattr(chain, "plugins", ())
+        self.extensions = {
+            kind: name
+            for kind, name in extensionTypes(plugins).items()
+            if kind not in self.handlers
+        }
+        for kind in self.extensions:
+            self.handlers[kind] = handleExtension
 
     def offer(self, client: ClientSurface, message: dict[str, Any]) -> Deferred[None] | None:
         if self.answerOffer is not None:
@@ -110,6 +123,14 @@ def handlePing(client: ClientSurface, message: dict[str, Any]) -> None:
     WebRTC data channel waits for the C{pong} there.
     """
     client.reply(wire.pong(wire.number(message, "timestamp")))
+
+
+def handleExtension(client: ClientSurface, message: dict[str, Any]) -> None:
+    """
+    A message of a plugin's own type goes to the chain, in order with the
+    client's turns, for the plugin to take.
+    """
+    client.middleware.submit(fromClient(client.session.id, message))
 
 
 def refuseOffer(client: ClientSurface, message: dict[str, Any]) -> None:

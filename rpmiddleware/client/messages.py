@@ -14,7 +14,7 @@ silently change nothing.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,10 +92,13 @@ class InvalidMessage(ValueError):
 # Reading.
 
 
-def decodeFrame(payload: bytes | str, isBinary: bool) -> dict[str, Any]:
+def decodeFrame(
+    payload: bytes | str, isBinary: bool, extensions: Container[str] = ()
+) -> dict[str, Any]:
     """
     One WebSocket message (its text, or the bytes of it) as a JSON object
-    with a string C{type}.
+    with a string C{type}: one of the protocol's, or of C{extensions} (the
+    types the chain's plugins take, L{rpmiddleware.clientext}).
     """
     if isBinary:
         raise InvalidMessage("binary frames are not part of the protocol; send JSON text")
@@ -112,10 +115,9 @@ def decodeFrame(payload: bytes | str, isBinary: bool) -> dict[str, Any]:
     kind = value.get("type")
     if not isinstance(kind, str) or not kind:
         raise InvalidMessage("a message must have a string type")
-    if kind not in CLIENT_TYPES:
-        raise InvalidMessage(
-            f"unknown message type {kind[:64]!r} (known: {', '.join(CLIENT_TYPES)})"
-        )
+    if kind not in CLIENT_TYPES and kind not in extensions:
+        known = ", ".join((*CLIENT_TYPES, *sorted(extensions)))
+        raise InvalidMessage(f"unknown message type {kind[:64]!r} (known: {known})")
     return value
 
 

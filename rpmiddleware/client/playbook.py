@@ -40,6 +40,7 @@ from rpmiddleware.client.errors import (
     PLAYBOOK_ERROR,
     errorMessage,
 )
+from rpmiddleware.client.extensions import ExtensionBridge, openConnection
 from rpmiddleware.client.messages import InvalidMessage
 from rpmiddleware.client.surface import ClientSurface, Handler
 from rpmiddleware.envelope import Envelope
@@ -247,12 +248,7 @@ class PlaybookBridge:
             connection.send(translate(envelope.fields))
 
     def _find(self, clientId: Any) -> ClientSurface | None:
-        if not isinstance(clientId, str):
-            return None
-        for connection in self.connections():
-            if connection.session.id == clientId and not (connection.closed or connection.closing):
-                return connection
-        return None
+        return openConnection(self.connections(), clientId)
 
     def _turn(self, connection: ClientSurface, envelope: Envelope) -> None:
         """
@@ -298,4 +294,5 @@ def installBridge(factory: Any) -> PlaybookBridge:
 
     bridge = PlaybookBridge(connections)
     factory.middleware.router.observe(bridge)
+    factory.middleware.router.observe(ExtensionBridge(connections))
     return bridge

@@ -21,6 +21,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
+from rpmiddleware.engineprompt import AssembledPrompt
 from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, isoTimestamp
 from rpmiddleware.messages import ENGINE_DEDUP_WINDOW
 from rpmiddleware.testing.cardstore import SessionCardStore
@@ -63,6 +64,10 @@ class EngineCore:
         #: that inspect the real connection).
         self.carrier: object | None = None
         self.sent: list[dict[str, Any]] = []
+        #: Each model invocation, as RPEngine assembles it (its system prompt,
+        #: the chat messages before the event, the event text): requests
+        #: share nothing, as RPEngine's never do.
+        self.invocations: list[AssembledPrompt] = []
         self.receivedMessages: list[Any] = []
         self.processed: Counter[str] = Counter()
         #: Requests cancelled because the game asked.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rpmiddleware.engineprompt import PromptTooLarge, assemble, promptRequest
 from rpmiddleware.testing.replystream import ReplyStream
 from rpmiddleware.testing.requestchecks import (
     STT_LANGUAGE_NAMES,
@@ -150,7 +151,18 @@ class Replies(EngineCore):
                 reply, RequestError("request_failed", "the request has no text and no speech")
             )
             return
+        try:
+            prompt = assemble(promptRequest(reply.fields, reply.card, transcript))
+        except PromptTooLarge as e:
+            self._failActive(reply, RequestError("prompt_too_large", str(e)))
+            return
+        except ValueError as e:
+            self._failActive(reply, RequestError("request_failed", str(e)))
+            return
+        # What the model is given, for tests (app.rs begin_gemma, GemmaInvoke).
+        self.invocations.append(prompt)
         request = dict(reply.fields)
+        request["prompt"] = prompt
         if transcript:
             request["transcript"] = transcript
         try:

@@ -1,0 +1,54 @@
+"""
+The memory plugin's Python API, for games that embed the middleware:
+C{middleware.plugin(IConversationMemory)} finds it.
+
+A conversation is named by its character (C{characterId}, and
+C{integrationId}, the configured one by default) and the game's
+C{conversationId} (a save slot).  Requests name theirs with
+C{meta={"conversation": id}} (and C{"location"}, C{"scene"} for scoped
+knowledge) in C{Middleware.requestReply}.
+"""
+
+from __future__ import annotations
+
+from zope.interface import Attribute, Interface
+
+
+class IConversationMemory(Interface):
+    store = Attribute("The MemoryStore of games' conversations.")
+
+    def read(characterId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]
+        """The conversation as a dict (entries, summary, facts)."""
+
+    def conversations(integrationId=None, characterId=None):  # type: ignore[no-untyped-def]
+        """Brief dicts of the stored conversations, newest first."""
+
+    def edit(characterId, conversationId, seq, text, integrationId=None):  # type: ignore[no-untyped-def]
+        """Change entry C{seq}'s text, or remove it (C{text} None); KeyError if none."""
+
+    def pin(characterId, conversationId, fact, integrationId=None):  # type: ignore[no-untyped-def]
+        """Pin a fact the character always knows; returns its id."""
+
+    def unpin(characterId, conversationId, factId, integrationId=None):  # type: ignore[no-untyped-def]
+        """Unpin a fact; KeyError if none."""
+
+    def setSummary(characterId, conversationId, summary, integrationId=None):  # type: ignore[no-untyped-def]
+        """Replace the running summary."""
+
+    def export(characterId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]
+        """The conversation as a JSON document for the game's save file."""
+
+    def restore(characterId, conversationId, document, integrationId=None):  # type: ignore[no-untyped-def]
+        """Replace the conversation with an exported document; StoreError if wrong."""
+
+    def forget(characterId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]
+        """Remove the conversation; whether there was one."""
+
+    def greeted(characterId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]
+        """The player saw the card's first_mes: it opens the conversation."""
+
+    def know(text, keys=(), scope="world", constant=False, integrationId=None):  # type: ignore[no-untyped-def]
+        """Add world knowledge (scope world, character:ID, location:NAME or scene:NAME)."""
+
+    def unknow(knowledgeId, integrationId=None):  # type: ignore[no-untyped-def]
+        """Remove world knowledge; whether there was such."""

@@ -1,0 +1,371 @@
+"""
+Planning one request: the conversation so far, its summary, pinned facts and
+world knowledge, fitted into RPEngine's prompt by RPEngine's own estimate.
+
+RPEngine gives its model the card's C{mes_example} lines as chat messages
+and the card's text fields as the system prompt
+(L{rpmiddleware.engineprompt}), so that is where memory goes:
+
+  - the conversation becomes C{mes_example} lines after the card's own
+    examples (a C{<START>} between), one message per entry, the character's
+    lines under the card's name (RPEngine's assistant role), everything else
+    under another (the user role): newest last, the player's new line the
+    user message, as RPEngine's core always has it;
+  - the summary, the pinned facts and the knowledge placed after the
+    character are added to the card's C{scenario}; knowledge placed
+    C{before_char}, before its C{description}.
+
+RPEngine keeps chat messages only while its running estimate stays within
+its limit, and refuses the request when the mandatory blocks alone do not
+fit.  So the plan is made with the same estimate, and everything it adds fits
+in full: the mandatory part never grows past the limit because of memory
+(knowledge, then the summary, then facts give way first), the newest
+exchange is always kept, and history is kept newest first as a contiguous
+run back from the present, never cut from the middle.  What does not fit is
+left for the summarizer to condense.  A turn whose words come as audio has
+its transcript counted at L{Limits.spokenReserve} tokens, since its length is
+unknown until RPEngine hears it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rpmiddleware.builtin.memory.conversation import (
+    CHARACTER,
+    EVENT,
+    GREETING,
+    INTERRUPTED,
+    UNHEARD,
+    Conversation,
+    Entry,
+)
+from rpmiddleware.builtin.memory.lorebook import BEFORE_CHAR, activate
+from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
+from rpmiddleware.engineprompt import (
+    PromptTooLarge,
+    assemble,
+    eventTokens,
+    exampleMessages,
+    limitOf,
+    mandatoryBlocks,
+    promptRequest,
+    renderMacros,
+    speakerKey,
+    trimmed,
+)
+
+_START = re.compile("<START>", re.IGNORECASE)
+#: A speaker label RPEngine reads: 1 to 80 characters, no colon.
+MAX_LABEL = 80
+#: What a line of the player's is shown as when nobody knows the words.
+UNHEARD_TEXT = "(spoke, but the words were not heard)"
+#: How an interrupted reply ends in the prompt.
+CUT_OFF = " —"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """
+    The budget a plan is made in (the memory plugin's settings).
+    """
+
+    #: RPEngine's limit (app.rs never sets maxInputTokens: 6000).
+    maxInputTokens: int | None = None
+    #: Tokens counted for a transcript RPEngine has not made yet.
+    spokenReserve: int = 300
+    summaryTokens: int = 600
+    factsTokens: int = 400
+    #: The knowledge budget when the card's book sets no token_budget.
+    loreTokens: int = 1000
+    scanDepth: int | None = None
+
+
+@dataclass
+class Plan:
+    """
+    What one request is given: the card to send (C{None}: the game's card,
+    unchanged), what was left out, and a report of every part with its
+    estimated tokens (for the console, the timeline and tests).
+    """
+
+    card: dict[str, Any] | None
+    report: dict[str, Any]
+    #: Entries not summarized that did not fit: the summarizer's work.
+    dropped: int = 0
+    lore: list[LoreEntry] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Line:
+    label: str
+    content: str
+    tokens: int
+
+
+def flatten(text: str) -> str:
+    """
+    One line of prompt text: white space folded, and C{<START>} (which
+    would split RPEngine's examples) defused.
+    """
+    return _START.sub("(START)", " ".join(text.split()))
+
+
+def labels(character: str) -> tuple[str, str] | None:
+    """
+    The speaker labels for the character's lines and everyone else's, or
+    C{None} when the card's name cannot label a line (empty, a colon, or
+    longer than RPEngine reads).
+    """
+    if not character or ":" in character or len(character) > MAX_LABEL:
+        return None
+    other = "Player" if speakerKey("Player") != speakerKey(character) else "User"
+    return character, other
+
+
+def lineOf(entry: Entry, names: tuple[str, str]) -> tuple[str, str] | None:
+    """
+    The label and words of one entry in C{mes_example}, or C{None} for one
+    with nothing to say.
+    """
+    character, other = names
+    if entry.role == CHARACTER:
+        text = flatten(entry.text)
+        if not text:
+            return None
+        return character, text + (CUT_OFF if entry.status == INTERRUPTED else "")
+    if entry.status == UNHEARD:
+        return other, UNHEARD_TEXT
+    text = flatten(entry.text)
+    if not text:
+        return None
+    if entry.role == EVENT:
+        return other, f"[Game event] {text}"
+    return other, text
+
+
+def _tokens(content: str, character: str, player: str) -> int:
+    # RPEngine estimates each message after rendering its macros.
+    if "{" in content or "<" in content:
+        content = renderMacros(content, character, player)
+    return math.ceil(len(content) / 4)
+
+
+def _clip(text: str, tokens: int) -> str:
+    """C{text} cut to about C{tokens} tokens, at a word where it can."""
+    limit = tokens * 4
+    if len(text) <= limit:
+        return text
+    cut = text[: max(0, limit - 1)]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut) + "…"
+
+
+def _section(title: str, body: str) -> str:
+    return f"[{title}]\n{body}" if body else ""
+
+
+def _joined(*parts: str) -> str:
+    return "\n\n".join(p for p in parts if p)
+
+
+def plan(
+    fields: Mapping[str, Any],
+    card: Mapping[str, Any],
+    conversation: Conversation,
+    lore: Sequence[LoreEntry],
+    limits: Limits,
+    spoken: bool,
+    scanDepth: int,
+    loreBudget: int | None,
+    recursive: bool,
+) -> Plan:
+    """
+    The plan for one request of C{conversation}.
+
+    @param fields: the request's fields (its prompt fields, output, player).
+    @param card: the Character Card V2 the game sent.
+    @param lore: the knowledge that may activate (the card's book, the game's).
+    @param spoken: whether the player's words come as audio, unknown yet.
+    """
+    data = card.get("data")
+    if not isinstance(data, Mapping):
+        return Plan(None, {"skipped": "the card has no data"})
+    character = trimmed(data.get("name"))
+    names = labels(character)
+    if names is None:
+        return Plan(None, {"skipped": "the card's name cannot label conversation lines"})
+    request = _request(fields, card, spoken)
+    limit = limits.maxInputTokens or limitOf(request)
+    request["maxInputTokens"] = limit
+    blocks = mandatoryBlocks(request)
+    player = trimmed(request.get("playerDisplayName")) or "Player"
+    event = eventTokens(request) + (limits.spokenReserve if spoken else 0)
+    base = sum(b.tokens for b in blocks) + event
+    report: dict[str, Any] = {"limit": limit, "eventTokens": event, "spoken": spoken}
+    if base > limit:
+        report["skipped"] = f"the card and the event alone need about {base} tokens"
+        return Plan(None, report)
+    available = limit - base
+
+    lines = []
+    for entry in conversation.unsummarized():
+        said = lineOf(entry, names)
+        if said is not None:
+            lines.append(_Line(said[0], said[1], _tokens(said[1], character, player)))
+    newest = min(available, sum(line.tokens for line in lines[-2:]))
+
+    # The mandatory additions, within what the newest exchange leaves.
+    facts = [f"- {_clip(flatten(f.text), 100)}" for f in conversation.facts]
+    factText = ""
+    used = 0
+    for fact in facts:
+        cost = math.ceil((len(fact) + 1) / 4)
+        if used + cost > limits.factsTokens:
+            break
+        factText = f"{factText}\n{fact}" if factText else fact
+        used += cost
+    summary = _clip(conversation.summary.strip(), limits.summaryTokens)
+    scanned = (
+        [trimmed(_eventText(fields))] + [line.content for line in lines[-scanDepth:]]
+        if scanDepth
+        else [trimmed(_eventText(fields))]
+    )
+    budget = min(loreBudget or limits.loreTokens, max(0, available - newest))
+    kept, left = activate(lore, scanned, recursive, budget)
+
+    def build(kept: list[LoreEntry], summary: str, factText: str) -> dict[str, Any]:
+        before = "\n".join(e.content for e in kept if e.position == BEFORE_CHAR)
+        after = "\n".join(e.content for e in kept if e.position != BEFORE_CHAR)
+        changed = dict(data)
+        if before:
+            changed["description"] = _joined(before, trimmed(data.get("description")))
+        scenario = _joined(
+            trimmed(data.get("scenario")),
+            _section("World knowledge", after),
+            _section("Facts to remember", factText),
+            _section("Earlier in this conversation", summary),
+        )
+        if scenario != trimmed(data.get("scenario")):
+            changed["scenario"] = scenario
+        return changed
+
+    baseSize = sum(b.tokens for b in blocks)
+    while True:
+        changed = build(kept, summary, factText)
+        added = (
+            sum(b.tokens for b in mandatoryBlocks({**request, "card": {"data": changed}}))
+            - baseSize
+        )
+        if added <= available - newest:
+            break
+        # Knowledge gives way first (the least important), then the
+        # summary is shortened, then facts go.
+        if kept:
+            worst = min(range(len(kept)), key=lambda i: (kept[i].priority, -i))
+            left.append(kept.pop(worst))
+        elif summary:
+            summary = _clip(summary, max(0, len(summary) // 8 - 8)) if len(summary) > 64 else ""
+        elif factText:
+            factText = "\n".join(factText.split("\n")[:-1])
+        else:
+            break
+    room = available - added
+
+    history: list[_Line] = []
+    spent = 0
+    for line in reversed(lines):
+        if spent + line.tokens > room:
+            break
+        history.append(line)
+        spent += line.tokens
+    history.reverse()
+    own = trimmed(data.get("mes_example"))
+    examples = exampleMessages(own, character, player) if own else []
+    exampleTokens = sum(math.ceil(len(c) / 4) for _, c in examples)
+    keepExamples = bool(own) and spent + exampleTokens <= room
+    conversationText = "\n".join(f"{line.label}: {line.content}" for line in history)
+    if keepExamples:
+        changed["mes_example"] = _joined(own, f"<START>\n{conversationText}" if history else "")
+    else:
+        changed["mes_example"] = f"<START>\n{conversationText}" if history else ""
+    newCard = {**card, "data": changed}
+    report.update(
+        {
+            "mandatoryTokens": baseSize + added,
+            "memoryTokens": added,
+            "history": {
+                "kept": len(history),
+                "dropped": len(lines) - len(history),
+                "summarized": sum(
+                    1 for e in conversation.entries if e.seq <= conversation.summarizedThrough
+                ),
+                "estimatedTokens": spent,
+            },
+            "summary": {"included": bool(summary), "estimatedTokens": math.ceil(len(summary) / 4)},
+            "facts": {"included": factText.count("\n") + 1 if factText else 0},
+            "lore": {
+                "kept": [e.asDict() for e in kept],
+                "left": [e.asDict() for e in left],
+            },
+            "examples": {
+                "kept": keepExamples,
+                "estimatedTokens": exampleTokens if keepExamples else 0,
+            },
+            "estimatedTokens": base + added + spent + (exampleTokens if keepExamples else 0),
+        }
+    )
+    return Plan(newCard, report, len(lines) - len(history), kept)
+
+
+def _eventText(fields: Mapping[str, Any]) -> str:
+    event = fields.get("event")
+    text = event.get("text") if isinstance(event, Mapping) else None
+    return text if isinstance(text, str) else ""
+
+
+def _request(fields: Mapping[str, Any], card: Mapping[str, Any], spoken: bool) -> dict[str, Any]:
+    """
+    RPEngine's prompt request for these fields; a spoken turn's unknown
+    words are counted by the caller.
+    """
+    if not trimmed(_eventText(fields)):
+        # A recording or a capture: no text yet, the transcript will be the event.
+        fields = {**fields, "event": {"text": "-"}}
+        request = promptRequest(fields, card)
+        request["eventText"] = ""
+        return request
+    return (
+        promptRequest(fields, card, "-" if spoken else None)
+        if spoken
+        else promptRequest(fields, card)
+    )
+
+
+def verify(fields: Mapping[str, Any], card: Mapping[str, Any], limit: int) -> int:
+    """
+    How many of the planned chat messages RPEngine would leave out of this
+    typed request (0 when the plan holds).
+
+    @raise PromptTooLarge: when RPEngine would refuse it.
+    """
+    request = promptRequest(fields, card)
+    request["maxInputTokens"] = limit
+    return assemble(request).droppedExamples
+
+
+__all__ = [
+    "GREETING",
+    "Limits",
+    "Plan",
+    "PromptTooLarge",
+    "flatten",
+    "labels",
+    "lineOf",
+    "plan",
+    "verify",
+]

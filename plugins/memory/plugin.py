@@ -1,0 +1,599 @@
+"""
+The memory plugin in the chain: it remembers each conversation as the client
+got it, and gives every request the conversation so far.
+
+Toward RPEngine it sees every request a game makes: it finds the request's
+conversation (L{keyOf}), plans what the model is given
+(L{rpmiddleware.builtin.memory.planner}) and sends the planned card in place
+of the game's.  Toward the game it reads what the character said, as it
+passes on to the client: the deltas until the client cancelled or barged in,
+the whole text of a completed reply.  At the end of a turn the player's line
+and the reply are one change of the store; a turn that failed leaves
+nothing.  Between turns it has RPEngine condense what no longer fits
+(L{rpmiddleware.builtin.memory.summarizer}), and it stops that request the
+moment a player's turn arrives.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.internet.interfaces import IDelayedCall
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from rpmiddleware.builtin.memory import ops
+from rpmiddleware.builtin.memory.api import IConversationMemory
+from rpmiddleware.builtin.memory.conversation import (
+    CHARACTER,
+    COMPLETE,
+    EVENT,
+    GREETING,
+    INTERRUPTED,
+    PLAYER,
+    SESSION_PREFIX,
+    UNHEARD,
+    Conversation,
+    Key,
+)
+from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
+from rpmiddleware.builtin.memory.lorebook import bookOf, entryFrom
+from rpmiddleware.builtin.memory.planner import Limits, Plan, plan, verify
+from rpmiddleware.builtin.memory.settings import MemorySettings
+from rpmiddleware.builtin.memory.store import MemoryStore
+from rpmiddleware.builtin.memory.summarizer import (
+    SUMMARIZER_CARD,
+    isSummaryRequest,
+    summaryRequest,
+    toCondense,
+)
+from rpmiddleware.cards import snapshotTransfer, transferDocument
+from rpmiddleware.clientext import clientMessage
+from rpmiddleware.engineprompt import PromptTooLarge, renderMacros, trimmed
+from rpmiddleware.envelope import Envelope
+from rpmiddleware.interfaces import (
+    IChainContext,
+    IClientExtension,
+    IEngineSessionInfo,
+    IEnvelopePlugin,
+    IMetricsSource,
+)
+from rpmiddleware.messages import textOfDelta
+from rpmiddleware.plugin import ChainPlugin
+
+NAME = "memory"
+#: The client message this plugin adds (L{ops}).
+CLIENT_TYPES = ("memory",)
+REQUESTS = frozenset({"reply.request", "voice.capture.start"})
+WITHDRAWALS = frozenset({"request.cancel", "voice.capture.cancel"})
+ENDINGS = frozenset({"reply.completed", "reply.cancelled", "request.error"})
+#: The meta keys a Python API caller (or another plugin) names a turn's
+#: conversation, location and scene with.
+CONVERSATION, LOCATION, SCENE = "conversation", "location", "scene"
+
+
+@dataclass
+class _Turn:
+    """One request in flight: what it will add to its conversation."""
+
+    key: Key
+    player: tuple[str, str, str, str] | None
+    character: str
+    parts: list[str] = field(default_factory=list)
+    completed: str | None = None
+    withdrawn: bool = False
+
+
+@dataclass
+class _Summary:
+    requestId: str
+    key: Key
+    through: int
+    parts: list[str] = field(default_factory=list)
+    completed: str | None = None
+    cancelled: bool = False
+    timer: IDelayedCall | None = None
+
+
+@dataclass
+class Where:
+    """A client's place in the game, for the knowledge scoped to it."""
+
+    location: str | None = None
+    scene: str | None = None
+
+
+@implementer(IEnvelopePlugin, IClientExtension, IMetricsSource, IConversationMemory)
+class Memory(ChainPlugin):
+    name = NAME
+    clientMessageTypes = CLIENT_TYPES
+    log = Logger()
+
+    def __init__(
+        self,
+        settings: MemorySettings,
+        reactor: Any,
+        cards: Any,
+        timeline: Any,
+        integrationId: str = "rpmiddleware",
+    ) -> None:
+        self.settings = settings
+        self.integrationId = integrationId
+        self.reactor = reactor
+        self.cards = cards
+        self.timeline = timeline
+        self.store = MemoryStore(settings.path, reactor.seconds, settings.cached)
+        self.sessions = MemoryStore(":memory:", reactor.seconds, settings.cached)
+        self.limits = Limits(
+            settings.max_input_tokens or None,
+            settings.spoken_reserve_tokens,
+            settings.summary_tokens,
+            settings.facts_tokens,
+            settings.lore_tokens,
+        )
+        #: Client session to the conversation id its game chose, and where it is.
+        self.chosen: dict[str, str] = {}
+        self.where: dict[str, Where] = {}
+        self._turns: dict[str, _Turn] = {}
+        self._summary: _Summary | None = None
+        self._due: dict[Key, None] = {}
+        self._failures: dict[Key, int] = {}
+        self._idle: IDelayedCall | None = None
+        self._context: IChainContext | None = None
+        self._summarizerCard: dict[str, Any] | None = None
+        self.counts = {"planned": 0, "tokens": 0, "summaries": 0, "summaryFailures": 0}
+
+    # Finding a conversation.
+
+    def storeFor(self, key: Key) -> MemoryStore:
+        return self.store if key.persistent else self.sessions
+
+    def conversation(self, key: Key) -> Conversation:
+        return self.storeFor(key).conversation(key)
+
+    def keyOf(self, fields: Mapping[str, Any], meta: Mapping[str, Any]) -> Key:
+        """
+        The conversation a request belongs to: the one its caller names in
+        C{meta["conversation"]}, the one its client chose, else its client
+        session's own.
+        """
+        client = str(meta.get("client") or "api")
+        chosen = meta.get(CONVERSATION) or self.chosen.get(client)
+        conversationId = str(chosen) if chosen else SESSION_PREFIX + client
+        return Key(str(fields.get("integrationId")), str(fields.get("characterId")), conversationId)
+
+    # Toward RPEngine.
+
+    def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
+        self._context = context
+        kind = envelope.type
+        if kind in REQUESTS:
+            if envelope.meta.get("origin") == NAME:
+                return envelope
+            self._stopSummary(context)
+            return self._request(envelope)
+        if kind in WITHDRAWALS:
+            turn = self._turns.get(envelope.requestId or "")
+            if turn is not None:
+                turn.withdrawn = True
+            return envelope
+        message = clientMessage(envelope, CLIENT_TYPES)
+        if message is not None:
+            ops.handle(self, str(envelope.meta.get("client") or "api"), message, context)
+            return None
+        return envelope
+
+    def _request(self, envelope: Envelope) -> Envelope:
+        fields, meta = envelope.fields, envelope.meta
+        transfer = fields.get("card")
+        card = transferDocument(transfer) if isinstance(transfer, Mapping) else None
+        if card is None or transfer.get("mode") != "snapshot":  # type: ignore[union-attr]
+            # A game that sends its own references or patches keeps them.
+            return envelope
+        key = self.keyOf(fields, meta)
+        conversation = self.conversation(key)
+        data = card.get("data") if isinstance(card.get("data"), Mapping) else {}
+        character = trimmed(data.get("name"))
+        player = trimmed((fields.get("player") or {}).get("displayName")) or "Player"
+        if conversation.greetingPending:
+            self._greet(conversation, data, character, player)
+        spoken = envelope.type == "voice.capture.start" or _hasAudio(fields)
+        text = trimmed((fields.get("event") or {}).get("text"))
+        if envelope.type == "voice.capture.start" or (spoken and not text):
+            said = None if envelope.type == "voice.capture.start" else (PLAYER, player, "", UNHEARD)
+        elif fields.get("interactionMode") == "auto_event":
+            said = (EVENT, "", text, COMPLETE)
+        else:
+            said = (PLAYER, player, text, UNHEARD if spoken and not text else COMPLETE)
+        requestId = envelope.requestId or ""
+        self._turns[requestId] = _Turn(key, said, character)
+        made = self._plan(fields, card, conversation, spoken, meta)
+        self.timeline.note(requestId, memory={**made.report, "conversation": key.asDict()})
+        if made.card is None:
+            return envelope
+        try:
+            owned = self.cards.canonicalNow(made.card)
+        except ValueError:
+            self.log.failure(
+                "the planned card for {requestId} cannot be hashed", requestId=requestId
+            )
+            return envelope
+        fields["card"] = snapshotTransfer(owned.document, owned.hash)
+        return envelope
+
+    def _plan(
+        self,
+        fields: Mapping[str, Any],
+        card: Mapping[str, Any],
+        conversation: Conversation,
+        spoken: bool,
+        meta: Mapping[str, Any],
+    ) -> Plan:
+        book = bookOf(card)
+        lore = [*book.entries, *self._knowledge(conversation.key, meta)]
+        made = plan(
+            fields,
+            card,
+            conversation,
+            lore,
+            self.limits,
+            spoken,
+            self.settings.scan_depth or book.scanDepth,
+            book.tokenBudget,
+            book.recursive,
+        )
+        if made.card is not None and not spoken:
+            # The plan is checked with RPEngine's own assembly.
+            try:
+                dropped = verify(fields, made.card, made.report["limit"])
+            except PromptTooLarge:
+                dropped = -1
+            if dropped:
+                self.log.error(
+                    "the memory plan for {key} would not fit RPEngine's prompt ({dropped}); "
+                    "sending the game's card",
+                    key=conversation.key.asDict(),
+                    dropped=dropped,
+                )
+                return Plan(None, {**made.report, "skipped": "the plan did not fit"})
+        if made.card is not None:
+            self.counts["planned"] += 1
+            self.counts["tokens"] += int(made.report.get("estimatedTokens", 0))
+        if made.dropped:
+            self._dueFor(conversation.key)
+        return made
+
+    def _knowledge(self, key: Key, meta: Mapping[str, Any]) -> list[LoreEntry]:
+        client = str(meta.get("client") or "api")
+        where = self.where.get(client, Where())
+        location = meta.get(LOCATION) or where.location
+        scene = meta.get(SCENE) or where.scene
+        scopes = {"world", f"character:{key.characterId}"}
+        if location:
+            scopes.add(f"location:{location}")
+        if scene:
+            scopes.add(f"scene:{scene}")
+        found = []
+        for _, scope, raw in self.store.knowledge(key.integrationId):
+            if scope in scopes:
+                entry = entryFrom(raw, scope)
+                if entry is not None:
+                    found.append(entry)
+        return found
+
+    def _greet(
+        self, conversation: Conversation, data: Mapping[str, Any], character: str, player: str
+    ) -> None:
+        conversation.greetingPending = False
+        first = trimmed(data.get("first_mes"))
+        if first and not conversation.entries:
+            line = renderMacros(first, character, player)
+            self.storeFor(conversation.key).append(
+                conversation, (CHARACTER, character, line, GREETING)
+            )
+
+    # Toward the game.
+
+    def envelopeToGame(self, envelope: Envelope, context: IChainContext) -> Any:
+        requestId = envelope.requestId
+        if isSummaryRequest(requestId):
+            self._summaryEnvelope(envelope)
+            return None
+        turn = self._turns.get(requestId or "")
+        if turn is None:
+            return envelope
+        kind = envelope.type
+        if kind == "reply.text.delta":
+            if not turn.withdrawn:
+                turn.parts.append(textOfDelta(envelope.fields))
+        elif kind == "reply.text.completed":
+            text = envelope.get("text")
+            if not turn.withdrawn and isinstance(text, str):
+                turn.completed = text
+        elif kind == "voice.capture.transcript":
+            words = trimmed(envelope.get("text"))
+            who = turn.player[1] if turn.player else ""
+            turn.player = (PLAYER, who, words, COMPLETE if words else UNHEARD)
+        elif kind in ENDINGS:
+            del self._turns[requestId or ""]
+            self._ended(turn, kind)
+            self._kick()
+        return envelope
+
+    def _ended(self, turn: _Turn, kind: str) -> None:
+        if kind == "request.error":
+            return
+        conversation = self.conversation(turn.key)
+        said = []
+        if turn.player is not None:
+            said.append(turn.player)
+        elif kind == "reply.completed" or turn.parts:
+            # A capture that never told its words.
+            said.append((PLAYER, "", "", UNHEARD))
+        if kind == "reply.completed" and not turn.withdrawn and turn.completed is not None:
+            reply, status = turn.completed, COMPLETE
+        else:
+            reply = "".join(turn.parts)
+            status = COMPLETE if kind == "reply.completed" and not turn.withdrawn else INTERRUPTED
+        if reply.strip():
+            said.append((CHARACTER, turn.character, reply.strip(), status))
+        if said:
+            self.storeFor(turn.key).append(conversation, *said)
+            if self._unsummarizedTokens(conversation) > self.settings.summarize_after_tokens:
+                self._dueFor(turn.key)
+
+    @staticmethod
+    def _unsummarizedTokens(conversation: Conversation) -> int:
+        return sum(math.ceil(len(e.text) / 4) + 1 for e in conversation.unsummarized())
+
+    # Summaries.
+
+    def _dueFor(self, key: Key) -> None:
+        if self.settings.summaries and self._failures.get(key, 0) < 3:
+            self._due[key] = None
+
+    def _kick(self) -> None:
+        """
+        Once no player's turn waits, wait for a pause, then condense.
+        """
+        if self._idle is not None and self._idle.active():
+            self._idle.cancel()
+        self._idle = None
+        if self._due and not self._turns and self._summary is None:
+            self._idle = self.reactor.callLater(self.settings.idle_seconds, self._summarizeNext)
+
+    def _summarizeNext(self) -> None:
+        self._idle = None
+        context = self._context
+        if self._turns or self._summary is not None or context is None or context.session is None:
+            return
+        while self._due:
+            key = next(iter(self._due))
+            del self._due[key]
+            conversation = self.conversation(key)
+            chosen = toCondense(
+                conversation, self.settings.keep_recent_tokens, self.settings.summary_chunk_tokens
+            )
+            if chosen:
+                self._sendSummary(context, conversation, chosen)
+                return
+
+    def _sendSummary(
+        self, context: IChainContext, conversation: Conversation, chosen: list[Any]
+    ) -> None:
+        if self._summarizerCard is None:
+            owned = self.cards.canonicalNow(SUMMARIZER_CARD)
+            self._summarizerCard = snapshotTransfer(owned.document, owned.hash)
+        character = next((e.speaker for e in chosen if e.role == CHARACTER and e.speaker), "")
+        player = next((e.speaker for e in chosen if e.role == PLAYER and e.speaker), "")
+        envelope = summaryRequest(
+            conversation,
+            chosen,
+            self.settings.summary_words,
+            character or conversation.key.characterId,
+            player,
+            dict(self._summarizerCard),
+        )
+        requestId = envelope.requestId or ""
+        summary = _Summary(requestId, conversation.key, chosen[-1].seq)
+        summary.timer = self.reactor.callLater(
+            self.settings.summary_timeout, self._timedOut, summary
+        )
+        self._summary = summary
+        self.log.info(
+            "asking RPEngine to condense {count} entries of {key}",
+            count=len(chosen),
+            key=conversation.key.asDict(),
+            requestId=requestId,
+        )
+        context.sendToEngine(envelope)
+
+    def _stopSummary(self, context: IChainContext) -> None:
+        summary = self._summary
+        if summary is not None and not summary.cancelled:
+            summary.cancelled = True
+            self._due[summary.key] = None
+            context.sendToEngine(Envelope.build("request.cancel", requestId=summary.requestId))
+
+    def _timedOut(self, summary: _Summary) -> None:
+        summary.timer = None
+        if self._summary is summary and self._context is not None:
+            self._failed(summary, "it took longer than summary_timeout")
+            self._stopSummary(self._context)
+
+    def _summaryEnvelope(self, envelope: Envelope) -> None:
+        summary = self._summary
+        if summary is None or summary.requestId != envelope.requestId:
+            return
+        kind = envelope.type
+        if kind == "reply.text.delta":
+            summary.parts.append(textOfDelta(envelope.fields))
+        elif kind == "reply.text.completed" and isinstance(envelope.get("text"), str):
+            summary.completed = envelope["text"]
+        elif kind in ENDINGS:
+            self._summary = None
+            if summary.timer is not None and summary.timer.active():
+                summary.timer.cancel()
+            text = (
+                summary.completed if summary.completed is not None else "".join(summary.parts)
+            ).strip()
+            if kind == "reply.completed" and not summary.cancelled and text:
+                conversation = self.conversation(summary.key)
+                self.storeFor(summary.key).summarize(conversation, text, summary.through)
+                self.counts["summaries"] += 1
+                self._failures.pop(summary.key, None)
+                if self._unsummarizedTokens(conversation) > self.settings.summarize_after_tokens:
+                    self._dueFor(summary.key)
+            elif not summary.cancelled:
+                self._failed(summary, str(envelope.get("code") or kind))
+            self._kick()
+
+    def _failed(self, summary: _Summary, why: str) -> None:
+        self.counts["summaryFailures"] += 1
+        self._failures[summary.key] = self._failures.get(summary.key, 0) + 1
+        self._dueFor(summary.key)
+        self.log.warn("RPEngine did not condense {key}: {why}", key=summary.key.asDict(), why=why)
+
+    # The Python API (IConversationMemory); the client's ops call it too.
+
+    def _key(self, characterId: str, conversationId: str, integrationId: str | None) -> Key:
+        return Key(integrationId or self.integrationId, characterId, conversationId)
+
+    def read(
+        self, characterId: str, conversationId: str, integrationId: str | None = None
+    ) -> dict[str, Any]:
+        return self.conversation(self._key(characterId, conversationId, integrationId)).asDict()
+
+    def conversations(
+        self, integrationId: str | None = None, characterId: str | None = None
+    ) -> list[dict[str, Any]]:
+        found = [
+            *self.store.conversations(integrationId, characterId),
+            *self.sessions.conversations(integrationId, characterId),
+        ]
+        return [c.brief() for c in sorted(found, key=lambda c: -c.updated)]
+
+    def edit(
+        self,
+        characterId: str,
+        conversationId: str,
+        seq: int,
+        text: str | None,
+        integrationId: str | None = None,
+    ) -> None:
+        key = self._key(characterId, conversationId, integrationId)
+        conversation = self.conversation(key)
+        if conversation.entry(seq) is None:
+            raise KeyError(f"entry {seq}")
+        self.storeFor(key).edit(conversation, seq, text)
+
+    def pin(
+        self, characterId: str, conversationId: str, fact: str, integrationId: str | None = None
+    ) -> dict[str, Any]:
+        key = self._key(characterId, conversationId, integrationId)
+        return self.storeFor(key).pin(self.conversation(key), fact.strip()).asDict()
+
+    def unpin(
+        self, characterId: str, conversationId: str, factId: int, integrationId: str | None = None
+    ) -> None:
+        key = self._key(characterId, conversationId, integrationId)
+        try:
+            self.storeFor(key).unpin(self.conversation(key), factId)
+        except KeyError:
+            raise KeyError(f"fact {factId}")
+
+    def setSummary(
+        self, characterId: str, conversationId: str, summary: str, integrationId: str | None = None
+    ) -> None:
+        key = self._key(characterId, conversationId, integrationId)
+        conversation = self.conversation(key)
+        self.storeFor(key).summarize(conversation, summary.strip(), conversation.summarizedThrough)
+
+    def export(
+        self, characterId: str, conversationId: str, integrationId: str | None = None
+    ) -> dict[str, Any]:
+        key = self._key(characterId, conversationId, integrationId)
+        return self.storeFor(key).export(self.conversation(key))
+
+    def restore(
+        self, characterId: str, conversationId: str, document: Any, integrationId: str | None = None
+    ) -> int:
+        key = self._key(characterId, conversationId, integrationId)
+        return len(self.storeFor(key).restore(key, document).entries)
+
+    def forget(
+        self, characterId: str, conversationId: str, integrationId: str | None = None
+    ) -> bool:
+        key = self._key(characterId, conversationId, integrationId)
+        self._due.pop(key, None)
+        return self.storeFor(key).forget(key)
+
+    def greeted(
+        self, characterId: str, conversationId: str, integrationId: str | None = None
+    ) -> None:
+        key = self._key(characterId, conversationId, integrationId)
+        self.conversation(key).greetingPending = True
+
+    def know(
+        self,
+        text: str,
+        keys: tuple[str, ...] = (),
+        scope: str = "world",
+        constant: bool = False,
+        integrationId: str | None = None,
+    ) -> int:
+        entry = {"content": text.strip(), "keys": list(keys), "constant": constant}
+        return self.store.know(integrationId or self.integrationId, scope, entry)
+
+    def unknow(self, knowledgeId: int, integrationId: str | None = None) -> bool:
+        return self.store.unknow(integrationId or self.integrationId, knowledgeId)
+
+    # Sessions and metrics.
+
+    def engineSessionStarted(self, session: IEngineSessionInfo, context: IChainContext) -> None:
+        self._context = context
+        self._kick()
+
+    def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
+        summary = self._summary
+        if summary is not None:
+            # Its request ends with the session (engine_disconnected).
+            self._due[summary.key] = None
+
+    def collectMetrics(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        yield CounterMetricFamily(
+            "rpmiddleware_memory_planned_tokens",
+            "Tokens (RPEngine's estimate) of the requests the memory plugin planned.",
+            value=self.counts["tokens"],
+        )
+        yield CounterMetricFamily(
+            "rpmiddleware_memory_plans",
+            "Requests the memory plugin gave a conversation to.",
+            value=self.counts["planned"],
+        )
+        summaries = CounterMetricFamily(
+            "rpmiddleware_memory_summaries",
+            "Summaries RPEngine wrote for the memory plugin, by outcome.",
+            labels=["outcome"],
+        )
+        summaries.add_metric(["written"], self.counts["summaries"])
+        summaries.add_metric(["failed"], self.counts["summaryFailures"])
+        yield summaries
+        yield CounterMetricFamily(
+            "rpmiddleware_memory_store_writes",
+            "Transactions committed to the memory database.",
+            value=self.store.writes,
+        )
+
+
+def _hasAudio(fields: Mapping[str, Any]) -> bool:
+    event = fields.get("event")
+    return isinstance(event, Mapping) and isinstance(event.get("audio"), Mapping)
+
+
+__all__ = ["NAME", "Memory"]

@@ -1,0 +1,72 @@
+"""
+Client messages that belong to plugins, carried through the chain.
+
+A plugin that provides L{rpmiddleware.interfaces.IClientExtension} names the
+client message types it takes.  The client endpoint accepts those types while
+the plugin is in the chain and passes each message, as it came, in a
+L{FROM_CLIENT} envelope that enters the chain at the game end, in order with
+the client's turns; the plugin takes it (L{clientMessage}) and drops it.  To
+answer, or to tell a client anything, the plugin sends a L{TO_CLIENT}
+envelope toward the game (L{toClient}); the endpoint writes its C{message}
+to the connection of that client session.  Neither type is RPEngine's: the
+engine end drops them, so a message no plugin took goes nowhere.
+
+Every envelope carries the client session id in C{meta["client"]} (toward the
+game, also as the field C{clientId}, for router observers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable, Mapping
+from typing import Any
+
+from rpmiddleware.envelope import Envelope
+from rpmiddleware.interfaces import IClientExtension
+
+#: A client's message for a plugin: C{message} (the client's JSON object).
+FROM_CLIENT = "x-client.message"
+#: A plugin's message for a client: C{clientId}, C{message}.
+TO_CLIENT = "x-client.send"
+
+
+def fromClient(clientId: str, message: Mapping[str, Any]) -> Envelope:
+    envelope = Envelope.build(FROM_CLIENT, message=dict(message))
+    envelope.meta["client"] = clientId
+    return envelope
+
+
+def toClient(clientId: str, message: Mapping[str, Any]) -> Envelope:
+    """
+    An envelope that tells client session C{clientId} C{message} (a JSON
+    object with a string C{type}).
+    """
+    if not isinstance(message.get("type"), str):
+        raise ValueError("a client message needs a string type")
+    envelope = Envelope.build(TO_CLIENT, clientId=clientId, message=dict(message))
+    envelope.meta["client"] = clientId
+    return envelope
+
+
+def clientMessage(envelope: Envelope, types: Container[str]) -> dict[str, Any] | None:
+    """
+    The client message C{envelope} carries, when it is one of C{types}.
+    """
+    if envelope.type != FROM_CLIENT:
+        return None
+    message = envelope.get("message")
+    if isinstance(message, dict) and message.get("type") in types:
+        return message
+    return None
+
+
+def extensionTypes(plugins: Iterable[Any]) -> dict[str, str]:
+    """
+    Client message type to the name of the plugin that takes it, for the
+    plugins of a chain; the first plugin to claim a type keeps it.
+    """
+    types: dict[str, str] = {}
+    for plugin in plugins:
+        if IClientExtension.providedBy(plugin):
+            for kind in plugin.clientMessageTypes:
+                types.setdefault(str(kind), plugin.name)
+    return types
