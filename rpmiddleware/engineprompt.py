@@ -79,14 +79,17 @@ WHITE_SPACE = (
 _SPACE_CLASS = "[" + re.escape(WHITE_SPACE) + "]"
 _CHAR = re.compile(r"\{\{" + _SPACE_CLASS + r"*char" + _SPACE_CLASS + r"*\}\}", re.IGNORECASE)
 _USER = re.compile(r"\{\{" + _SPACE_CLASS + r"*user" + _SPACE_CLASS + r"*\}\}", re.IGNORECASE)
+# Rust's case folding pairs i only with I; Python's also with dotless ı and İ.
 _ORIGINAL = re.compile(
-    r"\{\{" + _SPACE_CLASS + r"*original" + _SPACE_CLASS + r"*\}\}", re.IGNORECASE
+    r"\{\{" + _SPACE_CLASS + r"*original" + _SPACE_CLASS + r"*\}\}", re.IGNORECASE | re.ASCII
 )
 _CHAR_TAG = re.compile("<CHAR>", re.IGNORECASE)
 _USER_TAG = re.compile("<USER>", re.IGNORECASE)
 _START = re.compile("<START>", re.IGNORECASE)
 _EXAMPLE_LINE = re.compile(r"^([^:\n]{1,80}):" + _SPACE_CLASS + r"*(.+)$", re.DOTALL)
-_TAG_NAME = re.compile(r"^[a-z][a-z0-9_-]*$", re.IGNORECASE)
+#: prompt.rs's tag pattern, case-insensitive as Rust folds (ſ and the Kelvin
+#: sign fold to s and k; nothing else outside ASCII).
+_TAG_NAME = re.compile("[a-zA-Z\u017f\u212a][a-zA-Z0-9_\u017f\u212a-]*")
 
 
 class _Fixed:
@@ -236,7 +239,11 @@ def exampleMessages(source: str, character: str, player: str) -> list[tuple[str,
 
 
 def languageName(code: str) -> str:
-    return LANGUAGE_NAMES.get(code.lower(), code)
+    # Rust's to_ascii_lowercase: only ASCII letters change.
+    return LANGUAGE_NAMES.get(code.translate(_ASCII_LOWER), code)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def promptRequest(
@@ -292,6 +299,8 @@ class _Names:
 
 
 def _names(request: Mapping[str, Any]) -> _Names:
+    if not isinstance(request, Mapping):
+        raise ValueError("the prompt request must be an object")
     card = request.get("card")
     data = card.get("data") if isinstance(card, Mapping) else None
     if not isinstance(data, Mapping):
@@ -318,9 +327,12 @@ def _sceneContext(request: Mapping[str, Any], names: _Names) -> tuple[str, int, 
         context = names.render(configured)
         size = len(context)
     else:
-        line = names.render(trimmed(scene.get("sceneLine")))
+        raw = trimmed(scene.get("sceneLine"))
+        line = names.render(raw)
         context = f"[Scene]\n{line}"
-        size = _Fixed.SCENE_HEADING + len(line)
+        # RPEngine trims the heading and line together: an empty line takes
+        # the heading's line feed with it.
+        size = _Fixed.SCENE_HEADING + len(line) if raw else _Fixed.SCENE_HEADING - 1
     guide = trimmed(directive.get("autoEventGuide" if mode == "auto_event" else "directUserGuide"))
     if not guide:
         return None
@@ -373,8 +385,11 @@ def mandatoryBlocks(request: Mapping[str, Any]) -> list[PromptBlock]:
             f"Answer briefly as {character}, in character.",
             _Fixed.TEXT_MODE + len(character),
         )
+    given = request.get("expressionTags")
     tags = [
-        t for t in request.get("expressionTags") or () if isinstance(t, str) and _TAG_NAME.match(t)
+        t
+        for t in (given if isinstance(given, list) else ())
+        if isinstance(t, str) and _TAG_NAME.fullmatch(t)
     ]
     if voice and tags:
         listed = ", ".join(f"<{t}>" for t in tags)
@@ -398,7 +413,8 @@ def eventTokens(request: Mapping[str, Any]) -> int:
 
 def limitOf(request: Mapping[str, Any]) -> int:
     limit = request.get("maxInputTokens")
-    if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
+    # serde_json reads a number past u64 as a float, which as_u64 refuses.
+    if isinstance(limit, int) and not isinstance(limit, bool) and 0 <= limit < 2**64:
         return limit
     return DEFAULT_MAX_INPUT_TOKENS
 

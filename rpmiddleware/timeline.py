@@ -67,7 +67,12 @@ class Timeline:
         return self._requests.get(requestId)
 
     def recent(self) -> list[RequestTimeline]:
-        return list(self._requests.values())
+        """
+        The game's recent requests, oldest first: those submitted through
+        the Python API (a plugin's own requests, such as the memory plugin's
+        summaries, are noted but are nobody's turn).
+        """
+        return [entry for entry in self._requests.values() if entry.submitted is not None]
 
     def _entry(self, requestId: str) -> RequestTimeline:
         entry = self._requests.get(requestId)
