@@ -16,6 +16,8 @@ from zope.interface import Attribute, Interface
 
 class IConversationMemory(Interface):
     store = Attribute("The MemoryStore of games' conversations.")
+    chosen = Attribute("Client session id to the conversationId its game chose (dict).")
+    where = Attribute("Client session id to its Where (location, scene) (dict).")
 
     def read(characterId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]
         """The conversation as a dict (entries, summary, facts)."""

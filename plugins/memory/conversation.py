@@ -126,3 +126,11 @@ class Conversation:
             "summarized": bool(self.summary),
             "updated": self.updated,
         }
+
+
+@dataclass
+class Where:
+    """A client's place in the game, for the knowledge scoped to it."""
+
+    location: str | None = None
+    scene: str | None = None

@@ -22,15 +22,13 @@ configured one.  The ops, and what they take:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rpmiddleware.builtin.memory.conversation import SESSION_PREFIX
+from rpmiddleware.builtin.memory.api import IConversationMemory as Memory
+from rpmiddleware.builtin.memory.conversation import SESSION_PREFIX, Where
 from rpmiddleware.builtin.memory.store import StoreError
 from rpmiddleware.clientext import toClient
 from rpmiddleware.interfaces import IChainContext
-
-if TYPE_CHECKING:
-    from rpmiddleware.builtin.memory.plugin import Memory
 
 MAX_TEXT = 8000
 MAX_ID = 256
@@ -83,8 +81,6 @@ def _use(memory: Memory, client: str, message: dict[str, Any]) -> dict[str, Any]
 
 
 def _where(memory: Memory, client: str, message: dict[str, Any]) -> dict[str, Any]:
-    from rpmiddleware.builtin.memory.plugin import Where
-
     where = Where(_optional(message, "location"), _optional(message, "scene"))
     memory.where[client] = where
     return {"location": where.location, "scene": where.scene}

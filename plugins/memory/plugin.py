@@ -17,6 +17,7 @@ moment a player's turn arrives.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,7 @@ from rpmiddleware.builtin.memory.conversation import (
     UNHEARD,
     Conversation,
     Key,
+    Where,
 )
 from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
 from rpmiddleware.builtin.memory.lorebook import bookOf, entryFrom
@@ -98,14 +100,6 @@ class _Summary:
     timer: IDelayedCall | None = None
 
 
-@dataclass
-class Where:
-    """A client's place in the game, for the knowledge scoped to it."""
-
-    location: str | None = None
-    scene: str | None = None
-
-
 @implementer(IEnvelopePlugin, IClientExtension, IMetricsSource, IConversationMemory)
 class Memory(ChainPlugin):
     name = NAME
@@ -125,8 +119,10 @@ class Memory(ChainPlugin):
         self.reactor = reactor
         self.cards = cards
         self.timeline = timeline
-        self.store = MemoryStore(settings.path, reactor.seconds, settings.cached)
-        self.sessions = MemoryStore(":memory:", reactor.seconds, settings.cached)
+        # Stored entries are stamped with the wall clock (the reactor's, where it has one).
+        now = getattr(reactor, "seconds", time.time)
+        self.store = MemoryStore(settings.path, now, settings.cached)
+        self.sessions = MemoryStore(":memory:", now, settings.cached)
         self.limits = Limits(
             settings.max_input_tokens or None,
             settings.spoken_reserve_tokens,
