@@ -217,7 +217,10 @@ class HandshakeTests(EngineTestMixin, SynchronousTestCase):
         """
         app.rs transport_opened: C{hello} with the app version and no
         session yet (sessionId null); the envelope of src/protocol.ts
-        clientEnvelope.
+        clientEnvelope.  The version is RPEngine's package version at
+        cfc6695, which the host passes to the core (src/app-version.ts,
+        src/app-host.ts start), so a game that logs or checks it sees the
+        real value.
         """
         self.engine.connected()
         [hello] = self.out
@@ -227,7 +230,7 @@ class HandshakeTests(EngineTestMixin, SynchronousTestCase):
         )
         self.assertEqual(hello["type"], "hello")
         self.assertIsNone(hello["sessionId"])
-        self.assertEqual(hello["clientVersion"], "rpengine-simulator/3")
+        self.assertEqual(hello["clientVersion"], "1.3.0")
 
     def test_welcomeAckHasNoSession(self) -> None:
         """

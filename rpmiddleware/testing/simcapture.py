@@ -66,13 +66,20 @@ class Captures(Replies):
         microphone.start()
         self._publishCapacity()
 
-    def _dropCapture(self) -> None:
+    def _dropCapture(self) -> bool:
+        """
+        Forget the capture and throw its recording away.
+
+        @return: whether the browser was still finishing the recording
+            (see L{rpmiddleware.testing.capture.MicrophoneCapture.cancel}).
+        """
         capture, self._capture = self._capture, None
         if capture is None:
-            return
-        capture.microphone.cancel()
+            return False
+        finishing = capture.microphone.cancel()
         if capture.timer is not None and capture.timer.active():
             capture.timer.cancel()
+        return finishing
 
     def _currentCapture(self, microphone: MicrophoneCapture) -> SimCapture | None:
         capture = self._capture

@@ -26,8 +26,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from rpmiddleware.testing.capture import CaptureEvents
+from twisted.logger import Logger
+
+from rpmiddleware.testing.capture import CANCELLED_MESSAGE, CaptureEvents
 from rpmiddleware.testing.simcapture import Captures
+from rpmiddleware.testing.simrequests import SimCapture
+
+_log = Logger(namespace="rpmiddleware.testing.simengine")
 
 
 class SimulatedEngine(Captures, CaptureEvents):
@@ -71,10 +76,12 @@ class SimulatedEngine(Captures, CaptureEvents):
     def _cancelRequest(self, requestId: str, reason: str) -> None:
         capture = self._capture
         if capture is not None and capture.requestId == requestId:
-            self._dropCapture()
+            finishing = self._dropCapture()
             self._accepted.discard(requestId)
             self._cancelled(requestId, reason)
             self._publishCapacity()
+            if finishing:
+                self._cancelledWhileFinishing(capture)
             return
         queued = next((r for r in self._queue if r.requestId == requestId), None)
         if queued is not None:
@@ -93,6 +100,24 @@ class SimulatedEngine(Captures, CaptureEvents):
             return
         self.cancellations.append((requestId, "not_active"))
         self._emit("reply.cancelled", requestId=requestId, reason="not_active")
+
+    def _cancelledWhileFinishing(self, capture: SimCapture) -> None:
+        """
+        A capture cancelled after C{voice.capture.stop} but before the
+        browser handed its recording over: the browser rejects the
+        unfinished stop, and the host passes that on as C{captureFailed}
+        right after the cancel is handled (src/browser-voice-capture.ts
+        C{cancel}, src/app-host.ts C{execute} C{captureStop}).  The core,
+        whose capture is already gone, still answers it with
+        C{request.error request_failed} and no C{sourceMessageId}, and
+        publishes capacity (app.rs C{capture_failed}), so the game gets
+        that after its C{reply.cancelled}.
+        """
+        _log.info(
+            "Capture {requestId} cancelled while its recording was finishing",
+            requestId=capture.requestId,
+        )
+        self.captureFailed(capture.microphone, CANCELLED_MESSAGE)
 
     def _cancelAll(self, reason: str) -> None:
         """
