@@ -35,7 +35,6 @@ from rpmiddleware.testing.requestchecks import RequestError
 from rpmiddleware.testing.simoptions import PlayerTake, SimulatorOptions
 from rpmiddleware.testing.simrequests import SimCapture, SimReply
 
-
 #: The message RPEngine's host sends with audio_transport_failed; the game
 #: sees it verbatim (src/app-host.ts execute, replyAudioTransport).
 AUDIO_TRANSPORT_FAILED_MESSAGE = (
@@ -279,9 +278,7 @@ class EngineCore:
         """
         self._inbox.append(handle)
         if self._draining:
-            _log.debug(
-                "Game message queued behind the one being handled", waiting=len(self._inbox)
-            )
+            _log.debug("Game message queued behind the one being handled", waiting=len(self._inbox))
             return
         self._draining = True
         try:
