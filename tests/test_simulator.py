@@ -1590,6 +1590,143 @@ class BrowserRecordingTests(EngineTestMixin, SynchronousTestCase):
         self.assertIsNone(refusal(Recording(1.0, 0.2, 0.5)))
 
 
+class BrowserCaptureLifeTests(EngineTestMixin, SynchronousTestCase):
+    """
+    src/browser-voice-capture.ts: the browser's one capture, which two
+    failures leave open (receiveVad's no-speech error, finalize's empty
+    recording), and the microphone being turned off (dispose).
+    """
+
+    def assertStartRefused(self, requestId: str, message: str) -> None:
+        """
+        A capture the core accepts and the browser cannot start: the
+        core's messages, then the host's captureFailed as app.rs
+        capture_failed answers it.
+        """
+        self.out.clear()
+        start = self.capture(requestId)
+        self.assertEqual(
+            self.types(),
+            ["ack", "reply.accepted", "capacity.update", "request.error", "capacity.update"],
+        )
+        error = self.out[3]
+        self.assertEqual(
+            (error["requestId"], error["sourceMessageId"], error["code"], error["retryable"]),
+            (requestId, start["messageId"], "request_failed", False),
+        )
+        self.assertEqual(error["message"], message)
+        self.assertEqual(self.depths()[-1], 0)
+
+    def test_noSpeechLeavesCaptureOpen(self) -> None:
+        """
+        No speech within 8 s fails with the browser's message, and the
+        browser keeps that capture: later captures, on this connection or
+        the next, fail with "A voice capture is already active." until
+        the player turns the microphone off and on.
+        """
+        self.establish(captureTakes=[PlayerTake(speechSeconds=None)])
+        self.capture("v1")
+        self.advance(8.05)
+        self.assertEqual(
+            self.only("request.error")["message"], "No speech was detected within 8 seconds."
+        )
+        self.assertStartRefused("v2", "A voice capture is already active.")
+        self.engine.disconnect()
+        self.engine.connected()
+        self.send("welcome", serverVersion="test-game")
+        self.assertStartRefused("v3", "A voice capture is already active.")
+        self.engine.disableMicrophone()
+        self.capture("v4")
+        self.assertEqual(self.out[-1]["code"], "microphone_not_enabled")
+        self.engine.enableMicrophone()
+        self.out.clear()
+        self.capture("v5")
+        self.advance(10)
+        self.assertEqual(self.of("request.error"), [])
+        self.assertEqual(self.engine.completed, ["v5"])
+
+    def test_emptyRecordingLeavesCaptureOpen(self) -> None:
+        """
+        An empty recording is refused before the browser lets go of the
+        capture: the next capture cannot start either.
+        """
+        self.establish(captureTakes=[PlayerTake(recordedSeconds=0.0)])
+        self.capture("v1")
+        self.advance(5)
+        self.assertEqual(self.only("request.error")["message"], "No microphone audio was captured.")
+        self.assertStartRefused("v2", "A voice capture is already active.")
+
+    def test_otherRefusalsLetGo(self) -> None:
+        """
+        An inaudible or incomplete recording is refused after the browser
+        let go of the capture: the next one listens.
+        """
+        self.establish(captureTakes=[PlayerTake(loudness=0.0), PlayerTake(recordedSeconds=0.5)])
+        for requestId in ("v1", "v2"):
+            self.capture(requestId)
+            self.advance(5)
+        self.assertEqual(
+            [e["message"] for e in self.of("request.error")],
+            [
+                "No audible microphone input was detected.",
+                "The browser produced an incomplete recording. Please try again.",
+            ],
+        )
+        self.out.clear()
+        self.capture("v3")
+        self.advance(10)
+        self.assertEqual(self.of("request.error"), [])
+        self.assertEqual(self.engine.completed, ["v3"])
+
+    def test_microphoneOffMidCapture(self) -> None:
+        """
+        Turned off while the player speaks: the browser drops the
+        recording (no more levels or states) and tells the core nothing;
+        the capture still counts until the game stops it, and then the
+        browser refuses the stop: "No matching voice capture is active."
+        """
+        self.establish(captureTakes=[PlayerTake(silenceSeconds=0.3, speechSeconds=5.0)])
+        start = self.capture("v1")
+        self.advance(1)
+        self.engine.disableMicrophone()
+        self.out.clear()
+        self.advance(10)
+        self.assertEqual(self.out, [])
+        self.assertEqual(self.engine.queueDepth, 1)
+        self.send("voice.capture.stop", requestId="v1")
+        self.advance()
+        self.assertEqual(self.types(), ["ack", "request.error", "capacity.update"])
+        error = self.out[1]
+        self.assertEqual(
+            (error["sourceMessageId"], error["code"], error["message"]),
+            (start["messageId"], "request_failed", "No matching voice capture is active."),
+        )
+        self.assertEqual(self.engine.queueDepth, 0)
+
+    def test_listenAgainWithMicrophoneOff(self) -> None:
+        """
+        app.rs stt_completed listens again after an empty transcript
+        (silenceBehavior "restart"); with the microphone turned off during
+        recognition the browser cannot start, after the core's state and
+        capacity.
+        """
+        self.establish(captureTakes=[PlayerTake(transcript="")], transcriptionSeconds=1.0)
+        self.capture("v1", silenceBehavior="restart")
+        self.advance(1.45)
+        self.engine.disableMicrophone()
+        self.out.clear()
+        self.advance(1)
+        self.assertEqual(
+            self.types(),
+            ["voice.capture.state", "capacity.update", "request.error", "capacity.update"],
+        )
+        self.assertEqual(
+            self.out[2]["message"],
+            "Enable microphone in GameLink before starting a voice message.",
+        )
+        self.assertEqual(self.engine.queueDepth, 0)
+
+
 class HostDispatchTests(EngineTestMixin, SynchronousTestCase):
     """
     src/socket-adapter.ts onmessage, src/app-host.ts dispatch and drain:

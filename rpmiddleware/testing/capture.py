@@ -75,6 +75,9 @@ NO_AUDIO_MESSAGE = "No microphone audio was captured."
 INCOMPLETE_RECORDING_MESSAGE = "The browser produced an incomplete recording. Please try again."
 INAUDIBLE_MESSAGE = "No audible microphone input was detected."
 CANCELLED_MESSAGE = "Voice capture was cancelled."
+ALREADY_ACTIVE_MESSAGE = "A voice capture is already active."
+NOT_ENABLED_MESSAGE = "Enable microphone in GameLink before starting a voice message."
+NO_MATCHING_MESSAGE = "No matching voice capture is active."
 
 # voice.capture.state messages: their meaning is RPEngine's, the words ours.
 STILL_LISTENING_MESSAGE = "Nothing heard yet; listening on."
@@ -156,6 +159,15 @@ def loudness(samples: np.ndarray) -> tuple[float, float]:
     return float(np.max(np.abs(samples))), float(np.sqrt(np.mean(np.square(samples))))
 
 
+def recordedNothing(recording: Recording) -> bool:
+    """
+    The recorder delivered no audio at all: the browser's empty recording,
+    which it refuses before it lets go of the capture (see
+    L{MicrophoneCapture.leftOpen}).
+    """
+    return recording.seconds <= 0
+
+
 def refusal(recording: Recording) -> str | None:
     """
     Why the browser refuses a finished recording, or C{None} if it hands
@@ -170,7 +182,7 @@ def refusal(recording: Recording) -> str | None:
       3. peak under 0.01 and RMS under 0.003: nothing audible, such as a
          capture stopped before the player spoke.
     """
-    if recording.seconds <= 0:
+    if recordedNothing(recording):
         return NO_AUDIO_MESSAGE
     samples = recording.samples()
     wall = recording.wallSeconds if recording.wallSeconds is not None else recording.seconds
@@ -229,9 +241,19 @@ class MicrophoneCapture:
         self.take = PlayerTake()
         self._windowStart = 0.0
         self._now: float | None = None
-        #: C{idle}, C{recording}, C{held} (at the 30 s limit), C{stopping}.
+        #: C{idle}, C{recording}, C{held} (at the 30 s limit), C{stopping},
+        #: C{failed}, C{disposed} (the player turned the microphone off).
         self.state = "idle"
         self.windows = 0
+        #: The capture failed in a way the browser does not clean up after:
+        #: no speech within 8 s (silenceBehavior "error") or an empty
+        #: recording.  RPEngine's browser keeps such a capture as its active
+        #: one -- only a cancel of that very capture or the microphone being
+        #: turned off ends it, and the core, which has forgotten it, asks
+        #: for neither -- so every later capture fails to start
+        #: (src/browser-voice-capture.ts receiveVad and finalize leave
+        #: C{active} set; C{start} refuses while it is).
+        self.leftOpen = False
 
     @property
     def recording(self) -> bool:
@@ -351,6 +373,7 @@ class MicrophoneCapture:
             return
         if not self.restartOnSilence:
             self.state = "failed"
+            self.leftOpen = True
             self._cancelTimers()
             self._events.captureFailed(self, NO_SPEECH_MESSAGE)
             return
@@ -376,6 +399,13 @@ class MicrophoneCapture:
         stop begins; the audio is as long unless the take says the
         recorder delivered something else (L{PlayerTake.recordedSeconds}).
         """
+        if self.state == "disposed":
+            # The browser has no capture any more: its stop is refused
+            # (browser-voice-capture.ts stop), in the next step.
+            self._timers.append(
+                self._clock.callLater(0, self._events.captureFailed, self, NO_MATCHING_MESSAGE)
+            )
+            return
         if not self.recording:
             return
         elapsed = max(0.0, min(self._time() - self._windowStart, MAX_CAPTURE_SECONDS))
@@ -390,6 +420,7 @@ class MicrophoneCapture:
 
     def _finalized(self, recording: Recording) -> None:
         self.state = "idle"
+        self.leftOpen = recordedNothing(recording)
         refused = refusal(recording)
         if refused is None:
             self._events.captureCompleted(self, recording, self.take)
@@ -418,3 +449,13 @@ class MicrophoneCapture:
         self._cancelTimers()
         self.state = "idle"
         return finishing
+
+    def dispose(self) -> None:
+        """
+        The player turned the microphone off: the browser drops its
+        recording without telling the core (src/app-host.ts
+        C{microphoneDisable}, browser-voice-capture.ts C{dispose}), so a
+        later stop of this capture is refused with L{NO_MATCHING_MESSAGE}.
+        """
+        self._cancelTimers()
+        self.state = "disposed"
