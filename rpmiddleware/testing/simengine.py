@@ -12,8 +12,14 @@ acknowledgements, the same errors in the same order, the same
 C{capacity.update} at the same moments, the same streams.  What RPEngine's
 browser host does around the core -- the microphone, the models -- is
 simulated (L{rpmiddleware.testing.capture},
-L{rpmiddleware.testing.replystream}).  It keeps logs (what it received,
-sent, processed, cancelled) for assertions.
+L{rpmiddleware.testing.replystream}), and where the host changes what a
+game receives the simulator follows it too (src/app-host.ts,
+src/socket-adapter.ts, src/browser-voice-capture.ts,
+src/filesystem-mailbox-adapter.ts, src/app-version.ts): the version in
+C{hello}, one message handled at a time, the browser's checks on a
+recording, the capture it keeps after some failures, the host's
+C{audio_transport_failed}.  docs/protocol-choices.md lists each rule.  It
+keeps logs (what it received, sent, processed, cancelled) for assertions.
 
 It is built in layers, one job each: L{rpmiddleware.testing.simcore} (the
 session: handshake, acknowledgements, capacity, cards, the checks before a
