@@ -1703,6 +1703,27 @@ class BrowserCaptureLifeTests(EngineTestMixin, SynchronousTestCase):
         )
         self.assertEqual(self.engine.queueDepth, 0)
 
+    def test_microphoneOffWhileStopFinishes(self) -> None:
+        """
+        Turned off between the stop and the recording's hand-over: dispose
+        cancels the browser's capture, so its stop fails with "Voice
+        capture was cancelled.", tied to the start (the core still had
+        the capture).
+        """
+        self.establish(captureTakes=[PlayerTake(silenceSeconds=0.3, speechSeconds=5.0)])
+        start = self.capture("v1")
+        self.advance(2)
+        self.send("voice.capture.stop", requestId="v1")
+        self.out.clear()
+        self.engine.disableMicrophone()
+        self.assertEqual(self.types(), ["request.error", "capacity.update"])
+        self.assertEqual(
+            (self.out[0]["sourceMessageId"], self.out[0]["message"]),
+            (start["messageId"], "Voice capture was cancelled."),
+        )
+        self.advance(10)
+        self.assertEqual(self.types()[2:], [])
+
     def test_listenAgainWithMicrophoneOff(self) -> None:
         """
         app.rs stt_completed listens again after an empty transcript

@@ -149,7 +149,7 @@ class Recording:
         return (clipped * 32767.0).astype("<i2").tobytes()
 
 
-def loudness(samples: np.ndarray) -> tuple[float, float]:
+def peakAndRms(samples: np.ndarray) -> tuple[float, float]:
     """
     A recording's peak and RMS (core/audio.rs analyse_audio: 0 and 0 for
     no samples).
@@ -193,7 +193,7 @@ def refusal(recording: Recording) -> str | None:
         return INCOMPLETE_RECORDING_MESSAGE
     if not len(samples):
         return NO_AUDIO_MESSAGE
-    peak, rms = loudness(samples)
+    peak, rms = peakAndRms(samples)
     if peak < SILENCE_PEAK and rms < SILENCE_RMS:
         return INAUDIBLE_MESSAGE
     return None
@@ -450,12 +450,17 @@ class MicrophoneCapture:
         self.state = "idle"
         return finishing
 
-    def dispose(self) -> None:
+    def dispose(self) -> bool:
         """
         The player turned the microphone off: the browser drops its
         recording without telling the core (src/app-host.ts
         C{microphoneDisable}, browser-voice-capture.ts C{dispose}), so a
         later stop of this capture is refused with L{NO_MATCHING_MESSAGE}.
+
+        @return: whether the recording was still being finished, as for
+            L{cancel}: dispose cancels it, and the unfinished stop fails.
         """
+        finishing = self.state == "stopping"
         self._cancelTimers()
         self.state = "disposed"
+        return finishing

@@ -14,6 +14,7 @@ from twisted.logger import Logger
 
 from rpmiddleware.testing.capture import (
     ALREADY_ACTIVE_MESSAGE,
+    CANCELLED_MESSAGE,
     CAPTURE_SAMPLE_RATE,
     NOT_ENABLED_MESSAGE,
     MicrophoneCapture,
@@ -50,12 +51,16 @@ class Captures(Replies):
         whatever capture it holds -- one left open, or the current one,
         which the core keeps waiting for a stop (src/app-host.ts
         C{microphoneDisable}; browser-voice-capture.ts C{dispose}; app.rs
-        C{microphoneDisabled} only records the state).
+        C{microphoneDisabled} only records the state).  A recording still
+        being finished after a stop is cancelled by that, and its stop
+        fails with "Voice capture was cancelled." (browser-voice-capture.ts
+        C{cancel}).
         """
         self.options.microphoneEnabled = False
         self._leftOpen = None
-        if self._capture is not None:
-            self._capture.microphone.dispose()
+        capture = self._capture
+        if capture is not None and capture.microphone.dispose():
+            self.captureFailed(capture.microphone, CANCELLED_MESSAGE)
 
     def enableMicrophone(self) -> None:
         """

@@ -115,7 +115,7 @@ class SimulatedEngine(Captures, CaptureEvents):
         right after the cancel is handled (src/browser-voice-capture.ts
         C{cancel}, src/app-host.ts C{execute} C{captureStop}).  The core,
         whose capture is already gone, still answers it with
-        C{request.error request_failed} and no C{sourceMessageId}, and
+        C{request.error request_failed} and an empty C{sourceMessageId}, and
         publishes capacity (app.rs C{capture_failed}), so the game gets
         that after its C{reply.cancelled}.
         """
