@@ -19,6 +19,7 @@ from rpmiddleware.engine.mailbox import FROM_ENGINE, TO_ENGINE, makeStem, writeE
 from rpmiddleware.engine.mailboxservice import MailboxOptions, manifest
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.testing.kit import exampleCard
+from rpmiddleware.testing.simcore import AUDIO_TRANSPORT_FAILED_MESSAGE
 from rpmiddleware.testing.simmailbox import (
     ACK_REMOVAL,
     MailboxTransport,
@@ -330,6 +331,12 @@ class AudioTests(SynchronousTestCase):
         game.run(1.0)
         [error] = [m for m in game.read() if m["type"] == "request.error"]
         self.assertEqual((error["requestId"], error["code"]), ("r1", "audio_transport_failed"))
+        # src/app-host.ts replyAudioTransport: the host's own message, not
+        # retryable, and no sourceMessageId (the core never saw the failure).
+        self.assertEqual(
+            (error["message"], error["retryable"]), (AUDIO_TRANSPORT_FAILED_MESSAGE, False)
+        )
+        self.assertNotIn("sourceMessageId", error)
         self.assertFalse([m for m in game.read() if m["type"] == "reply.completed"])
         game.request("r2", text="Again.")
         game.run(1.0)

@@ -23,6 +23,13 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from rpmiddleware.canonical import canonicalHash
 from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, Envelope
+from rpmiddleware.testing.capture import (
+    INAUDIBLE_MESSAGE,
+    INCOMPLETE_RECORDING_MESSAGE,
+    NO_AUDIO_MESSAGE,
+    Recording,
+    refusal,
+)
 from rpmiddleware.testing.cardstore import PatchFailed, SessionCardStore, applyPatch
 from rpmiddleware.testing.kit import exampleResponseRule
 from rpmiddleware.testing.responsetext import (
@@ -217,7 +224,10 @@ class HandshakeTests(EngineTestMixin, SynchronousTestCase):
         """
         app.rs transport_opened: C{hello} with the app version and no
         session yet (sessionId null); the envelope of src/protocol.ts
-        clientEnvelope.
+        clientEnvelope.  The version is RPEngine's package version at
+        cfc6695, which the host passes to the core (src/app-version.ts,
+        src/app-host.ts start), so a game that logs or checks it sees the
+        real value.
         """
         self.engine.connected()
         [hello] = self.out
@@ -227,7 +237,7 @@ class HandshakeTests(EngineTestMixin, SynchronousTestCase):
         )
         self.assertEqual(hello["type"], "hello")
         self.assertIsNone(hello["sessionId"])
-        self.assertEqual(hello["clientVersion"], "rpengine-simulator/3")
+        self.assertEqual(hello["clientVersion"], "1.3.0")
 
     def test_welcomeAckHasNoSession(self) -> None:
         """
@@ -1378,15 +1388,522 @@ class VoiceCaptureTests(EngineTestMixin, SynchronousTestCase):
 
     def test_stopBeforeSpeaking(self) -> None:
         """
-        src/browser-voice-capture.ts finalize: a recording with nothing
-        audible fails the capture (app.rs capture_failed: request_failed).
+        The issue's case: stopped 0.3 s after the start, before the player
+        speaks.  src/browser-voice-capture.ts finalize refuses the silent
+        recording, src/app-host.ts turns that into captureFailed, and
+        app.rs capture_failed sends request_failed with the browser's
+        message, not retryable, tied to the start; then capacity.
+        """
+        self.establish()
+        start = self.capture("v1")
+        self.advance(0.3)
+        self.send("voice.capture.stop", requestId="v1")
+        self.advance()
+        error = self.only("request.error")
+        self.assertEqual(set(error), ERROR_KEYS)
+        self.assertEqual(
+            (error["requestId"], error["sourceMessageId"], error["code"]),
+            ("v1", start["messageId"], "request_failed"),
+        )
+        self.assertEqual(error["message"], "No audible microphone input was detected.")
+        self.assertIs(error["retryable"], False)
+        self.assertEqual(self.types()[-2:], ["request.error", "capacity.update"])
+        self.assertEqual(self.depths()[-1], 0)
+        self.advance(10)
+        self.assertEqual(self.of("reply.text.completed", "voice.capture.transcript"), [])
+        self.assertEqual(self.engine.completed, [])
+
+
+class BrowserRecordingTests(EngineTestMixin, SynchronousTestCase):
+    """
+    src/browser-voice-capture.ts BrowserVoiceCapture.finalize: the checks
+    the browser makes on a stopped recording before the core sees it, in
+    its order; each refusal reaches the game as app.rs capture_failed does
+    (request_failed, the browser's message, not retryable).
+    """
+
+    def recorded(self, take: PlayerTake, stopAfter: float | None = None) -> dict[str, Any]:
+        """
+        One capture of C{take}, stopped by the game after C{stopAfter}
+        seconds (or at speech_ended), then given time to finish: the
+        engine's output for it.
+        """
+        self.establish(captureTakes=[take])
+        self.capture("v1", returnTranscript=True)
+        if stopAfter is not None:
+            self.advance(stopAfter)
+            self.send("voice.capture.stop", requestId="v1")
+        self.advance(30)
+        return {
+            "errors": self.of("request.error"),
+            "transcripts": self.of("voice.capture.transcript"),
+        }
+
+    def assertRefused(self, outcome: dict[str, Any], message: str) -> None:
+        [error] = outcome["errors"]
+        self.assertEqual(
+            (error["requestId"], error["code"], error["message"], error["retryable"]),
+            ("v1", "request_failed", message, False),
+        )
+        self.assertEqual(outcome["transcripts"], [])
+        self.assertEqual(self.engine.queueDepth, 0)
+
+    def assertAccepted(self, outcome: dict[str, Any]) -> None:
+        self.assertEqual(outcome["errors"], [])
+        self.assertEqual(len(outcome["transcripts"]), 1)
+        self.assertEqual(self.engine.completed, ["v1"])
+
+    def test_silent(self) -> None:
+        """
+        A player the detector heard but whose voice is under peak 0.01 and
+        RMS 0.003: "No audible microphone input was detected."
+        """
+        outcome = self.recorded(PlayerTake(silenceSeconds=0.3, speechSeconds=1.0, loudness=0.004))
+        self.assertRefused(outcome, "No audible microphone input was detected.")
+
+    def test_quietButAudible(self) -> None:
+        """
+        Both limits must be under: a peak of 0.009 with an RMS over 0.003
+        is audible, and the capture goes on to recognition.
+        """
+        outcome = self.recorded(PlayerTake(silenceSeconds=0.3, speechSeconds=1.0, loudness=0.009))
+        self.assertAccepted(outcome)
+
+    def test_silenceOnly(self) -> None:
+        """
+        No speech at all, stopped by the game after 2 s (before the 8 s
+        rule): inaudible.
+        """
+        outcome = self.recorded(PlayerTake(speechSeconds=None), stopAfter=2.0)
+        self.assertRefused(outcome, "No audible microphone input was detected.")
+
+    def test_empty(self) -> None:
+        """
+        A recorder that delivered nothing: "No microphone audio was
+        captured.", checked before anything else.
+        """
+        outcome = self.recorded(PlayerTake(recordedSeconds=0.0))
+        self.assertRefused(outcome, "No microphone audio was captured.")
+
+    def test_cutShort(self) -> None:
+        """
+        Stopped at speech_ended after 1.4 s on the clock with 0.8 s of
+        audio: 0.6 s off, over the 0.5 s allowed.
+        """
+        outcome = self.recorded(PlayerTake(recordedSeconds=0.8))
+        self.assertRefused(
+            outcome, "The browser produced an incomplete recording. Please try again."
+        )
+
+    def test_shortWithinHalfASecond(self) -> None:
+        """
+        0.45 s off a 1.4 s capture is within the 0.5 s allowed.
+        """
+        self.assertAccepted(self.recorded(PlayerTake(recordedSeconds=0.95)))
+
+    def test_longerThanTheClock(self) -> None:
+        """
+        The length may be off either way: 2.0 s of audio for 1.4 s.
+        """
+        outcome = self.recorded(PlayerTake(recordedSeconds=2.0))
+        self.assertRefused(
+            outcome, "The browser produced an incomplete recording. Please try again."
+        )
+
+    def test_twentyPercentOfLongCaptures(self) -> None:
+        """
+        Over 2.5 s the allowance is 20% of the wall-clock time: 5.4 s on
+        the clock allows 1.08 s, so 4.5 s of audio passes and 4.2 s does
+        not.
+        """
+        take = PlayerTake(silenceSeconds=0.3, speechSeconds=5.0)
+        self.assertAccepted(self.recorded(PlayerTake(**{**vars(take), "recordedSeconds": 4.5})))
+        outcome = self.recorded(PlayerTake(**{**vars(take), "recordedSeconds": 4.2}))
+        self.assertRefused(
+            outcome, "The browser produced an incomplete recording. Please try again."
+        )
+
+    def test_lengthCheckedBeforeLoudness(self) -> None:
+        """
+        A recording both cut short and silent gets the length's message,
+        the browser's first check.
+        """
+        outcome = self.recorded(PlayerTake(speechSeconds=None, recordedSeconds=1.0), stopAfter=2.0)
+        self.assertRefused(
+            outcome, "The browser produced an incomplete recording. Please try again."
+        )
+
+    def test_cancelWhileFinishing(self) -> None:
+        """
+        src/browser-voice-capture.ts cancel and src/app-host.ts captureStop:
+        a capture cancelled after its stop, before the browser handed the
+        recording over, is cancelled, and then the browser's rejected stop
+        arrives as captureFailed: app.rs capture_failed sends
+        request_failed "Voice capture was cancelled." with an empty
+        sourceMessageId (the core's capture is gone) and capacity again.
+        Nothing else follows.
+        """
+        self.establish(captureTakes=[PlayerTake(silenceSeconds=0.3, speechSeconds=5.0)])
+        self.capture("v1", returnTranscript=True)
+        self.advance(2)
+        self.send("voice.capture.stop", requestId="v1")
+        self.out.clear()
+        self.send("voice.capture.cancel", requestId="v1")
+        self.assertEqual(
+            self.types(),
+            ["ack", "reply.cancelled", "capacity.update", "request.error", "capacity.update"],
+        )
+        self.assertEqual(self.out[1]["reason"], "requested_by_game")
+        error = self.out[3]
+        self.assertEqual(
+            (error["requestId"], error["sourceMessageId"], error["code"], error["retryable"]),
+            ("v1", "", "request_failed", False),
+        )
+        self.assertEqual(error["message"], "Voice capture was cancelled.")
+        self.advance(20)
+        self.assertEqual(self.types()[5:], [])
+
+    def test_cancelWhileCapturing(self) -> None:
+        """
+        Cancelled before any stop, the browser has no stop to reject: only
+        reply.cancelled and capacity.
         """
         self.establish()
         self.capture("v1")
-        self.advance(0.1)
+        self.advance(0.5)
+        self.out.clear()
+        self.send("voice.capture.cancel", requestId="v1")
+        self.assertEqual(self.types(), ["ack", "reply.cancelled", "capacity.update"])
+
+    def test_refusalOrderAndClockCap(self) -> None:
+        """
+        refusal: no audio at all first; the wall-clock time counts at most
+        30 s, as the recorder stops there (a capture held 45 s with 30 s of
+        audio is whole); None for a good recording.
+        """
+        self.assertEqual(refusal(Recording(0.0, 0.0, 0.0, wallSeconds=5.0)), NO_AUDIO_MESSAGE)
+        self.assertIsNone(refusal(Recording(30.0, 0.3, 29.7, wallSeconds=45.0)))
+        self.assertEqual(
+            refusal(Recording(20.0, 0.3, 19.7, wallSeconds=45.0)), INCOMPLETE_RECORDING_MESSAGE
+        )
+        self.assertEqual(refusal(Recording(1.0, 0.0, 0.0)), INAUDIBLE_MESSAGE)
+        self.assertIsNone(refusal(Recording(1.0, 0.2, 0.5)))
+
+
+class BrowserCaptureLifeTests(EngineTestMixin, SynchronousTestCase):
+    """
+    src/browser-voice-capture.ts: the browser's one capture, which two
+    failures leave open (receiveVad's no-speech error, finalize's empty
+    recording), and the microphone being turned off (dispose).
+    """
+
+    def assertStartRefused(self, requestId: str, message: str) -> None:
+        """
+        A capture the core accepts and the browser cannot start: the
+        core's messages, then the host's captureFailed as app.rs
+        capture_failed answers it.
+        """
+        self.out.clear()
+        start = self.capture(requestId)
+        self.assertEqual(
+            self.types(),
+            ["ack", "reply.accepted", "capacity.update", "request.error", "capacity.update"],
+        )
+        error = self.out[3]
+        self.assertEqual(
+            (error["requestId"], error["sourceMessageId"], error["code"], error["retryable"]),
+            (requestId, start["messageId"], "request_failed", False),
+        )
+        self.assertEqual(error["message"], message)
+        self.assertEqual(self.depths()[-1], 0)
+
+    def test_noSpeechLeavesCaptureOpen(self) -> None:
+        """
+        No speech within 8 s fails with the browser's message, and the
+        browser keeps that capture: later captures, on this connection or
+        the next, fail with "A voice capture is already active." until
+        the player turns the microphone off and on.
+        """
+        self.establish(captureTakes=[PlayerTake(speechSeconds=None)])
+        self.capture("v1")
+        self.advance(8.05)
+        self.assertEqual(
+            self.only("request.error")["message"], "No speech was detected within 8 seconds."
+        )
+        self.assertStartRefused("v2", "A voice capture is already active.")
+        self.engine.disconnect()
+        self.engine.connected()
+        self.send("welcome", serverVersion="test-game")
+        self.assertStartRefused("v3", "A voice capture is already active.")
+        self.engine.disableMicrophone()
+        self.capture("v4")
+        self.assertEqual(self.out[-1]["code"], "microphone_not_enabled")
+        self.engine.enableMicrophone()
+        self.out.clear()
+        self.capture("v5")
+        self.advance(10)
+        self.assertEqual(self.of("request.error"), [])
+        self.assertEqual(self.engine.completed, ["v5"])
+
+    def test_emptyRecordingLeavesCaptureOpen(self) -> None:
+        """
+        An empty recording is refused before the browser lets go of the
+        capture: the next capture cannot start either.
+        """
+        self.establish(captureTakes=[PlayerTake(recordedSeconds=0.0)])
+        self.capture("v1")
+        self.advance(5)
+        self.assertEqual(self.only("request.error")["message"], "No microphone audio was captured.")
+        self.assertStartRefused("v2", "A voice capture is already active.")
+
+    def test_otherRefusalsLetGo(self) -> None:
+        """
+        An inaudible or incomplete recording is refused after the browser
+        let go of the capture: the next one listens.
+        """
+        self.establish(captureTakes=[PlayerTake(loudness=0.0), PlayerTake(recordedSeconds=0.5)])
+        for requestId in ("v1", "v2"):
+            self.capture(requestId)
+            self.advance(5)
+        self.assertEqual(
+            [e["message"] for e in self.of("request.error")],
+            [
+                "No audible microphone input was detected.",
+                "The browser produced an incomplete recording. Please try again.",
+            ],
+        )
+        self.out.clear()
+        self.capture("v3")
+        self.advance(10)
+        self.assertEqual(self.of("request.error"), [])
+        self.assertEqual(self.engine.completed, ["v3"])
+
+    def test_microphoneOffMidCapture(self) -> None:
+        """
+        Turned off while the player speaks: the browser drops the
+        recording (no more levels or states) and tells the core nothing;
+        the capture still counts until the game stops it, and then the
+        browser refuses the stop: "No matching voice capture is active."
+        """
+        self.establish(captureTakes=[PlayerTake(silenceSeconds=0.3, speechSeconds=5.0)])
+        start = self.capture("v1")
+        self.advance(1)
+        self.engine.disableMicrophone()
+        self.out.clear()
+        self.advance(10)
+        self.assertEqual(self.out, [])
+        self.assertEqual(self.engine.queueDepth, 1)
         self.send("voice.capture.stop", requestId="v1")
         self.advance()
-        self.assertEqual(self.only("request.error")["code"], "request_failed")
+        self.assertEqual(self.types(), ["ack", "request.error", "capacity.update"])
+        error = self.out[1]
+        self.assertEqual(
+            (error["sourceMessageId"], error["code"], error["message"]),
+            (start["messageId"], "request_failed", "No matching voice capture is active."),
+        )
+        self.assertEqual(self.engine.queueDepth, 0)
+
+    def test_microphoneOffWhileStopFinishes(self) -> None:
+        """
+        Turned off between the stop and the recording's hand-over: dispose
+        cancels the browser's capture, so its stop fails with "Voice
+        capture was cancelled.", tied to the start (the core still had
+        the capture).
+        """
+        self.establish(captureTakes=[PlayerTake(silenceSeconds=0.3, speechSeconds=5.0)])
+        start = self.capture("v1")
+        self.advance(2)
+        self.send("voice.capture.stop", requestId="v1")
+        self.out.clear()
+        self.engine.disableMicrophone()
+        self.assertEqual(self.types(), ["request.error", "capacity.update"])
+        self.assertEqual(
+            (self.out[0]["sourceMessageId"], self.out[0]["message"]),
+            (start["messageId"], "Voice capture was cancelled."),
+        )
+        self.advance(10)
+        self.assertEqual(self.types()[2:], [])
+
+    def test_listenAgainWithMicrophoneOff(self) -> None:
+        """
+        app.rs stt_completed listens again after an empty transcript
+        (silenceBehavior "restart"); with the microphone turned off during
+        recognition the browser cannot start, after the core's state and
+        capacity.
+        """
+        self.establish(captureTakes=[PlayerTake(transcript="")], transcriptionSeconds=1.0)
+        self.capture("v1", silenceBehavior="restart")
+        self.advance(1.45)
+        self.engine.disableMicrophone()
+        self.out.clear()
+        self.advance(1)
+        self.assertEqual(
+            self.types(),
+            ["voice.capture.state", "capacity.update", "request.error", "capacity.update"],
+        )
+        self.assertEqual(
+            self.out[2]["message"],
+            "Enable microphone in GameLink before starting a voice message.",
+        )
+        self.assertEqual(self.engine.queueDepth, 0)
+
+
+class HostDispatchTests(EngineTestMixin, SynchronousTestCase):
+    """
+    src/socket-adapter.ts onmessage, src/app-host.ts dispatch and drain:
+    the game's messages are handled one at a time, each to the end.
+    """
+
+    def test_answerFromInsideSendWaits(self) -> None:
+        """
+        A game that answers from inside the send callable -- here it
+        cancels the capture as soon as the start's ack arrives -- is heard
+        after the start is fully handled: the cancel finds the capture
+        accepted and cancels it, instead of finding nothing (not_active).
+        """
+        self.establish()
+        send = self.engine._send
+
+        def game(envelope: dict[str, Any]) -> None:
+            send(envelope)
+            if envelope["type"] == "ack" and envelope["acknowledgedMessageId"] == startId:
+                self.send("voice.capture.cancel", requestId="v1")
+
+        self.engine._send = game
+        startId = ""
+        start = Envelope.build(
+            "voice.capture.start",
+            SESSION,
+            requestId="v1",
+            eventId="event-v1",
+            integrationId="my-game",
+            characterId="ayla",
+            output=TEXT_ONLY,
+            card=snapshot(self.card),
+        ).fields
+        startId = start["messageId"]
+        self.engine.received(start)
+        self.assertEqual(
+            self.types(),
+            [
+                "ack",
+                "reply.accepted",
+                "capacity.update",
+                "ack",
+                "reply.cancelled",
+                "capacity.update",
+            ],
+        )
+        self.assertEqual(self.out[4]["reason"], "requested_by_game")
+        self.assertEqual(self.engine.queueDepth, 0)
+
+    def test_framesToo(self) -> None:
+        """
+        Raw frames wait their turn the same way: a frame that is not JSON,
+        sent from inside the send callable, is refused after the message
+        being handled has sent everything.
+        """
+        self.establish()
+        send = self.engine._send
+        sentFrame: list[bool] = []
+
+        def game(envelope: dict[str, Any]) -> None:
+            send(envelope)
+            if not sentFrame:
+                sentFrame.append(True)
+                self.engine.receivedFrame("{")
+
+        self.engine._send = game
+        self.request("r1", output=TEXT_ONLY)
+        kinds = self.types()
+        self.assertEqual(kinds[:3], ["ack", "reply.accepted", "capacity.update"])
+        refused = kinds.index("request.error")
+        self.assertGreater(refused, 2)
+        self.assertEqual(self.out[refused]["code"], "invalid_payload")
+
+    def test_raisingMessageLeavesTheRest(self) -> None:
+        """
+        drain's guard is released when handling raises, and what was
+        queued behind is handled with the next message.
+        """
+        self.establish()
+        send = self.engine._send
+        calls: list[str] = []
+
+        def game(envelope: dict[str, Any]) -> None:
+            calls.append(envelope["type"])
+            if len(calls) == 1:
+                self.engine.receivedFrame("{")
+                raise RuntimeError("the game's handler broke")
+            send(envelope)
+
+        self.engine._send = game
+        self.assertRaises(RuntimeError, self.request, "r1", output=TEXT_ONLY)
+        self.assertEqual(self.of("request.error"), [])
+        self.engine._send = send
+        self.send("request.cancel", requestId="nobody")
+        self.assertEqual(self.types()[:2], ["request.error", "ack"])
+        self.assertEqual(self.out[0]["code"], "invalid_payload")
+
+
+class AudioTransportTests(EngineTestMixin, SynchronousTestCase):
+    """
+    src/app-host.ts execute, replyAudioTransport: a transport that takes
+    whole phrases and refuses one.
+    """
+
+    def test_refusedPhrase(self) -> None:
+        """
+        A refused phrase is request.error audio_transport_failed with the
+        host's message (requestId, code, message, retryable false; no
+        sourceMessageId), one per refused phrase; that request's
+        reply.audio.completed and reply.completed are kept back, the text
+        is not.  The next request, delivered, completes again.
+        """
+        self.establish()
+        refuse = [True]
+        phrases: list[dict[str, Any]] = []
+
+        def transport(segment: dict[str, Any]) -> bool:
+            phrases.append(segment)
+            return not refuse[0]
+
+        self.engine.sendAudioSegment = transport
+        self.request("r1", text="Tell me everything.")
+        self.advance(30)
+        errors = self.of("request.error", requestId="r1")
+        self.assertEqual(len(errors), len(phrases))
+        self.assertGreater(len(phrases), 1)
+        for error in errors:
+            self.assertEqual(
+                set(error), ENVELOPE_KEYS | {"requestId", "code", "message", "retryable"}
+            )
+            self.assertEqual((error["code"], error["retryable"]), ("audio_transport_failed", False))
+            self.assertEqual(
+                error["message"],
+                "Audio delivery is unavailable for this game process; later requests are "
+                "text-only.",
+            )
+        self.assertEqual(len(self.of("reply.text.completed", requestId="r1")), 1)
+        self.assertEqual(self.of("reply.audio.completed", "reply.completed", requestId="r1"), [])
+        refuse[0] = False
+        self.request("r2", text="Again.")
+        self.advance(30)
+        self.assertEqual(self.of("request.error", requestId="r2"), [])
+        self.assertEqual(len(self.of("reply.completed", requestId="r2")), 1)
+
+    def test_laterFailureIsNotARefusal(self) -> None:
+        """
+        Only a refusal at once counts (the host compares with false): a
+        transport that answers with anything else -- a mailbox write still
+        under way -- gets no audio_transport_failed.
+        """
+        self.establish()
+        self.engine.sendAudioSegment = lambda segment: None
+        self.request("r1")
+        self.advance(30)
+        self.assertEqual(self.of("request.error"), [])
+        self.assertEqual(len(self.of("reply.completed", requestId="r1")), 1)
 
 
 class LogTests(EngineTestMixin, SynchronousTestCase):

@@ -13,9 +13,20 @@ browser either fails the capture or, with C{silenceBehavior: "restart"},
 starts listening again; a capture held for 30 s stops recording and waits.
 
 Here the player follows a script of L{PlayerTake}s (silence, then speech of
-some length, then what recognition will make of it), on simulated time.
-This class is the browser's side: it reports what happened to the engine
-through L{CaptureEvents}, which sends what RPEngine's core would.
+some length and loudness, how much audio the recorder really hands over,
+then what recognition will make of it), on simulated time: the reactor's
+clock is the browser's wall clock.  This class is the browser's side: it
+reports what happened to the engine through L{CaptureEvents}, which sends
+what RPEngine's core would.
+
+When a capture stops, the browser checks the recording before the core
+ever sees it (src/browser-voice-capture.ts C{BrowserVoiceCapture.finalize},
+followed by L{refusal}): nothing recorded, a length that does not match
+the time the capture took, or nothing audible each fail the capture with
+the browser's own message, which the host hands to the core as
+C{captureFailed} (src/app-host.ts C{execute}, C{captureStop}) and the core
+sends as C{request.error request_failed}, not retryable (app.rs
+C{capture_failed}).
 """
 
 from __future__ import annotations
@@ -25,11 +36,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
 
 from rpmiddleware.messages import INPUT_SAMPLE_RATE
 from rpmiddleware.testing.simoptions import PlayerTake
-from rpmiddleware.testing.tones import inputRecording, sampleCount
+from rpmiddleware.testing.tones import sampleCount
 
 #: FireRedVAD's timing (vad.rs VadStateCore defaults, worker.rs).
 SPEECH_START_SECONDS = 0.2
@@ -41,10 +54,36 @@ MAX_CAPTURE_SECONDS = 30.0
 #: Captured audio is 16 kHz mono (browser-voice-capture.ts).
 CAPTURE_SAMPLE_RATE = INPUT_SAMPLE_RATE
 
-NO_SPEECH_MESSAGE = "No speech was heard within 8 seconds."
+#: A recording is inaudible when its peak is under this and its RMS under
+#: L{SILENCE_RMS} (browser-voice-capture.ts, both must hold).
+SILENCE_PEAK = 0.01
+SILENCE_RMS = 0.003
+#: A recording whose length is off the capture's wall-clock time by more
+#: than the larger of these (seconds; share of the wall-clock time) is
+#: incomplete (browser-voice-capture.ts finalize).
+LENGTH_TOLERANCE_SECONDS = 0.5
+LENGTH_TOLERANCE_SHARE = 0.2
+#: How loud the simulated player speaks (peak, full scale 1.0) unless a
+#: take says otherwise; well above L{SILENCE_PEAK}.
+SPEAKING_LOUDNESS = 0.2
+
+# The messages the browser fails a capture with.  They reach the game
+# verbatim as request.error's message, so they are RPEngine's exact wire
+# strings (src/browser-voice-capture.ts receiveVad, finalize, cancel).
+NO_SPEECH_MESSAGE = "No speech was detected within 8 seconds."
+NO_AUDIO_MESSAGE = "No microphone audio was captured."
+INCOMPLETE_RECORDING_MESSAGE = "The browser produced an incomplete recording. Please try again."
+INAUDIBLE_MESSAGE = "No audible microphone input was detected."
+CANCELLED_MESSAGE = "Voice capture was cancelled."
+ALREADY_ACTIVE_MESSAGE = "A voice capture is already active."
+NOT_ENABLED_MESSAGE = "Enable microphone in GameLink before starting a voice message."
+NO_MATCHING_MESSAGE = "No matching voice capture is active."
+
+# voice.capture.state messages: their meaning is RPEngine's, the words ours.
 STILL_LISTENING_MESSAGE = "Nothing heard yet; listening on."
 LIMIT_MESSAGE = "The 30-second recording limit was reached; stop or cancel the capture."
-SILENT_RECORDING_MESSAGE = "The recording holds no audible input."
+
+_log = Logger(namespace="rpmiddleware.testing.capture")
 
 
 class CaptureEvents(Protocol):
@@ -78,21 +117,86 @@ class CaptureEvents(Protocol):
 class Recording:
     """
     What a stopped window recorded: C{seconds} of audio in which the player
-    spoke for C{speechSeconds} from C{speechStart} on.
+    spoke for C{speechSeconds} from C{speechStart} on, at C{loudness} (peak,
+    full scale 1.0), over a capture that took C{wallSeconds} on the clock
+    (C{None}: exactly as long as the audio).
     """
 
     seconds: float
     speechStart: float
     speechSeconds: float
+    loudness: float = SPEAKING_LOUDNESS
+    wallSeconds: float | None = None
+
+    def samples(self) -> np.ndarray:
+        """
+        The recording as 16 kHz mono float samples, as the browser decodes
+        it: silence, a voice-band tone while the player spoke, silence.
+        """
+        total = sampleCount(self.seconds, CAPTURE_SAMPLE_RATE)
+        wave = np.zeros(total, dtype=np.float64)
+        begin = min(total, sampleCount(self.speechStart, CAPTURE_SAMPLE_RATE))
+        end = min(total, begin + sampleCount(self.speechSeconds, CAPTURE_SAMPLE_RATE))
+        t = np.arange(end - begin, dtype=np.float64) / CAPTURE_SAMPLE_RATE
+        wave[begin:end] = self.loudness * np.sin(2.0 * math.pi * 180.0 * t)
+        return wave
 
     def pcm(self) -> bytes:
         """
         The recording as 16 kHz mono PCM16 (a tone while the player spoke).
         """
-        before = sampleCount(self.speechStart, CAPTURE_SAMPLE_RATE)
-        speech = inputRecording(self.speechSeconds)
-        after = sampleCount(self.seconds, CAPTURE_SAMPLE_RATE) - before - len(speech) // 2
-        return b"\0\0" * before + speech + b"\0\0" * max(0, after)
+        clipped = np.clip(self.samples(), -1.0, 1.0)
+        return (clipped * 32767.0).astype("<i2").tobytes()
+
+
+def peakAndRms(samples: np.ndarray) -> tuple[float, float]:
+    """
+    A recording's peak and RMS (core/audio.rs analyse_audio: 0 and 0 for
+    no samples).
+    """
+    if not len(samples):
+        return 0.0, 0.0
+    return float(np.max(np.abs(samples))), float(np.sqrt(np.mean(np.square(samples))))
+
+
+def recordedNothing(recording: Recording) -> bool:
+    """
+    The recorder delivered no audio at all: the browser's empty recording,
+    which it refuses before it lets go of the capture (see
+    L{MicrophoneCapture.leftOpen}).
+    """
+    return recording.seconds <= 0
+
+
+def refusal(recording: Recording) -> str | None:
+    """
+    Why the browser refuses a finished recording, or C{None} if it hands
+    it to the core (src/browser-voice-capture.ts
+    C{BrowserVoiceCapture.finalize}), checked in the browser's order so a
+    recording that fails twice gets the browser's first message:
+
+      1. nothing recorded at all (the simulated recorder delivering no
+         audio is the browser's empty recording);
+      2. a length off the wall-clock time (capped at 30 s) by more than
+         max(0.5 s, 20% of it): audio was lost or padded;
+      3. peak under 0.01 and RMS under 0.003: nothing audible, such as a
+         capture stopped before the player spoke.
+    """
+    if recordedNothing(recording):
+        return NO_AUDIO_MESSAGE
+    samples = recording.samples()
+    wall = recording.wallSeconds if recording.wallSeconds is not None else recording.seconds
+    wall = min(MAX_CAPTURE_SECONDS, wall)
+    audio = len(samples) / CAPTURE_SAMPLE_RATE
+    allowed = max(LENGTH_TOLERANCE_SECONDS, wall * LENGTH_TOLERANCE_SHARE)
+    if abs(wall - audio) > allowed:
+        return INCOMPLETE_RECORDING_MESSAGE
+    if not len(samples):
+        return NO_AUDIO_MESSAGE
+    peak, rms = peakAndRms(samples)
+    if peak < SILENCE_PEAK and rms < SILENCE_RMS:
+        return INAUDIBLE_MESSAGE
+    return None
 
 
 def level(index: int, speaking: bool) -> tuple[float, float]:
@@ -137,9 +241,19 @@ class MicrophoneCapture:
         self.take = PlayerTake()
         self._windowStart = 0.0
         self._now: float | None = None
-        #: C{idle}, C{recording}, C{held} (at the 30 s limit), C{stopping}.
+        #: C{idle}, C{recording}, C{held} (at the 30 s limit), C{stopping},
+        #: C{failed}, C{disposed} (the player turned the microphone off).
         self.state = "idle"
         self.windows = 0
+        #: The capture failed in a way the browser does not clean up after:
+        #: no speech within 8 s (silenceBehavior "error") or an empty
+        #: recording.  RPEngine's browser keeps such a capture as its active
+        #: one -- only a cancel of that very capture or the microphone being
+        #: turned off ends it, and the core, which has forgotten it, asks
+        #: for neither -- so every later capture fails to start
+        #: (src/browser-voice-capture.ts receiveVad and finalize leave
+        #: C{active} set; C{start} refuses while it is).
+        self.leftOpen = False
 
     @property
     def recording(self) -> bool:
@@ -259,6 +373,7 @@ class MicrophoneCapture:
             return
         if not self.restartOnSilence:
             self.state = "failed"
+            self.leftOpen = True
             self._cancelTimers()
             self._events.captureFailed(self, NO_SPEECH_MESSAGE)
             return
@@ -277,30 +392,75 @@ class MicrophoneCapture:
     def stop(self) -> None:
         """
         Stop recording (app.rs C{CaptureStop}) and hand the recording over
-        in the next reactor step: C{captureCompleted} with the speech heard
-        so far, or C{captureFailed} for a recording with no speech in it.
+        in the next reactor step: C{captureCompleted}, or C{captureFailed}
+        with the browser's message for a recording it refuses (L{refusal}).
+
+        The wall-clock time is taken now, as the browser takes it when the
+        stop begins; the audio is as long unless the take says the
+        recorder delivered something else (L{PlayerTake.recordedSeconds}).
         """
+        if self.state == "disposed":
+            # The browser has no capture any more: its stop is refused
+            # (browser-voice-capture.ts stop), in the next step.
+            self._timers.append(
+                self._clock.callLater(0, self._events.captureFailed, self, NO_MATCHING_MESSAGE)
+            )
+            return
         if not self.recording:
             return
-        elapsed = min(self._time() - self._windowStart, MAX_CAPTURE_SECONDS)
-        heard = self._heard(elapsed)
+        elapsed = max(0.0, min(self._time() - self._windowStart, MAX_CAPTURE_SECONDS))
+        delivered = self.take.recordedSeconds
+        seconds = elapsed if delivered is None else max(0.0, delivered)
+        heard = self._heard(min(elapsed, seconds))
         begin = max(0.0, min(elapsed, self.take.silenceSeconds))
-        recording = Recording(max(0.0, elapsed), begin, heard)
+        recording = Recording(seconds, begin, heard, self.take.loudness, elapsed)
         self._cancelTimers()
         self.state = "stopping"
         self._timers.append(self._clock.callLater(0, self._finalized, recording))
 
     def _finalized(self, recording: Recording) -> None:
         self.state = "idle"
-        if recording.speechSeconds <= 0:
-            self._events.captureFailed(self, SILENT_RECORDING_MESSAGE)
-        else:
+        self.leftOpen = recordedNothing(recording)
+        refused = refusal(recording)
+        if refused is None:
             self._events.captureCompleted(self, recording, self.take)
+            return
+        _log.info(
+            "Simulated browser refused capture {requestId}: {reason}",
+            requestId=self.requestId,
+            reason=refused,
+            audioSeconds=recording.seconds,
+            wallSeconds=recording.wallSeconds,
+        )
+        self._events.captureFailed(self, refused)
 
-    def cancel(self) -> None:
+    def cancel(self) -> bool:
         """
         Throw the capture away (app.rs C{CaptureCancel}); nothing more is
         reported.
+
+        @return: whether the recording was still being finished (stopped,
+            not yet handed over).  The browser then rejects the unfinished
+            stop with L{CANCELLED_MESSAGE}, which reaches the core as a
+            C{captureFailed} of its own (browser-voice-capture.ts C{cancel};
+            app-host.ts C{captureStop}); the engine sends it.
         """
+        finishing = self.state == "stopping"
         self._cancelTimers()
         self.state = "idle"
+        return finishing
+
+    def dispose(self) -> bool:
+        """
+        The player turned the microphone off: the browser drops its
+        recording without telling the core (src/app-host.ts
+        C{microphoneDisable}, browser-voice-capture.ts C{dispose}), so a
+        later stop of this capture is refused with L{NO_MATCHING_MESSAGE}.
+
+        @return: whether the recording was still being finished, as for
+            L{cancel}: dispose cancels it, and the unfinished stop fails.
+        """
+        finishing = self.state == "stopping"
+        self._cancelTimers()
+        self.state = "disposed"
+        return finishing

@@ -10,8 +10,13 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from twisted.logger import Logger
+
 from rpmiddleware.testing.capture import (
+    ALREADY_ACTIVE_MESSAGE,
+    CANCELLED_MESSAGE,
     CAPTURE_SAMPLE_RATE,
+    NOT_ENABLED_MESSAGE,
     MicrophoneCapture,
     Recording,
 )
@@ -25,12 +30,58 @@ from rpmiddleware.testing.simrequests import SimCapture, SimReply
 #: nothing listens again (app.rs stt_completed); the brief quotes it.
 LISTENING_AGAIN = "No speech was recognized; listening again."
 
+_log = Logger(namespace="rpmiddleware.testing.simcapture")
+
 
 class Captures(Replies):
     """
     Replies, with the microphone (the browser's capture events,
     L{rpmiddleware.testing.capture.CaptureEvents}, come here).
     """
+
+    #: The browser's capture left open by a failure it does not clean up
+    #: after (L{MicrophoneCapture.leftOpen}); like the browser's, it
+    #: outlives connections, and only L{disableMicrophone} ends it.
+    _leftOpen: MicrophoneCapture | None = None
+
+    def disableMicrophone(self) -> None:
+        """
+        The player turns the microphone off in RPEngine: new captures are
+        refused with C{microphone_not_enabled}, and the browser throws away
+        whatever capture it holds -- one left open, or the current one,
+        which the core keeps waiting for a stop (src/app-host.ts
+        C{microphoneDisable}; browser-voice-capture.ts C{dispose}; app.rs
+        C{microphoneDisabled} only records the state).  A recording still
+        being finished after a stop is cancelled by that, and its stop
+        fails with "Voice capture was cancelled." (browser-voice-capture.ts
+        C{cancel}).
+        """
+        self.options.microphoneEnabled = False
+        self._leftOpen = None
+        capture = self._capture
+        if capture is not None and capture.microphone.dispose():
+            self.captureFailed(capture.microphone, CANCELLED_MESSAGE)
+
+    def enableMicrophone(self) -> None:
+        """
+        The player turns the microphone on again.
+        """
+        self.options.microphoneEnabled = True
+
+    def _browserStartRefusal(self) -> str | None:
+        """
+        Why the browser refuses to start recording, or C{None}
+        (src/browser-voice-capture.ts C{start}): its microphone is off, or
+        it still holds a capture (L{_leftOpen}).  The host passes the
+        refusal to the core as C{captureFailed} once the core's own
+        messages for the start are out (src/app-host.ts C{startCapture},
+        C{drain}).
+        """
+        if not self.options.microphoneEnabled:
+            return NOT_ENABLED_MESSAGE
+        if self._leftOpen is not None:
+            return ALREADY_ACTIVE_MESSAGE
+        return None
 
     def _nextTake(self) -> PlayerTake:
         if self._takes:
@@ -63,16 +114,27 @@ class Captures(Replies):
             resolvedCardHash=resolvedHash,
             queueDepth=self.queueDepth,
         )
-        microphone.start()
+        refused = self._browserStartRefusal()
+        if refused is None:
+            microphone.start()
         self._publishCapacity()
+        if refused is not None:
+            self.captureFailed(microphone, refused)
 
-    def _dropCapture(self) -> None:
+    def _dropCapture(self) -> bool:
+        """
+        Forget the capture and throw its recording away.
+
+        @return: whether the browser was still finishing the recording
+            (see L{rpmiddleware.testing.capture.MicrophoneCapture.cancel}).
+        """
         capture, self._capture = self._capture, None
         if capture is None:
-            return
-        capture.microphone.cancel()
+            return False
+        finishing = capture.microphone.cancel()
         if capture.timer is not None and capture.timer.active():
             capture.timer.cancel()
+        return finishing
 
     def _currentCapture(self, microphone: MicrophoneCapture) -> SimCapture | None:
         capture = self._capture
@@ -134,6 +196,13 @@ class Captures(Replies):
         """
         current = self._currentCapture(capture)
         source = str(current.fields.get("messageId", "")) if current is not None else ""
+        if capture.leftOpen and self._leftOpen is None:
+            _log.info(
+                "Simulated browser keeps failed capture {requestId} open",
+                requestId=capture.requestId,
+                reason=message,
+            )
+            self._leftOpen = capture
         if current is not None:
             self._dropCapture()
         self._accepted.discard(capture.requestId)
@@ -212,8 +281,12 @@ class Captures(Replies):
                 autoEndEnabled=True,
                 message=LISTENING_AGAIN,
             )
-            capture.microphone.start()
+            refused = self._browserStartRefusal()
+            if refused is None:
+                capture.microphone.start()
             self._publishCapacity()
+            if refused is not None:
+                self.captureFailed(capture.microphone, refused)
             return
         if capture.fields.get("returnTranscript") is True:
             self._emit(

@@ -20,6 +20,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
 
 from rpmiddleware.engineprompt import AssembledPrompt
 from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, isoTimestamp
@@ -34,6 +35,14 @@ from rpmiddleware.testing.envelopecheck import (
 from rpmiddleware.testing.requestchecks import RequestError
 from rpmiddleware.testing.simoptions import PlayerTake, SimulatorOptions
 from rpmiddleware.testing.simrequests import SimCapture, SimReply
+
+#: The message RPEngine's host sends with audio_transport_failed; the game
+#: sees it verbatim (src/app-host.ts execute, replyAudioTransport).
+AUDIO_TRANSPORT_FAILED_MESSAGE = (
+    "Audio delivery is unavailable for this game process; later requests are text-only."
+)
+
+_log = Logger(namespace="rpmiddleware.testing.simcore")
 
 
 class EngineCore:
@@ -98,6 +107,9 @@ class EngineCore:
         self._welcomeTimer: IDelayedCall | None = None
         self._handshaking = False
         self._open = False
+        #: The game's messages waiting for the one being handled (L{_dispatch}).
+        self._inbox: deque[Callable[[], None]] = deque()
+        self._draining = False
 
     # Connection life
 
@@ -204,9 +216,14 @@ class EngineCore:
     def _audioSegment(self, segment: dict[str, Any]) -> None:
         """
         One synthesised phrase for a transport that takes whole phrases
-        (src/app-host.ts replyAudioTransport): when it cannot deliver it,
-        the request ends with C{audio_transport_failed} and its remaining
-        audio and completion are kept back.
+        (src/app-host.ts C{execute}, C{replyAudioTransport}): when it cannot
+        deliver it, the host itself sends C{request.error
+        audio_transport_failed} (requestId, code, message, retryable false;
+        no C{sourceMessageId}), once per phrase refused, and keeps back that
+        request's C{reply.audio.completed} and C{reply.completed} (see
+        L{_emit}).  Only a transport that refuses at once counts: RPEngine's
+        socket adapter never refuses, and a mailbox write that fails later
+        is only reported to the player.
         """
         assert self.sendAudioSegment is not None
         segment["sessionId"] = self.sessionId
@@ -217,8 +234,7 @@ class EngineCore:
                 "request.error",
                 requestId=requestId,
                 code="audio_transport_failed",
-                message="speech could not be delivered through the mailbox; later requests "
-                "get text only",
+                message=AUDIO_TRANSPORT_FAILED_MESSAGE,
                 retryable=False,
             )
 
@@ -252,10 +268,38 @@ class EngineCore:
 
     # Reading (app.rs transport_message)
 
+    def _dispatch(self, handle: Callable[[], None]) -> None:
+        """
+        Handle the game's messages one at a time, each to the end --
+        everything it causes sent -- before the next is looked at, as
+        RPEngine's host does: the socket adapter hands each frame to
+        C{AppHost.dispatch}, which queues it, and C{drain} runs the queue
+        with a guard against re-entry (src/socket-adapter.ts C{onmessage};
+        src/app-host.ts C{dispatch}, C{drain}).  A game that answers from
+        inside the send callable, before the message it answers has been
+        fully handled, is therefore heard after it, not in the middle of
+        it.  As in the host, a message that raises leaves the rest queued
+        for the next one.
+        """
+        self._inbox.append(handle)
+        if self._draining:
+            _log.debug("Game message queued behind the one being handled", waiting=len(self._inbox))
+            return
+        self._draining = True
+        try:
+            while self._inbox:
+                self._inbox.popleft()()
+        finally:
+            self._draining = False
+
     def receivedFrame(self, payload: bytes | str) -> None:
         """
-        Handle one text frame from the game, as RPEngine reads it.
+        Handle one text frame from the game, as RPEngine reads it (in turn,
+        L{_dispatch}).
         """
+        self._dispatch(lambda: self._frame(payload))
+
+    def _frame(self, payload: bytes | str) -> None:
         if not self._open:
             return
         try:
@@ -271,14 +315,20 @@ class EngineCore:
         """
         A frame that is not JSON text at all (a binary frame, bad UTF-8).
         """
+        self._dispatch(lambda: self._undecodable(reason))
+
+    def _undecodable(self, reason: str) -> None:
         if self._open:
             self.receivedMessages.append(None)
             self._invalidPayload(None, reason)
 
     def received(self, fields: Any) -> None:
         """
-        Handle one decoded message from the game.
+        Handle one decoded message from the game (in turn, L{_dispatch}).
         """
+        self._dispatch(lambda: self._decoded(fields))
+
+    def _decoded(self, fields: Any) -> None:
         if not self._open:
             return
         self.receivedMessages.append(fields)

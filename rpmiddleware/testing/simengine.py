@@ -12,8 +12,14 @@ acknowledgements, the same errors in the same order, the same
 C{capacity.update} at the same moments, the same streams.  What RPEngine's
 browser host does around the core -- the microphone, the models -- is
 simulated (L{rpmiddleware.testing.capture},
-L{rpmiddleware.testing.replystream}).  It keeps logs (what it received,
-sent, processed, cancelled) for assertions.
+L{rpmiddleware.testing.replystream}), and where the host changes what a
+game receives the simulator follows it too (src/app-host.ts,
+src/socket-adapter.ts, src/browser-voice-capture.ts,
+src/filesystem-mailbox-adapter.ts, src/app-version.ts): the version in
+C{hello}, one message handled at a time, the browser's checks on a
+recording, the capture it keeps after some failures, the host's
+C{audio_transport_failed}.  docs/protocol-choices.md lists each rule.  It
+keeps logs (what it received, sent, processed, cancelled) for assertions.
 
 It is built in layers, one job each: L{rpmiddleware.testing.simcore} (the
 session: handshake, acknowledgements, capacity, cards, the checks before a
@@ -26,8 +32,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from rpmiddleware.testing.capture import CaptureEvents
+from twisted.logger import Logger
+
+from rpmiddleware.testing.capture import CANCELLED_MESSAGE, CaptureEvents
 from rpmiddleware.testing.simcapture import Captures
+from rpmiddleware.testing.simrequests import SimCapture
+
+_log = Logger(namespace="rpmiddleware.testing.simengine")
 
 
 class SimulatedEngine(Captures, CaptureEvents):
@@ -71,10 +82,12 @@ class SimulatedEngine(Captures, CaptureEvents):
     def _cancelRequest(self, requestId: str, reason: str) -> None:
         capture = self._capture
         if capture is not None and capture.requestId == requestId:
-            self._dropCapture()
+            finishing = self._dropCapture()
             self._accepted.discard(requestId)
             self._cancelled(requestId, reason)
             self._publishCapacity()
+            if finishing:
+                self._cancelledWhileFinishing(capture)
             return
         queued = next((r for r in self._queue if r.requestId == requestId), None)
         if queued is not None:
@@ -93,6 +106,24 @@ class SimulatedEngine(Captures, CaptureEvents):
             return
         self.cancellations.append((requestId, "not_active"))
         self._emit("reply.cancelled", requestId=requestId, reason="not_active")
+
+    def _cancelledWhileFinishing(self, capture: SimCapture) -> None:
+        """
+        A capture cancelled after C{voice.capture.stop} but before the
+        browser handed its recording over: the browser rejects the
+        unfinished stop, and the host passes that on as C{captureFailed}
+        right after the cancel is handled (src/browser-voice-capture.ts
+        C{cancel}, src/app-host.ts C{execute} C{captureStop}).  The core,
+        whose capture is already gone, still answers it with
+        C{request.error request_failed} and an empty C{sourceMessageId}, and
+        publishes capacity (app.rs C{capture_failed}), so the game gets
+        that after its C{reply.cancelled}.
+        """
+        _log.info(
+            "Capture {requestId} cancelled while its recording was finishing",
+            requestId=capture.requestId,
+        )
+        self.captureFailed(capture.microphone, CANCELLED_MESSAGE)
 
     def _cancelAll(self, reason: str) -> None:
         """

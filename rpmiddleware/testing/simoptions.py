@@ -16,7 +16,11 @@ from typing import Any
 from rpmiddleware.messages import ENGINE_QUEUE_LIMIT
 from rpmiddleware.testing.replystream import PCM_CHUNK_SAMPLES, Pacing
 
-CLIENT_VERSION = "rpengine-simulator/3"
+#: RPEngine's package version at the commit the simulator follows
+#: (cfc6695): the host passes it to the core at start-up and the core says
+#: it in C{hello.clientVersion} (src/app-version.ts C{APP_VERSION}, which
+#: vite.config.ts fills from package.json; app.rs C{transport_opened}).
+CLIENT_VERSION = "1.3.0"
 #: RPEngine's fixed queue limit (app.rs QUEUE_LIMIT).
 QUEUE_LIMIT = ENGINE_QUEUE_LIMIT
 
@@ -41,6 +45,16 @@ class PlayerTake:
     #: What speech recognition makes of it: C{None} for the default
     #: simulated transcript, C{""} for nothing recognised.
     transcript: str | None = None
+    #: How loud the player's voice is in the recording (peak, full scale
+    #: 1.0).  RPEngine's browser refuses a recording whose peak is under
+    #: 0.01 and RMS under 0.003 as inaudible, whatever the detector heard.
+    loudness: float = 0.2
+    #: Seconds of audio the browser's recorder hands over when the window
+    #: stops; C{None} for as long as the window took on the clock.  Set it
+    #: to simulate a recorder that lost audio (RPEngine refuses a length
+    #: off the wall-clock time by more than max(0.5 s, 20%)) or, with 0,
+    #: one that recorded nothing.
+    recordedSeconds: float | None = None
 
 
 @dataclass
