@@ -68,5 +68,5 @@ def extensionTypes(plugins: Iterable[Any]) -> dict[str, str]:
     for plugin in plugins:
         if IClientExtension.providedBy(plugin):
             for kind in plugin.clientMessageTypes:
-                types.setdefault(str(kind), plugin.name)
+                types.setdefault(str(kind), str(getattr(plugin, "name", "")))
     return types

@@ -26,7 +26,7 @@ from typing import Any
 
 from rpmiddleware.builtin.memory.api import IConversationMemory as Memory
 from rpmiddleware.builtin.memory.conversation import SESSION_PREFIX, Where
-from rpmiddleware.builtin.memory.store import StoreError
+from rpmiddleware.builtin.memory.store import InvalidDocument, StoreError
 from rpmiddleware.clientext import toClient
 from rpmiddleware.interfaces import IChainContext
 
@@ -183,16 +183,14 @@ def handle(memory: Memory, client: str, message: dict[str, Any], context: IChain
         if not isinstance(op, str) or op not in OPS:
             raise OpError(f"memory.op must be one of {', '.join(OPS)}")
         result = OPS[op](memory, client, message)
-    except OpError as e:
-        reply = {"type": "error", "code": "INVALID_MESSAGE", "message": f"memory {op}: {e}"}
-        context.sendToGame(toClient(client, {**reply, **answer}))
-        return
-    except KeyError as e:
-        reply = {"type": "error", "code": "INVALID_MESSAGE", "message": f"memory {op}: no such {e}"}
-        context.sendToGame(toClient(client, {**reply, **answer}))
-        return
-    except StoreError as e:
-        reply = {"type": "error", "code": "INTERNAL_ERROR", "message": f"memory {op}: {e}"}
+    except (OpError, KeyError, InvalidDocument, StoreError) as e:
+        wrong = isinstance(e, OpError | KeyError | InvalidDocument)
+        why = f"no such {e.args[0]}" if isinstance(e, KeyError) else str(e)
+        reply = {
+            "type": "error",
+            "code": "INVALID_MESSAGE" if wrong else "INTERNAL_ERROR",
+            "message": f"memory {op}: {why}",
+        }
         context.sendToGame(toClient(client, {**reply, **answer}))
         return
     context.sendToGame(toClient(client, {"type": "memory-result", **answer, **result}))

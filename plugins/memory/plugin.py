@@ -191,7 +191,8 @@ class Memory(ChainPlugin):
             return envelope
         key = self.keyOf(fields, meta)
         conversation = self.conversation(key)
-        data = card.get("data") if isinstance(card.get("data"), Mapping) else {}
+        data = card.get("data")
+        data = data if isinstance(data, Mapping) else {}
         character = trimmed(data.get("name"))
         player = trimmed((fields.get("player") or {}).get("displayName")) or "Player"
         if conversation.greetingPending:

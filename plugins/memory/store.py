@@ -83,6 +83,10 @@ class StoreError(Exception):
     """
 
 
+class InvalidDocument(StoreError):
+    """A document to import is not an exported conversation."""
+
+
 class MemoryStore:
     """
     @param path: the database file; C{":memory:"} keeps everything in this
@@ -387,7 +391,7 @@ class MemoryStore:
         Replace conversation C{key} with an L{export}ed document (a game's
         save file).
 
-        @raise StoreError: naming what is wrong with C{document}.
+        @raise InvalidDocument: naming what is wrong with C{document}.
         """
         conversation = _parseExport(key, document)
         self.forget(key)
@@ -450,34 +454,34 @@ class MemoryStore:
 
 def _parseExport(key: Key, document: Any) -> Conversation:
     if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
-        raise StoreError(
+        raise InvalidDocument(
             f'an imported conversation must be an object with format "{EXPORT_FORMAT}"'
         )
     summary = document.get("summary", "")
     through = document.get("summarizedThrough", 0)
     if not isinstance(summary, str):
-        raise StoreError("summary must be a string")
+        raise InvalidDocument("summary must be a string")
     if isinstance(through, bool) or not isinstance(through, int) or through < 0:
-        raise StoreError("summarizedThrough must be a whole number of at least 0")
+        raise InvalidDocument("summarizedThrough must be a whole number of at least 0")
     entries: list[Entry] = []
     raw = document.get("entries", [])
     if not isinstance(raw, list):
-        raise StoreError("entries must be a list")
+        raise InvalidDocument("entries must be a list")
     last = 0
     for i, item in enumerate(raw):
         where = f"entries[{i}]"
         if not isinstance(item, dict):
-            raise StoreError(f"{where} must be an object")
+            raise InvalidDocument(f"{where} must be an object")
         seq, role, text = item.get("seq"), item.get("role"), item.get("text")
         status, speaker = item.get("status", "complete"), item.get("speaker", "")
         if isinstance(seq, bool) or not isinstance(seq, int) or seq <= last:
-            raise StoreError(f"{where}.seq must be a whole number above the one before it")
+            raise InvalidDocument(f"{where}.seq must be a whole number above the one before it")
         if role not in ROLES:
-            raise StoreError(f"{where}.role must be one of {', '.join(ROLES)}")
+            raise InvalidDocument(f"{where}.role must be one of {', '.join(ROLES)}")
         if status not in STATUSES:
-            raise StoreError(f"{where}.status must be one of {', '.join(STATUSES)}")
+            raise InvalidDocument(f"{where}.status must be one of {', '.join(STATUSES)}")
         if not isinstance(text, str) or not isinstance(speaker, str):
-            raise StoreError(f"{where}.text and .speaker must be strings")
+            raise InvalidDocument(f"{where}.text and .speaker must be strings")
         at = item.get("at", 0.0)
         entries.append(
             Entry(
@@ -488,10 +492,10 @@ def _parseExport(key: Key, document: Any) -> Conversation:
     facts = []
     rawFacts = document.get("facts", [])
     if not isinstance(rawFacts, list):
-        raise StoreError("facts must be a list")
+        raise InvalidDocument("facts must be a list")
     for i, item in enumerate(rawFacts):
         text = item.get("text") if isinstance(item, dict) else item
         if not isinstance(text, str) or not text.strip():
-            raise StoreError(f"facts[{i}] must be a non-empty string or an object with text")
+            raise InvalidDocument(f"facts[{i}] must be a non-empty string or an object with text")
         facts.append(Fact(i + 1, text.strip()))
     return Conversation(key, entries, summary, through, facts)

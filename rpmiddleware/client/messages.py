@@ -14,7 +14,7 @@ silently change nothing.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Container, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,7 +93,7 @@ class InvalidMessage(ValueError):
 
 
 def decodeFrame(
-    payload: bytes | str, isBinary: bool, extensions: Container[str] = ()
+    payload: bytes | str, isBinary: bool, extensions: Collection[str] = ()
 ) -> dict[str, Any]:
     """
     One WebSocket message (its text, or the bytes of it) as a JSON object
