@@ -1,0 +1,112 @@
+"""
+Client messages that belong to plugins (rpmiddleware.clientext): a plugin
+names its types, the endpoint accepts them while it is in the chain and
+hands them over through the chain, and the plugin's answers reach the
+connection of the client that asked.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+from zope.interface import implementer
+
+from rpmiddleware.cards import CardHasher
+from rpmiddleware.client.connection import ClientConnection
+from rpmiddleware.client.extensions import ExtensionBridge
+from rpmiddleware.clientext import clientMessage, toClient
+from rpmiddleware.config import Settings
+from rpmiddleware.envelope import Envelope
+from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
+from rpmiddleware.middleware import Middleware, PluginServices
+from rpmiddleware.plugin import ChainPlugin
+from rpmiddleware.timeline import Timeline
+from tests.test_client_helpers import clockedEndpoint
+from tests.test_client_status import FakeClientWriter
+
+
+@implementer(IEnvelopePlugin, IClientExtension)
+class Mood(ChainPlugin):
+    """A third party's plugin with a client message of its own."""
+
+    name = "mood"
+    clientMessageTypes = ("mood",)
+
+    def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
+        message = clientMessage(envelope, self.clientMessageTypes)
+        if message is None:
+            return envelope
+        client = envelope.meta["client"]
+        context.sendToGame(toClient(client, {"type": "mood-is", "mood": message.get("ask")}))
+        return None
+
+
+class Rig:
+    def __init__(self, *plugins: Any) -> None:
+        self.clock = Clock()
+        settings = Settings()
+        services = PluginServices(self.clock, settings, CardHasher(None), Timeline())
+        self.middleware = Middleware(self.clock, settings, list(plugins), services)
+        self.endpoint = clockedEndpoint(self.middleware, settings, self.clock)
+        self.connections: list[ClientConnection] = []
+        self.middleware.router.observe(ExtensionBridge(lambda: self.connections))
+
+    def connect(self) -> tuple[ClientConnection, FakeClientWriter]:
+        writer = FakeClientWriter()
+        connection = ClientConnection(self.endpoint, writer, "tcp4:127.0.0.1:5000")
+        connection.opened()
+        self.connections.append(connection)
+        return connection, writer
+
+    def say(self, connection: ClientConnection, **message: Any) -> None:
+        connection.received(json.dumps(message).encode("utf-8"), False, None)
+        self.clock.advance(0)
+
+
+class ExtensionTests(SynchronousTestCase):
+    def test_pluginAnswersItsClient(self) -> None:
+        rig = Rig(Mood())
+        first, firstWriter = rig.connect()
+        _, otherWriter = rig.connect()
+        rig.say(first, type="mood", ask="calm")
+        self.assertEqual(firstWriter.sent[-1], {"type": "mood-is", "mood": "calm"})
+        self.assertNotIn("mood-is", [m["type"] for m in otherWriter.sent])
+
+    def test_unknownWithoutThePlugin(self) -> None:
+        rig = Rig()
+        connection, writer = rig.connect()
+        rig.say(connection, type="mood", ask="calm")
+        error = writer.sent[-1]
+        self.assertEqual((error["type"], error["code"]), ("error", "INVALID_MESSAGE"))
+        self.assertIn("unknown message type 'mood'", error["message"])
+
+    def test_knownTypesListTheExtensions(self) -> None:
+        rig = Rig(Mood())
+        connection, writer = rig.connect()
+        rig.say(connection, type="moood")
+        self.assertIn("mood", writer.sent[-1]["message"].split("known: ")[1])
+
+    def test_protocolTypesCannotBeTaken(self) -> None:
+        @implementer(IEnvelopePlugin, IClientExtension)
+        class Greedy(ChainPlugin):
+            name = "greedy"
+            clientMessageTypes = ("text",)
+
+        rig = Rig(Greedy())
+        self.assertNotIn("text", rig.endpoint.extensions)
+
+    def test_memoryMessageOverTheEndpoint(self) -> None:
+        from rpmiddleware.builtin.memory import buildMemory
+
+        clock = Clock()
+        services = PluginServices(clock, Settings(), CardHasher(None), Timeline())
+        rig = Rig(buildMemory({"path": ":memory:"}, services))
+        connection, writer = rig.connect()
+        rig.say(connection, type="memory", op="pin", id=1, characterId="mira", fact="Alex.")
+        answer = writer.sent[-1]
+        self.assertEqual((answer["type"], answer["op"], answer["id"]), ("memory-result", "pin", 1))
+        self.assertEqual(answer["fact"]["text"], "Alex.")
+        self.assertEqual(answer["conversationId"], f"session:{connection.session.id}")
