@@ -17,6 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from rpmiddleware.api import ReplyStream
 from rpmiddleware.builtin.memory import IConversationMemory, Memory
 from rpmiddleware.builtin.memory.summarizer import SUMMARIZER_ID
+from rpmiddleware.client.status import promptSummary
 from rpmiddleware.config import Settings
 from rpmiddleware.engineprompt import AssembledPrompt
 from rpmiddleware.middleware import Middleware
@@ -327,3 +328,10 @@ class LorebookTests(SynchronousTestCase):
         report = rig.middleware.timeline.recent()[-1].details["memory"]
         self.assertEqual(report["estimatedTokens"], rig.invocations[-1].tokens)
         self.assertTrue(re.match(r"\d+", str(report["limit"])))
+        shown = promptSummary(report)
+        self.assertEqual(shown["estimatedTokens"], rig.invocations[-1].tokens)
+        self.assertEqual(
+            [b["id"] for b in shown["blocks"]],
+            [b.id for b in rig.invocations[-1].blocks if b.mandatory],
+        )
+        self.assertEqual(shown["history"]["kept"], 0)

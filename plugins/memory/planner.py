@@ -257,10 +257,8 @@ def plan(
     baseSize = sum(b.tokens for b in blocks)
     while True:
         changed = build(kept, summary, factText)
-        added = (
-            sum(b.tokens for b in mandatoryBlocks({**request, "card": {"data": changed}}))
-            - baseSize
-        )
+        planned = mandatoryBlocks({**request, "card": {"data": changed}})
+        added = sum(b.tokens for b in planned) - baseSize
         if added <= available - newest:
             break
         # Knowledge gives way first (the least important), then the
@@ -296,6 +294,7 @@ def plan(
     newCard = {**card, "data": changed}
     report.update(
         {
+            "blocks": [{"id": b.id, "estimatedTokens": b.tokens} for b in planned],
             "mandatoryTokens": baseSize + added,
             "memoryTokens": added,
             "history": {

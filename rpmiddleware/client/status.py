@@ -393,6 +393,9 @@ class StatusHub:
                     for call in tools[-STATUS_TOOLS:]
                     if isinstance(call, dict)
                 ]
+            memory = described.get("memory")
+            if isinstance(memory, dict):
+                details["memory"] = promptSummary(memory)
             outcome = next(
                 (name for name in ("completed", "cancelled", "failed") if name in marks), None
             )
@@ -450,3 +453,41 @@ def statusHandler(endpoint: HubParts) -> Handler:
             hub.sendTo(client)
 
     return handleStatus
+
+
+def promptSummary(report: dict[str, Any]) -> dict[str, Any]:
+    """
+    What a turn's model was given, as a plugin that plans prompts (the
+    memory plugin) noted it: RPEngine's estimate of each part against its
+    limit, never the words themselves.
+    """
+
+    def number(value: Any) -> float | int | None:
+        return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    def part(name: str) -> dict[str, Any]:
+        value = report.get(name)
+        return value if isinstance(value, dict) else {}
+
+    def names(entries: Any) -> list[str]:
+        found = entries if isinstance(entries, list) else []
+        return [str(e.get("name", ""))[:80] for e in found[:50] if isinstance(e, dict)]
+
+    history, summary, lore = part("history"), part("summary"), part("lore")
+    blocks = report.get("blocks") if isinstance(report.get("blocks"), list) else []
+    return {
+        "limit": number(report.get("limit")),
+        "estimatedTokens": number(report.get("estimatedTokens")),
+        "skipped": str(report["skipped"])[:200] if "skipped" in report else None,
+        "blocks": [
+            {"id": str(b.get("id"))[:40], "estimatedTokens": number(b.get("estimatedTokens"))}
+            for b in (blocks or [])[:20]
+            if isinstance(b, dict)
+        ],
+        "history": {
+            k: number(history.get(k)) for k in ("kept", "dropped", "summarized", "estimatedTokens")
+        },
+        "summaryTokens": number(summary.get("estimatedTokens")) if summary.get("included") else 0,
+        "lore": names(lore.get("kept")),
+        "loreLeft": names(lore.get("left")),
+    }

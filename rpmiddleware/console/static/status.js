@@ -171,6 +171,7 @@ export class StatusView {
       el("td", { class: "num", text: formatMs(m.firstAudio) }),
       el("td", { class: "num", text: formatMs(end) }),
       el("td", { class: "card-cell" }, card),
+      el("td", { class: "prompt-cell" }, promptCell(turn.memory)),
       el("td", { class: "outcome-cell" }, result),
     );
   }
@@ -258,6 +259,22 @@ function barTitle(m) {
     if (m[name] !== undefined) parts.push(`${label} ${formatMs(m[name])}`);
   }
   return parts.join(" · ") || "waiting";
+}
+
+// What the model was given (the memory plugin's plan): tokens against
+// RPEngine's limit, history kept and dropped; the parts in the tooltip.
+function promptCell(memory) {
+  if (!memory) return "—";
+  if (memory.skipped) return el("span", { class: "muted", title: memory.skipped, text: "as sent" });
+  const h = memory.history || {};
+  const parts = (memory.blocks || []).map((b) => `${b.id} ${b.estimatedTokens}`);
+  parts.push(`history ${h.estimatedTokens} (${h.kept} kept, ${h.dropped} dropped, ${h.summarized} summarized)`);
+  if (memory.summaryTokens) parts.push(`summary ${memory.summaryTokens}`);
+  if ((memory.lore || []).length) parts.push(`lore: ${memory.lore.join(", ")}`);
+  if ((memory.loreLeft || []).length) parts.push(`lore left out: ${memory.loreLeft.join(", ")}`);
+  return el("span", { title: parts.join("\n") },
+    el("span", { class: "tag", text: `${memory.estimatedTokens}/${memory.limit}` }),
+    ` ${h.kept} kept · ${h.dropped} dropped`);
 }
 
 // The playbook stage a turn ran in and the tools it called, if any.
