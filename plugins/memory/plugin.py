@@ -339,6 +339,7 @@ class Memory(ChainPlugin):
             said.append((CHARACTER, turn.character, reply.strip(), status))
         if said:
             self.storeFor(turn.key).append(conversation, *said)
+            self._failures.pop(turn.key, None)
             if self._unsummarizedTokens(conversation) > self.settings.summarize_after_tokens:
                 self._dueFor(turn.key)
 
