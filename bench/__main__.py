@@ -8,7 +8,8 @@ Run the benchmarks and write docs/benchmarks.md, or run the stress checks.
 
 Benchmarks: cards (5), memory (6), hop (1 and 2), load (3), resample (4,
 bench/resample.py, run as it is and its table included), mailbox (7, RPEngine's
-file mailbox against its WebSocket; also writes docs/benchmarks/mailbox.md).
+file mailbox against its WebSocket; also writes docs/benchmarks/mailbox.md), prompt (8,
+the memory plugin's plan and store writes).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from bench.common import Section, machine
 from bench.peers import discard
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCHMARKS = ("hop", "load", "cards", "memory", "resample", "mailbox")
+BENCHMARKS = ("hop", "load", "cards", "memory", "resample", "mailbox", "prompt")
 
 
 def loadAverage() -> str:
@@ -97,6 +98,10 @@ async def benchmarks(reactor: Any, names: list[str], quick: bool) -> list[Sectio
             from bench import mailbox
 
             sections.append(await mailbox.run(reactor, quick))
+        elif name == "prompt":
+            from bench import prompting
+
+            sections.append(await prompting.run(reactor, quick))
         print(f"   {time.perf_counter() - started:.0f} s", flush=True)
     return sections
 

@@ -42,6 +42,11 @@ BEFORE_CHAR = "before_char"
 AFTER_CHAR = "after_char"
 
 
+#: A key's pattern, and the lower-cased words a plain ASCII key needs in
+#: the text before its pattern can match (None for a regular expression).
+Matcher = tuple[re.Pattern[str], str | None]
+
+
 @dataclass(frozen=True)
 class Entry:
     """
@@ -62,8 +67,8 @@ class Entry:
     #: Where it came from: C{"card"}, or the game's scope (C{"world"},
     #: C{"character:ID"}, C{"location:NAME"}, C{"scene:NAME"}).
     source: str = "card"
-    matchers: tuple[re.Pattern[str], ...] = field(default=(), compare=False, repr=False)
-    secondaryMatchers: tuple[re.Pattern[str], ...] = field(default=(), compare=False, repr=False)
+    matchers: tuple[Matcher, ...] = field(default=(), compare=False, repr=False)
+    secondaryMatchers: tuple[Matcher, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def tokens(self) -> int:
@@ -86,7 +91,7 @@ class Book:
     recursive: bool = False
 
 
-def matcher(key: str, caseSensitive: bool) -> re.Pattern[str] | None:
+def matcher(key: str, caseSensitive: bool) -> Matcher | None:
     """
     The pattern one key matches with, or C{None} for a key that matches
     nothing (empty, or a regular expression that does not compile).
@@ -100,15 +105,16 @@ def matcher(key: str, caseSensitive: bool) -> re.Pattern[str] | None:
         for letter in regex.group(2):
             flags |= {"i": re.IGNORECASE, "s": re.DOTALL, "m": re.MULTILINE}.get(letter, 0)
         try:
-            return re.compile(regex.group(1), flags)
+            return re.compile(regex.group(1), flags), None
         except re.error:
             return None
-    pattern = re.escape(key)
+    literal = re.escape(key)
+    pattern = literal
     if key[0].isalnum():
         pattern = r"(?<!\w)" + pattern
     if key[-1].isalnum():
         pattern += r"(?!\w)"
-    return re.compile(pattern, flags)
+    return re.compile(pattern, flags), key.lower() if key.isascii() else None
 
 
 def _strings(value: Any) -> tuple[str, ...]:
@@ -184,11 +190,21 @@ def bookOf(card: Mapping[str, Any]) -> Book:
     )
 
 
-def _matches(entry: Entry, text: str) -> bool:
-    if not any(m.search(text) for m in entry.matchers):
+def _found(matchers: tuple[Matcher, ...], text: str, folded: str) -> bool:
+    for pattern, needle in matchers:
+        # A substring test first spares most regex searches.
+        if needle is not None and needle not in folded:
+            continue
+        if pattern.search(text):
+            return True
+    return False
+
+
+def _matches(entry: Entry, text: str, folded: str) -> bool:
+    if not _found(entry.matchers, text, folded):
         return False
     if entry.selective and entry.secondaryMatchers:
-        return any(m.search(text) for m in entry.secondaryMatchers)
+        return _found(entry.secondaryMatchers, text, folded)
     return True
 
 
@@ -203,16 +219,18 @@ def activate(
     @return: C{(kept in insertion order, left out)}.
     """
     text = "\n".join(scanned)
+    folded = text.lower()
     active: dict[int, Entry] = {}
     candidates = [(i, e) for i, e in enumerate(entries) if e.enabled]
     for i, e in candidates:
-        if e.constant or _matches(e, text):
+        if e.constant or _matches(e, text, folded):
             active[i] = e
     passes = 0
     while recursive and passes < MAX_RECURSION:
         passes += 1
         more = "\n".join(active[i].content for i in active)
-        found = {i: e for i, e in candidates if i not in active and _matches(e, more)}
+        low = more.lower()
+        found = {i: e for i, e in candidates if i not in active and _matches(e, more, low)}
         if not found:
             break
         active.update(found)

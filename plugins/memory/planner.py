@@ -212,11 +212,24 @@ def plan(
         return Plan(None, report)
     available = limit - base
 
-    lines = []
-    for entry in conversation.unsummarized():
+    # Newest first, and no further back than could ever fit: a long
+    # conversation costs what fits, not what it holds.
+    lines: list[_Line] = []
+    pending = 0
+    reach = 0
+    for entry in reversed(conversation.entries):
+        if entry.seq <= conversation.summarizedThrough:
+            break
+        pending += 1
+        if reach > available:
+            continue
         said = lineOf(entry, names)
         if said is not None:
-            lines.append(_Line(said[0], said[1], _tokens(said[1], character, player)))
+            line = _Line(said[0], said[1], _tokens(said[1], character, player))
+            lines.append(line)
+            reach += line.tokens
+    lines.reverse()
+    pendingEntries = pending
     newest = min(available, sum(line.tokens for line in lines[-2:]))
 
     # The mandatory additions, within what the newest exchange leaves.
@@ -299,7 +312,7 @@ def plan(
             "memoryTokens": added,
             "history": {
                 "kept": len(history),
-                "dropped": len(lines) - len(history),
+                "dropped": pendingEntries - len(history),
                 "summarized": sum(
                     1 for e in conversation.entries if e.seq <= conversation.summarizedThrough
                 ),
@@ -318,7 +331,7 @@ def plan(
             "estimatedTokens": base + added + spent + (exampleTokens if keepExamples else 0),
         }
     )
-    return Plan(newCard, report, len(lines) - len(history), kept)
+    return Plan(newCard, report, pendingEntries - len(history), kept)
 
 
 def _eventText(fields: Mapping[str, Any]) -> str:
