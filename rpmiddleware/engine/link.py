@@ -214,6 +214,15 @@ class EngineLink:
     def received(self, session: EngineSession, envelope: Envelope) -> None:
         if session is not self.session:
             return
+        if envelope.meta.get("malformed"):
+            # Ends a request only while it is open in this session.
+            owner = self._open.get(envelope.requestId or "")
+            if owner is None or owner[0] is not session:
+                self.log.debug(
+                    "malformed ending for request {requestId}, which is not open; dropped",
+                    requestId=envelope.requestId,
+                )
+                return
         spec = MESSAGES[envelope.type]
         if spec.terminal and envelope.requestId:
             self._open.pop(envelope.requestId, None)
