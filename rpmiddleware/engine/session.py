@@ -42,6 +42,8 @@ INVALID_PAYLOAD = "invalid_payload"
 #: The middleware's code for a request RPEngine ended with a terminal
 #: envelope that breaks the protocol (malformedEnding).
 MALFORMED_ENDING = "engine_protocol_error"
+#: How many malformed endings' messageIds are remembered, to drop copies.
+MALFORMED_WINDOW = 256
 
 #: Close codes this side uses (4000-4999 are for applications).
 CLOSE_HELLO_TIMEOUT = 4008
@@ -115,6 +117,8 @@ class EngineSession:
         self.settled = False
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._unacked: OrderedDict[str, _Unacked] = OrderedDict()
+        #: messageIds of malformed endings already handled (see _violation).
+        self._malformedSeen: OrderedDict[str, None] = OrderedDict()
         #: The messageIds of what we wrote (acks aside), oldest first, until
         #: RPEngine answers each: it answers every message in order, with an
         #: ack or with an untied invalid_payload.
@@ -186,10 +190,13 @@ class EngineSession:
             return
         messageId = violation.messageId
         if messageId is not None:
-            if messageId in self._seen:
+            # Kept apart from the dedup window, which holds what was valid.
+            if messageId in self._malformedSeen:
                 self.duplicatesDropped += 1
                 return
-            self._remember(messageId)
+            self._malformedSeen[messageId] = None
+            while len(self._malformedSeen) > MALFORMED_WINDOW:
+                self._malformedSeen.popitem(last=False)
         self.invalid(violation.reason, messageId)
         ending.fields["sessionId"] = self.sessionId
         self._onEnvelope(self, ending)
