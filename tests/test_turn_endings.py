@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.api import ReplyFailed
-from rpmiddleware.client.errors import LLM_ERROR, engineErrorMessage
+from rpmiddleware.api import ReplyFailed, ReplyStream
+from rpmiddleware.client.errors import LLM_ERROR, LLM_TIMEOUT, engineErrorMessage
+from rpmiddleware.client.turns import TEXT, Turn
+from rpmiddleware.config import ConfigError, check, parseSettings
+from rpmiddleware.enginequeue import EngineQueue
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.testing.kit import captureLogEvents
+from tests.test_client_turns import Recorder
 from tests.test_engine_link import Harness
 
 
@@ -113,3 +118,173 @@ class MalformedEndingTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(stream.done).type, "reply.completed")
         session.received(hostileError(session, stream.requestId))
         self.assertEqual(h.middleware.link.openRequests(), [])
+
+
+def engine(kind: str, requestId: str, **fields: Any) -> Envelope:
+    return Envelope.build(kind, "s", requestId=requestId, **fields)
+
+
+class EngineQueueTests(SynchronousTestCase):
+    def test_orderOfAcceptance(self) -> None:
+        """
+        The oldest accepted open reply is active; the others wait; when it
+        ends the next one is; a started stream is active whatever its place.
+        """
+        queue = EngineQueue()
+        for r in ("a", "b", "c"):
+            queue.received(engine("reply.accepted", r, queueDepth=1))
+        self.assertEqual([queue.isActive(r) for r in "abc"], [True, False, False])
+        self.assertEqual(queue.position("c"), 2)
+        became: list[str] = []
+        queue.whenActive("b", lambda: became.append("b"))
+        queue.whenActive("c", lambda: became.append("c"))
+        queue.received(engine("reply.completed", "a"))
+        self.assertEqual((became, queue.isActive("b"), queue.isActive("c")), (["b"], True, False))
+        queue.received(engine("reply.text.delta", "c", sequence=0, delta="x"))
+        self.assertEqual(became, ["b", "c"])
+        self.assertFalse(queue.isActive("unknown"))
+
+    def test_captureBesideTheQueue(self) -> None:
+        """
+        A capture at the microphone does not hold up the reply queue; its
+        words put it at the back (app.rs stt_completed).
+        """
+        queue = EngineQueue()
+        queue.received(engine("reply.accepted", "v", queueDepth=1))
+        queue.received(engine("voice.capture.state", "v", state="listening"))
+        queue.received(engine("reply.accepted", "a", queueDepth=2))
+        self.assertTrue(queue.isActive("v") and queue.isActive("a"))
+        queue.received(engine("reply.text.delta", "a", sequence=0, delta="x"))
+        queue.received(engine("voice.capture.transcript", "v", text="hi"))
+        self.assertFalse(queue.isActive("v"))
+        queue.received(engine("reply.completed", "a"))
+        self.assertTrue(queue.isActive("v"))
+
+    def test_emptyQueueSaysNothingWaits(self) -> None:
+        """
+        capacity.update with queueDepth 0 while a request is open here:
+        RPEngine holds nothing of it, so it is not waiting its turn.
+        """
+        queue = EngineQueue()
+        queue.received(engine("reply.accepted", "a", queueDepth=1))
+        queue.received(engine("reply.accepted", "b", queueDepth=2))
+        self.assertFalse(queue.isActive("b"))
+        queue.received(
+            Envelope.build(
+                "capacity.update", "s", queueDepth=0, queueLimit=20, acceptingRequests=True
+            )
+        )
+        self.assertTrue(queue.isActive("b"))
+        queue.reset()
+        self.assertFalse(queue.isActive("a"))
+
+
+class StallTests(SynchronousTestCase):
+    """
+    client.stall_timeout on a Clock: RPEngine's active request, silent for
+    the timeout, is cancelled upstream with LLM_TIMEOUT; a queued one is not
+    timed until it is active.
+    """
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.queue = EngineQueue()
+        self.cancels: list[str] = []
+
+    def turn(self, requestId: str, stall: float = 60.0) -> tuple[Turn, ReplyStream, Recorder]:
+        stream = ReplyStream(requestId, lambda s: self.cancels.append(s.requestId))
+        send = Recorder()
+        turn = Turn(
+            TEXT,
+            stream,
+            send,
+            None,
+            self.clock,
+            300.0,
+            lambda t: None,
+            "Hello?",
+            stallTimeout=stall,
+            queue=self.queue,
+        )
+        turn.start()
+        return turn, stream, send
+
+    def say(self, stream: ReplyStream, kind: str, **fields: Any) -> None:
+        envelope = engine(kind, stream.requestId, **fields)
+        self.queue.received(envelope)  # the router's observers come first
+        stream.received(envelope)
+
+    def test_activeSilentTurnEnds(self) -> None:
+        """
+        Accepted as the only request, then a delta, then nothing: at 60 s
+        after the delta (not before) LLM_TIMEOUT, tts-cancelled, and
+        request.cancel upstream.
+        """
+        turn, stream, send = self.turn("a")
+        self.say(stream, "reply.accepted", queueDepth=1)
+        self.clock.advance(50)
+        self.say(stream, "reply.text.delta", sequence=0, delta="Well")
+        self.clock.advance(59.9)
+        self.assertIsNone(turn.outcome)
+        self.assertEqual(send.of("error"), [])
+        self.clock.advance(0.1)
+        [error] = send.of("error")
+        self.assertEqual(
+            (error["code"], error["retryable"], error["turnId"]), (LLM_TIMEOUT, True, "a")
+        )
+        self.assertIn("60 s", error["message"])
+        self.assertEqual(send.types()[-1], "tts-cancelled")
+        self.assertEqual(self.cancels, ["a"])
+
+    def test_firstTokenWithinTheTimeout(self) -> None:
+        """
+        A slow first token (59 s after acceptance) and a steady stream do
+        not trip it; the turn completes.
+        """
+        turn, stream, send = self.turn("a")
+        self.say(stream, "reply.accepted", queueDepth=1)
+        self.clock.advance(59)
+        for n in range(10):
+            self.say(stream, "reply.text.delta", sequence=n, delta="w ")
+            self.clock.advance(30)
+        self.say(stream, "reply.completed")
+        self.clock.advance(600)
+        self.assertEqual(turn.outcome, "completed")
+        self.assertEqual((send.of("error"), self.cancels), ([], []))
+
+    def test_queuedTurnWaitsItsTurn(self) -> None:
+        """
+        Behind another request for ten minutes, untimed; timed from when the
+        one ahead ends: LLM_TIMEOUT 60 s later if it then stays silent.
+        """
+        ahead, aheadStream, _ = self.turn("a", stall=0)
+        turn, stream, send = self.turn("b")
+        self.say(aheadStream, "reply.accepted", queueDepth=1)
+        self.say(stream, "reply.accepted", queueDepth=2)
+        for n in range(20):
+            self.clock.advance(30)
+            self.say(aheadStream, "reply.text.delta", sequence=n, delta="w ")
+        self.assertEqual(send.of("error"), [])
+        self.say(aheadStream, "reply.completed")
+        self.clock.advance(59)
+        self.assertIsNone(turn.outcome)
+        self.clock.advance(1)
+        self.assertEqual([e["code"] for e in send.of("error")], [LLM_TIMEOUT])
+        self.assertEqual(self.cancels, ["b"])
+
+    def test_zeroWaitsForever(self) -> None:
+        turn, stream, send = self.turn("a", stall=0)
+        self.say(stream, "reply.accepted", queueDepth=1)
+        self.clock.advance(3600)
+        self.assertEqual((turn.outcome, send.of("error")), (None, []))
+
+    def test_configured(self) -> None:
+        """
+        client.stall_timeout is a setting (default 60 s); a negative one is
+        refused by name.
+        """
+        self.assertEqual(parseSettings({}).client.stall_timeout, 60.0)
+        self.assertEqual(parseSettings({"client": {"stall_timeout": 5}}).client.stall_timeout, 5)
+        with self.assertRaises(ConfigError) as e:
+            check(parseSettings({"client": {"stall_timeout": -1.0}}))
+        self.assertIn("client.stall_timeout", str(e.exception))
