@@ -9,14 +9,18 @@ never taken for gone.
 
 from __future__ import annotations
 
+import os
+
 from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.api import ReplyStream
-from rpmiddleware.client.errors import LLM_ERROR, engineErrorMessage
+from rpmiddleware.client.errors import LLM_ERROR, LLM_TIMEOUT, engineErrorMessage
+from rpmiddleware.client.turns import TEXT, Turn
 from rpmiddleware.engine.mailbox import TO_ENGINE
 from rpmiddleware.engine.mailboxwatch import PROBE_PREFIX
 from rpmiddleware.metrics import MiddlewareMetrics
 from rpmiddleware.testing.kit import captureLogEvents
+from tests.test_client_turns import Recorder
 from tests.test_mailbox_endpoint import Rig, ending, transportOf
 
 #: The bound the product promises.
@@ -175,7 +179,48 @@ class BusyTests(SynchronousTestCase):
 
 
 def _contents(rig: Rig, name: str) -> str:
-    import os
-
     with open(os.path.join(rig.root, TO_ENGINE, name), encoding="utf-8") as f:
         return f.read()
+
+
+class StallInFileModeTests(SynchronousTestCase):
+    def test_modelFrozenAfterAcceptance(self) -> None:
+        """
+        File mode, RPEngine alive (it reads and acks, probes included) but
+        its model frozen after accepting: the client turn ends with
+        LLM_TIMEOUT 60 s after acceptance, RPEngine gets request.cancel, and
+        the session is never judged gone; a second turn queued behind it
+        was not timed meanwhile.
+        """
+        rig = Rig(self)
+        engine = rig.engine(tokensPerSecond=0.001)
+        sends: list[Recorder] = []
+        turns: list[Turn] = []
+        for text in ("First?", "Second?"):
+            stream = rig.ask(text)
+            send = Recorder()
+            turn = Turn(
+                TEXT,
+                stream,
+                send,
+                None,
+                rig.clock,
+                300.0,
+                lambda t: None,
+                text,
+                stallTimeout=60.0,
+                queue=rig.middleware.engineQueue,
+            )
+            turn.start()
+            sends.append(send)
+            turns.append(turn)
+        rig.run(1.0, step=0.05)
+        self.assertTrue(all(turn.accepted for turn in turns))
+        rig.run(58.0, step=0.05)
+        self.assertEqual([s.of("error") for s in sends], [[], []])
+        rig.run(2.0, step=0.05)
+        self.assertEqual([e["code"] for e in sends[0].of("error")], [LLM_TIMEOUT])
+        self.assertEqual(sends[1].of("error"), [])
+        self.assertIn(turns[0].id, engine.cancelled)
+        self.assertIsNone(rig.middleware.link.problem)
+        self.assertIsNotNone(rig.middleware.link.session)

@@ -288,3 +288,60 @@ class StallTests(SynchronousTestCase):
         with self.assertRaises(ConfigError) as e:
             check(parseSettings({"client": {"stall_timeout": -1.0}}))
         self.assertIn("client.stall_timeout", str(e.exception))
+
+
+class StallOverTheProductTests(SynchronousTestCase):
+    """
+    The stall rule with the middleware's own queue tracker, over an engine
+    session (the WebSocket's; the mailbox's is in test_mailbox_reader).
+    """
+
+    def test_silentAfterAcceptance(self) -> None:
+        h = Harness()
+        session, writer = h.connect()
+        stream = h.middleware.requestReply("mira", text="Hello")
+        send = Recorder()
+        turn = Turn(
+            TEXT,
+            stream,
+            send,
+            None,
+            h.clock,
+            300.0,
+            lambda t: None,
+            "Hello",
+            stallTimeout=60.0,
+            queue=h.middleware.engineQueue,
+        )
+        turn.start()
+        h.ack(session, writer, "reply.request")
+        h.engineSays(session, "reply.accepted", requestId=stream.requestId, queueDepth=1)
+        h.clock.advance(59.0)
+        self.assertEqual(send.of("error"), [])
+        h.clock.advance(1.0)
+        self.assertEqual([e["code"] for e in send.of("error")], [LLM_TIMEOUT])
+        cancels = [m for m in writer.sent if m["type"] == "request.cancel"]
+        self.assertEqual([m["requestId"] for m in cancels], [stream.requestId])
+
+    def test_malformedEndingReachesTheClient(self) -> None:
+        """
+        The hostile request.error, through the session and the link, is an
+        error and tts-cancelled for the client in the same call.
+        """
+        h = Harness()
+        session, writer = h.connect()
+        stream = h.middleware.requestReply("mira", text="Hello")
+        send = Recorder()
+        turn = Turn(TEXT, stream, send, None, h.clock, 300.0, lambda t: None, "Hello")
+        turn.start()
+        h.ack(session, writer, "reply.request")
+        h.engineSays(session, "reply.accepted", requestId=stream.requestId, queueDepth=1)
+        session.received(hostileError(session, stream.requestId))
+        self.assertEqual(turn.outcome, "failed")
+        [error] = send.of("error")
+        self.assertEqual(
+            (error["code"], error["engineCode"], error["retryable"]),
+            (LLM_ERROR, "engine_protocol_error", True),
+        )
+        self.assertIn("request.error.retryable must be boolean", error["message"])
+        self.assertEqual(send.types()[-1], "tts-cancelled")
