@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from twisted.internet.interfaces import IReactorTime
 
@@ -46,8 +46,19 @@ from rpmiddleware.envelope import Envelope
 
 if TYPE_CHECKING:
     from rpmiddleware.engine.link import EngineLink
-    from rpmiddleware.engine.mailboxendpoint import FileOutbox
     from rpmiddleware.engine.mailboxsession import MailboxSession
+
+
+class Outbox(Protocol):
+    """
+    What the watch reads of the folder RPEngine reads
+    (L{rpmiddleware.engine.mailboxendpoint.FileOutbox}).
+    """
+
+    def oldestUnread(self) -> tuple[float, str] | None: ...
+
+    def withdraw(self, messageId: str) -> bool: ...
+
 
 #: Seconds a file of ours (or the probe's answer) may wait before RPEngine
 #: counts as gone: twenty of its idle polls, five of a background tab's
@@ -72,7 +83,7 @@ class ReaderWatch:
     def __init__(
         self,
         clock: IReactorTime,
-        outbox: FileOutbox,
+        outbox: Outbox,
         link: EngineLink,
         onGone: Callable[[MailboxSession, float], None],
     ) -> None:
