@@ -15,7 +15,8 @@ when:
     it was accepted): RPEngine sends those only for its active reply or its
     capture;
   - or it is the oldest accepted reply still open here (nothing ahead of it
-    in RPEngine's queue);
+    in RPEngine's queue; a C{reply.accepted} whose C{queueDepth} is 1 says
+    RPEngine holds nothing else, so what was ahead of it here is forgotten);
   - or RPEngine's last C{capacity.update} says its queue is empty while the
     request is still open here: RPEngine holds nothing of it, so it is not
     waiting its turn.
@@ -98,6 +99,13 @@ class EngineQueue:
             if requestId not in self._order:
                 self._order[requestId] = _Entry()
                 self._empty = False
+            depth = envelope.get("queueDepth")
+            if depth == 1 and not isinstance(depth, bool):
+                # RPEngine counts this one alone: whatever we still had
+                # ahead of it ended without our hearing, and waits for
+                # nothing there.
+                for other in [r for r in self._order if r != requestId]:
+                    del self._order[other]
             self._changed()
             return
         entry = self._order.get(requestId)

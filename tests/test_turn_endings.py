@@ -131,8 +131,8 @@ class EngineQueueTests(SynchronousTestCase):
         ends the next one is; a started stream is active whatever its place.
         """
         queue = EngineQueue()
-        for r in ("a", "b", "c"):
-            queue.received(engine("reply.accepted", r, queueDepth=1))
+        for depth, r in enumerate(("a", "b", "c"), 1):
+            queue.received(engine("reply.accepted", r, queueDepth=depth))
         self.assertEqual([queue.isActive(r) for r in "abc"], [True, False, False])
         self.assertEqual(queue.position("c"), 2)
         became: list[str] = []
@@ -177,6 +177,19 @@ class EngineQueueTests(SynchronousTestCase):
         self.assertTrue(queue.isActive("b"))
         queue.reset()
         self.assertFalse(queue.isActive("a"))
+
+    def test_acceptedAloneForgetsStaleOnes(self) -> None:
+        """
+        reply.accepted with queueDepth 1: RPEngine holds nothing else, so a
+        request whose end we never heard no longer keeps this one waiting.
+        """
+        queue = EngineQueue()
+        queue.received(engine("reply.accepted", "lost", queueDepth=1))
+        queue.received(engine("reply.accepted", "b", queueDepth=2))
+        self.assertFalse(queue.isActive("b"))
+        queue.received(engine("reply.accepted", "c", queueDepth=1))
+        self.assertTrue(queue.isActive("c"))
+        self.assertIsNone(queue.position("lost"))
 
 
 class StallTests(SynchronousTestCase):
