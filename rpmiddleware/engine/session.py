@@ -29,6 +29,7 @@ from rpmiddleware.envelope import (
 )
 from rpmiddleware.interfaces import IEngineSessionInfo
 from rpmiddleware.messages import (
+    MAX_ID_LENGTH,
     MESSAGES,
     WITHDRAWING,
     ProtocolViolation,
@@ -188,16 +189,16 @@ class EngineSession:
         if ending is None:
             self.invalid(violation.reason, violation.messageId)
             return
-        messageId = violation.messageId
-        if messageId is not None:
+        key = copyKey(violation.messageId)
+        if key is not None:
             # Kept apart from the dedup window, which holds what was valid.
-            if messageId in self._malformedSeen:
+            if key in self._malformedSeen:
                 self.duplicatesDropped += 1
                 return
-            self._malformedSeen[messageId] = None
+            self._malformedSeen[key] = None
             while len(self._malformedSeen) > MALFORMED_WINDOW:
                 self._malformedSeen.popitem(last=False)
-        self.invalid(violation.reason, messageId)
+        self.invalid(violation.reason, violation.messageId)
         ending.fields["sessionId"] = self.sessionId
         self._onEnvelope(self, ending)
 
@@ -456,6 +457,16 @@ def clip(text: str, limit: int = CLIP) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def copyKey(messageId: str | None) -> str | None:
+    """
+    The messageId by which copies of a malformed ending are known, if it is
+    a well-formed id (a copy under a malformed one cannot be told apart).
+    """
+    if isinstance(messageId, str) and 0 < len(messageId) <= MAX_ID_LENGTH:
+        return messageId
+    return None
 
 
 def malformedEnding(fields: Any, reason: str) -> Envelope | None:
