@@ -39,7 +39,12 @@ from twisted.internet.task import deferLater
 from twisted.logger import ILogObserver, globalLogPublisher
 from zope.interface import implementer
 
-from rpmiddleware.engine.session import EngineSession
+from rpmiddleware.engine.session import (
+    MALFORMED_WINDOW,
+    EngineSession,
+    copyKey,
+    malformedEnding,
+)
 from rpmiddleware.envelope import PROTOCOL, Direction, Envelope, loadJson
 from rpmiddleware.messages import MESSAGES, ProtocolViolation, validate
 from rpmiddleware.testing.live import LiveMiddleware, TestClient, connectClient
@@ -322,12 +327,32 @@ class Oracle:
         self.sessionId = sessionId
         self.window = dedupWindow
         self.seen: OrderedDict[str, None] = OrderedDict()
+        #: messageIds of invalid frames that end a request (terminal by
+        #: type, naming a requestId, in this session): a copy of one is a
+        #: duplicate, dropped unlogged (EngineSession._violation).
+        self.malformedSeen: OrderedDict[str, None] = OrderedDict()
         self.outcomes: Counter[str] = Counter()
 
     def judge(self, frame: Frame) -> str:
         outcome = self._judge(frame)
         self.outcomes[outcome] += 1
         return outcome
+
+    def _invalid(self, fields: Any, violation: ProtocolViolation) -> str:
+        if (
+            not isinstance(fields, dict)
+            or fields.get("sessionId") != self.sessionId
+            or copyKey(violation.messageId) is None
+            or malformedEnding(fields, violation.reason) is None
+        ):
+            return "invalid"
+        messageId = str(violation.messageId)
+        if messageId in self.malformedSeen:
+            return "duplicate"
+        self.malformedSeen[messageId] = None
+        while len(self.malformedSeen) > MALFORMED_WINDOW:
+            self.malformedSeen.popitem(last=False)
+        return "invalid"
 
     def _judge(self, frame: Frame) -> str:
         if frame.binary:
@@ -339,8 +364,8 @@ class Oracle:
             return "invalid"
         try:
             spec = validate(fields, Direction.TO_GAME, self.sessionId)
-        except ProtocolViolation:
-            return "invalid"
+        except ProtocolViolation as e:
+            return self._invalid(fields, e)
         if spec.type == "hello":
             return "invalid"
         if spec.type == "ack":

@@ -109,6 +109,13 @@ class ClientSettings:
     #: Seconds a turn may wait for RPEngine to accept it (no RPEngine, or busy)
     #: before it is cancelled with LLM_TIMEOUT; 0 waits for ever.
     accept_timeout: float = 300.0
+    #: Seconds RPEngine may send nothing for a turn it is working on (its
+    #: active request: see rpmiddleware.enginequeue) before the turn is
+    #: cancelled upstream with LLM_TIMEOUT; queued turns are not timed; 0
+    #: waits for ever.  60 s: a slow GPU's first token for a long card (the
+    #: prompt's prefill) and a long recording's transcription take seconds
+    #: to tens of seconds; a minute is well past both.
+    stall_timeout: float = 60.0
     #: Bytes queued for a client beyond which it counts as not reading: its
     #: audio stops and its turn is cancelled upstream.
     send_buffer_soft: int = 2 * 1024 * 1024
@@ -136,7 +143,7 @@ class ClientSettings:
             raise fail("default_voice", "must be one of F1-F5, M1-M5")
         if self.default_language not in SPEECH_OUTPUT_LANGUAGES:
             raise fail("default_language", "must be a speech-output language of RPEngine")
-        for name in ("session_ttl", "accept_timeout", "slow_client_grace"):
+        for name in ("session_ttl", "accept_timeout", "stall_timeout", "slow_client_grace"):
             if getattr(self, name) < 0:
                 raise fail(name, "must not be negative")
         for name in ("max_sessions", "history_limit", "queued_turns", "max_attachments"):

@@ -635,7 +635,16 @@ ENGINE_ERROR_CODES = frozenset(
 ENGINE_RETRYABLE_CODES = frozenset({"card_resync_required", "capacity_exceeded"})
 #: Added by rpmiddleware for conditions only the middleware sees.
 MIDDLEWARE_ERROR_CODES = frozenset(
-    {"engine_disconnected", "engine_unavailable", "invalid_audio", "content_blocked"}
+    {
+        "engine_disconnected",
+        "engine_unavailable",
+        "invalid_audio",
+        "content_blocked",
+        # Issue 21: RPEngine ended a turn with a malformed terminal envelope;
+        # RPEngine's tab stopped reading the file mailbox.
+        "engine_protocol_error",
+        "engine_not_reading",
+    }
 )
 ERROR_CODES = ENGINE_ERROR_CODES | MIDDLEWARE_ERROR_CODES
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 from twisted.web.resource import Resource
@@ -76,6 +76,17 @@ class _Gauges(Collector):
             "rpmiddleware_engine_connected",
             "1 while an RPEngine session is live, else 0.",
             value=1 if link.connected else 0,
+        )
+        yield GaugeMetricFamily(
+            "rpmiddleware_engine_not_reading",
+            "1 while RPEngine is judged gone from the file mailbox (its tab stopped reading the "
+            "folder while turns waited), until a session starts again; else 0.",
+            value=1 if link.problem else 0,
+        )
+        yield CounterMetricFamily(
+            "rpmiddleware_engine_reader_lost",
+            "Times RPEngine was judged gone from the file mailbox and its waiting turns ended.",
+            value=link.abandoned,
         )
         clients = GaugeMetricFamily(
             "rpmiddleware_active_clients",

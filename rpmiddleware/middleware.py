@@ -27,6 +27,7 @@ from rpmiddleware.chain import PluginChain
 from rpmiddleware.config import Settings
 from rpmiddleware.engine.link import EngineLink
 from rpmiddleware.engine.session import EngineSession, MessageWriter, SessionOptions
+from rpmiddleware.enginequeue import EngineQueue
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.inorder import InOrder
 from rpmiddleware.interfaces import IEnvelopePlugin, IPluginServices
@@ -80,6 +81,10 @@ class Middleware:
         self.router = GameRouter(self.services.timeline)
         self.chain = PluginChain(plugins, self.link.send, self.router.deliver, reactor)
         self.link.chain = self.chain
+        #: Which request RPEngine works on now (for the client's stall rule).
+        self.engineQueue = EngineQueue()
+        self.router.observe(self.engineQueue.received)
+        self.link.observeState(self.engineQueue.reset)
         self._inOrder = InOrder(self.chain.sendToEngine)
         self.characters: dict[tuple[str, str], dict[str, Any]] = {}
 

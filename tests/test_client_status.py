@@ -150,6 +150,7 @@ class SnapshotTests(SynchronousTestCase):
                 "peer": None,
                 "connectedAt": None,
                 "link": f"https://rpengine.gemtavern.com/#port={PORT}",
+                "problem": None,
             },
         )
         self.assertEqual(status["plugins"], ["capacity-gate", "card-cache"])

@@ -764,15 +764,48 @@ class RequestTests(EngineTestMixin, SynchronousTestCase):
 
     def test_unparsableResponseProcessing(self) -> None:
         """
-        app.rs start_next_reply: response processing that does not parse
-        is invalid_request (the envelope check leaves patterns Python
-        cannot compile to this point).
+        json_core.rs validate_output compiles the response-processing rules
+        (text.rs parse_response_processing): a pattern that does not
+        compile, too many rules, a bad id, more groups than allowed, a
+        capture group the pattern lacks, and what Python's re takes but
+        Rust's regex refuses (lookaround, back-references) are all
+        invalid_payload at the envelope check: no ack, nothing queued.
         """
         self.establish()
-        rule = {**EMOTION_RULE, "matcher": {"type": "regex", "pattern": "(unclosed"}}
-        output = {**TEXT_ONLY, "responseProcessing": {"mode": "buffered", "rules": [rule]}}
-        self.request("r1", output=output)
-        self.assertEqual(self.only("request.error")["code"], "invalid_request")
+
+        def rule(pattern: str, **changes: Any) -> dict[str, Any]:
+            return {**EMOTION_RULE, "matcher": {"type": "regex", "pattern": pattern}, **changes}
+
+        bad: list[list[dict[str, Any]]] = [
+            [rule("(unclosed")],
+            [rule("a{2,1}")],
+            [rule("x", id=f"r{n}") for n in range(9)],
+            [rule("x", id="Mood")],
+            [rule("x", id="m" * 65)],
+            [rule("x" * 1025)],
+            [rule("(a)" * 17)],
+            [rule("(a)", captureGroup=2)],
+            [rule("(?=x)x")],
+            [rule("(?!x)y")],
+            [rule("(?<=x)y")],
+            [rule("(?<!x)y")],
+            [rule("(a)\\1")],
+            [rule("(?P<a>x)(?P=a)")],
+        ]
+        for n, rules in enumerate(bad):
+            output = {**TEXT_ONLY, "responseProcessing": {"mode": "buffered", "rules": rules}}
+            self.request(f"r{n}", output=output)
+        self.assertEqual(self.types(), ["request.error"] * len(bad))
+        for error in self.out:
+            self.assertEqual(error["code"], "invalid_payload")
+            self.assertNotIn("requestId", error)
+            self.assertIn("responseProcessing", error["message"])
+        self.assertEqual(self.engine.queueDepth, 0)
+        # A good one with a Rust-only named group still plays.
+        good = rule("(?<mood>x)", captureGroup=1)
+        output = {**TEXT_ONLY, "responseProcessing": {"mode": "buffered", "rules": [good]}}
+        self.request("ok", output=output)
+        self.assertEqual(self.types()[len(bad) :][:2], ["ack", "reply.accepted"])
 
     def test_spokenRequest(self) -> None:
         """

@@ -435,6 +435,8 @@ class ClientConnection:
             settings.accept_timeout,
             self._turnEnded,
             playerText,
+            stallTimeout=settings.stall_timeout,
+            queue=self.endpoint.middleware.engineQueue,
         )
         self.current = turn
         self.log.info(

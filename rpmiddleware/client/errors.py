@@ -112,6 +112,13 @@ ENGINE_TO_CLIENT: dict[str, str] = {
     "engine_unavailable": RATE_LIMITED,
     "invalid_audio": INVALID_AUDIO_FORMAT,
     "content_blocked": LLM_ERROR,
+    # RPEngine ended the turn with a terminal envelope that breaks protocol
+    # v3 (rpmiddleware.engine.session.malformedEnding): its fault, not the
+    # client's; the turn is over and may be asked again.
+    "engine_protocol_error": LLM_ERROR,
+    # File mode: RPEngine's tab stopped reading the mailbox folder (closed,
+    # or frozen in the background) while the turn waited on it.
+    "engine_not_reading": LLM_ERROR,
 }
 
 #: What a code RPEngine may add in a later version becomes.

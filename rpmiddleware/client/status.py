@@ -322,6 +322,9 @@ class StatusHub:
             "peer": session.peer if session is not None else None,
             "connectedAt": _ms(session.startedAt) if session is not None else None,
             "link": engineLink(port),
+            # Why RPEngine is not connected, when known (file mode: its tab
+            # stopped reading the folder); null otherwise.
+            "problem": middleware.link.problem,
         }
         folder = middleware.settings.engine.mailbox
         if folder:

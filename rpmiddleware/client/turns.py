@@ -1,7 +1,8 @@
 """
 One turn of one client: RPEngine's reply stream, told in the client's words.
 
-    reply.accepted            -> (the accept timeout stops)
+    reply.accepted            -> (the accept timeout stops; the stall rule
+                                 starts once RPEngine works on it)
     reply.text.delta          -> llm-chunk {content, done: false}
     reply.text.completed      -> llm-chunk {content: "", done: true},
                                  llm {text, extractedContent?}
@@ -41,6 +42,7 @@ from rpmiddleware.audio import encodeBase64
 from rpmiddleware.client.errors import LLM_TIMEOUT, TTS_ERROR, engineErrorMessage, errorMessage
 from rpmiddleware.client.messages import turnMessage
 from rpmiddleware.client.tts import SpeechOutput, SpeechTooLong
+from rpmiddleware.enginequeue import EngineQueue
 from rpmiddleware.envelope import ENVELOPE_FIELDS, Envelope
 from rpmiddleware.messages import textOfDelta
 
@@ -107,6 +109,8 @@ class Turn:
         acceptTimeout: float,
         onEnded: Callable[[Turn], None],
         playerText: str | None = None,
+        stallTimeout: float = 0.0,
+        queue: EngineQueue | None = None,
     ) -> None:
         self.kind = kind
         self.stream = stream
@@ -132,6 +136,11 @@ class Turn:
         self._textStats: dict[str, Any] | None = None
         self._audioStats: dict[str, Any] | None = None
         self._timer: IDelayedCall | None = None
+        #: The stall rule: RPEngine's active request silent this long ends.
+        self._stallTimeout = stallTimeout
+        self._queue = queue
+        self._stallTimer: IDelayedCall | None = None
+        self._stallWatched = False
 
     @property
     def ended(self) -> bool:
@@ -165,6 +174,7 @@ class Turn:
         self.silenced = True
         self.capturing = self.capturePhase = False
         self._stopTimer()
+        self._stopStall()
         fields = {"reason": reason} if reason else {}
         self._say("tts-cancelled", **fields)
         self.log.info(
@@ -187,6 +197,50 @@ class Turn:
         handler = self._HANDLERS.get(kind)
         if handler is not None:
             handler(self, fields)
+        if self.accepted and not (self.silenced or self.ended):
+            self._heard()
+
+    # The stall rule.
+
+    def _heard(self) -> None:
+        """
+        RPEngine said something of this accepted turn: if it is RPEngine's
+        active request, the stall timer starts again; a queued one waits its
+        turn untimed, and is timed from when it becomes active.
+        """
+        if self._stallTimeout <= 0 or self._queue is None:
+            return
+        if self._queue.isActive(self.id):
+            self._armStall()
+        elif not self._stallWatched:
+            self._stallWatched = True
+            self._queue.whenActive(self.id, self._becameActive)
+
+    def _becameActive(self) -> None:
+        self._stallWatched = False
+        if not (self.ended or self.silenced):
+            self._armStall()
+
+    def _armStall(self) -> None:
+        if self._stallTimer is not None and self._stallTimer.active():
+            self._stallTimer.reset(self._stallTimeout)
+            return
+        self._stallTimer = self._clock.callLater(self._stallTimeout, self._stalled)
+
+    def _stalled(self) -> None:
+        self._stallTimer = None
+        self.log.warn(
+            "client turn {turnId}: RPEngine, working on it, sent nothing for {seconds:g} s; "
+            "cancelling it",
+            turnId=self.id,
+            seconds=self._stallTimeout,
+        )
+        self._fail(
+            LLM_TIMEOUT,
+            f"RPEngine started this turn but sent nothing more for {self._stallTimeout:g} s "
+            "(its model or its tab may have stopped); it was cancelled, ask again",
+            retryable=True,
+        )
 
     def _accepted(self, fields: Mapping[str, Any]) -> None:
         self.accepted = True
@@ -430,6 +484,7 @@ class Turn:
         self.outcome = outcome
         self.capturing = self.capturePhase = False
         self._stopTimer()
+        self._stopStall()
         self._onEnded(self)
 
     # Failures found here.
@@ -456,6 +511,11 @@ class Turn:
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
+
+    def _stopStall(self) -> None:
+        if self._stallTimer is not None and self._stallTimer.active():
+            self._stallTimer.cancel()
+        self._stallTimer = None
 
     def _say(self, kind: str, **fields: Any) -> None:
         self._send(turnMessage(kind, self.id, **fields))

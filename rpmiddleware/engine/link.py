@@ -52,6 +52,12 @@ class EngineLink:
         self._open: dict[str, tuple[EngineSession, Envelope]] = {}
         self._resubmitted: list[Envelope] = []
         self._stateObservers: list[Callable[[EngineSession | None], None]] = []
+        #: Why no RPEngine is connected, when the transport knows (the file
+        #: mailbox: its tab stopped reading the folder); cleared when a
+        #: session starts.
+        self.problem: str | None = None
+        #: How many times a transport judged its RPEngine gone (abandon).
+        self.abandoned = 0
 
     @property
     def connected(self) -> bool:
@@ -194,6 +200,7 @@ class EngineLink:
 
     def welcomed(self, session: EngineSession) -> None:
         previous, self.session = self.session, session
+        self.problem = None
         if previous is not None and not previous.closed:
             self.log.warn(
                 "a second RPEngine connected ({new}); closing the older one ({old})",
@@ -214,6 +221,15 @@ class EngineLink:
     def received(self, session: EngineSession, envelope: Envelope) -> None:
         if session is not self.session:
             return
+        if envelope.meta.get("malformed"):
+            # Ends a request only while it is open in this session.
+            owner = self._open.get(envelope.requestId or "")
+            if owner is None or owner[0] is not session:
+                self.log.debug(
+                    "malformed ending for request {requestId}, which is not open; dropped",
+                    requestId=envelope.requestId,
+                )
+                return
         spec = MESSAGES[envelope.type]
         if spec.terminal and envelope.requestId:
             self._open.pop(envelope.requestId, None)
@@ -289,3 +305,31 @@ class EngineLink:
 
     def openRequests(self) -> list[str]:
         return list(self._open)
+
+    def takeOpen(self, session: EngineSession) -> list[Envelope]:
+        """
+        Forget the requests open in C{session}, oldest first, so that its
+        end neither resends nor fails them: the caller ends them
+        (L{abandon}).
+        """
+        taken = [envelope for owner, envelope in self._open.values() if owner is session]
+        for envelope in taken:
+            self._open.pop(str(envelope.requestId), None)
+        return taken
+
+    def abandon(self, requests: list[Envelope], code: str, message: str) -> None:
+        """
+        End C{requests} (from L{takeOpen}) with a retryable C{request.error}
+        C{code}: their RPEngine is judged gone, so they are neither resent
+        nor left waiting.
+        """
+        self.abandoned += 1
+        for envelope in requests:
+            self._answer(
+                envelope,
+                "request.error",
+                code=code,
+                message=message,
+                retryable=True,
+                sourceMessageId=envelope.messageId,
+            )

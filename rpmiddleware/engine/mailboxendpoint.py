@@ -51,7 +51,9 @@ from rpmiddleware.engine.mailbox import (
     writeEnvelopes,
 )
 from rpmiddleware.engine.mailboxsession import MailboxSession, MailboxWriter
+from rpmiddleware.engine.mailboxwatch import ReaderWatch
 from rpmiddleware.engine.session import EngineSession, decodeText
+from rpmiddleware.enginerules import EngineRefusal
 from rpmiddleware.envelope import Envelope, summarize
 from rpmiddleware.messages import ProtocolViolation
 
@@ -284,6 +286,8 @@ class MailboxEndpoint:
         self._later: list[IDelayedCall] = []
         self.refusedFiles = 0
         self.segmentsRead = 0
+        #: Whether RPEngine still reads the folder (mailboxwatch.py).
+        self.watch = ReaderWatch(clock, self.outbox, self.link, self._readerGone)
 
     # Life
 
@@ -346,6 +350,7 @@ class MailboxEndpoint:
         if parsed is not None and fields.get("messageId") != parsed[1]:
             self.refused(stem + ".json", "its messageId is not the one its name says")
             return
+        self.watch.heard()
         if fields["type"] == "hello":
             self._hello(fields)
             return
@@ -547,6 +552,63 @@ class MailboxEndpoint:
                 seconds=waited,
                 messageId=messageId,
             )
+
+    def watchReader(self) -> None:
+        """
+        The service's every poll: judge whether RPEngine still reads the
+        folder while something waits on it (L{ReaderWatch}).
+        """
+        self.watch.check(self.session)
+
+    def _readerGone(self, session: MailboxSession, seconds: float) -> None:
+        """
+        RPEngine stopped reading the folder while turns waited on it: they
+        end now, retryably, saying so; the session ends (the console and
+        /metrics show RPEngine gone, and why), and a fresh welcome is
+        offered, so that the tab, should it read again, is taken back
+        without a hello.  What it had read of the ended requests is
+        cancelled in the folder (a frozen tab that wakes stops them); what
+        it had not is taken back.
+        """
+        root = self.folders.root
+        requests = self.link.takeOpen(session)
+        for envelope in requests:
+            messageId = str(envelope.messageId or "")
+            if messageId and self.outbox.withdraw(messageId):
+                continue
+            kind = (
+                "voice.capture.cancel"
+                if envelope.type == "voice.capture.start"
+                else "request.cancel"
+            )
+            try:
+                session.send(Envelope.build(kind, requestId=envelope.requestId))
+            except EngineRefusal:
+                pass
+        self.log.warn(
+            "RPEngine has not read the mailbox {folder} for {seconds:.1f} s while {count} "
+            "request(s) waited on it: its tab was closed or is frozen. Ending them; the session "
+            "comes back when RPEngine reads the folder again or says hello",
+            folder=root,
+            seconds=seconds,
+            count=len(requests),
+            sessionId=session.sessionId,
+        )
+        self.link.problem = (
+            f"RPEngine's tab stopped reading the mailbox folder {root} (nothing read for "
+            f"{seconds:.0f} s); open RPEngine with this folder selected"
+        )
+        self._end(session, withdraw=True)
+        fresh = self._newSession()
+        fresh.adopt(announce=False)
+        self._adopted(fresh)
+        self.link.abandon(
+            requests,
+            "engine_not_reading",
+            f"RPEngine's tab stopped reading the mailbox folder {root} (nothing read for "
+            f"{seconds:.0f} s): it was closed, or is frozen in the background. Open RPEngine "
+            "with this folder selected, then ask again",
+        )
 
     @staticmethod
     def _sendConsumed(session: EngineSession, consumed: Envelope) -> None:

@@ -280,6 +280,7 @@ class MailboxService(service.Service):
             now = self.clock.seconds()
             if scan.stems:
                 self._lastActivity = now
+            endpoint.watchReader()
             if now - self._lastTidy >= self.options.tidyEvery:
                 self._lastTidy = now
                 endpoint.maintain()

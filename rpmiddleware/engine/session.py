@@ -28,11 +28,23 @@ from rpmiddleware.envelope import (
     summarize,
 )
 from rpmiddleware.interfaces import IEngineSessionInfo
-from rpmiddleware.messages import WITHDRAWING, ProtocolViolation, ackReference, validate
+from rpmiddleware.messages import (
+    MAX_ID_LENGTH,
+    MESSAGES,
+    WITHDRAWING,
+    ProtocolViolation,
+    ackReference,
+    validate,
+)
 
 #: RPEngine's answer to a message it cannot read: no requestId, no
 #: sourceMessageId, no ack (app.rs transport_message).
 INVALID_PAYLOAD = "invalid_payload"
+#: The middleware's code for a request RPEngine ended with a terminal
+#: envelope that breaks the protocol (malformedEnding).
+MALFORMED_ENDING = "engine_protocol_error"
+#: How many malformed endings' messageIds are remembered, to drop copies.
+MALFORMED_WINDOW = 256
 
 #: Close codes this side uses (4000-4999 are for applications).
 CLOSE_HELLO_TIMEOUT = 4008
@@ -106,6 +118,8 @@ class EngineSession:
         self.settled = False
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._unacked: OrderedDict[str, _Unacked] = OrderedDict()
+        #: messageIds of malformed endings already handled (see _violation).
+        self._malformedSeen: OrderedDict[str, None] = OrderedDict()
         #: The messageIds of what we wrote (acks aside), oldest first, until
         #: RPEngine answers each: it answers every message in order, with an
         #: ack or with an untied invalid_payload.
@@ -127,7 +141,7 @@ class EngineSession:
         try:
             spec = validate(fields, Direction.TO_GAME, self.sessionId)
         except ProtocolViolation as e:
-            self.invalid(e.reason, e.messageId)
+            self._violation(fields, e)
             return
         envelope = Envelope(fields)
         if spec.fileModeOnly and not self.fileMode:
@@ -160,6 +174,34 @@ class EngineSession:
             self.send(Envelope.build("ack", acknowledgedMessageId=messageId))
         self._onEnvelope(self, envelope)
 
+    def _violation(self, fields: Any, violation: ProtocolViolation) -> None:
+        """
+        Drop an envelope that breaks the protocol; but one that is terminal
+        by its type and names a request still ends that request (the link
+        knows whether it is live): RPEngine meant to end it, and nothing
+        else will.  A copy under the same messageId is dropped unlogged.
+        """
+        ending = None
+        if self.sessionId is not None and isinstance(fields, dict):
+            # Another session's message ends nothing of this one.
+            if fields.get("sessionId") == self.sessionId:
+                ending = malformedEnding(fields, violation.reason)
+        if ending is None:
+            self.invalid(violation.reason, violation.messageId)
+            return
+        key = copyKey(violation.messageId)
+        if key is not None:
+            # Kept apart from the dedup window, which holds what was valid.
+            if key in self._malformedSeen:
+                self.duplicatesDropped += 1
+                return
+            self._malformedSeen[key] = None
+            while len(self._malformedSeen) > MALFORMED_WINDOW:
+                self._malformedSeen.popitem(last=False)
+        self.invalid(violation.reason, violation.messageId)
+        ending.fields["sessionId"] = self.sessionId
+        self._onEnvelope(self, ending)
+
     def _remember(self, messageId: str) -> None:
         self._seen[messageId] = None
         while len(self._seen) > self._options.dedupWindow:
@@ -172,7 +214,7 @@ class EngineSession:
         self.invalidDropped += 1
         self.log.warn(
             "dropped invalid envelope from RPEngine: {reason}",
-            reason=reason,
+            reason=clip(reason),
             messageId=messageId,
             sessionId=self.sessionId,
             peer=self.peer,
@@ -402,6 +444,64 @@ class EngineSession:
             "duplicatesDropped": self.duplicatesDropped,
             "invalidDropped": self.invalidDropped,
         }
+
+
+#: Characters of RPEngine's words kept in a log line or a client message.
+CLIP = 200
+
+
+def clip(text: str, limit: int = CLIP) -> str:
+    """
+    C{text} cut to C{limit} characters, saying how much was cut.
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def copyKey(messageId: str | None) -> str | None:
+    """
+    The messageId by which copies of a malformed ending are known, if it is
+    a well-formed id (a copy under a malformed one cannot be told apart).
+    """
+    if isinstance(messageId, str) and 0 < len(messageId) <= MAX_ID_LENGTH:
+        return messageId
+    return None
+
+
+def malformedEnding(fields: Any, reason: str) -> Envelope | None:
+    """
+    The C{request.error} that ends the request a malformed terminal
+    envelope from RPEngine names, or C{None} if it is no such envelope (not
+    terminal by type, or no requestId).  Marked C{meta["malformed"]}: the
+    link passes it on only for a request that is still open.
+    """
+    if not isinstance(fields, dict):
+        return None
+    kind, requestId = fields.get("type"), fields.get("requestId")
+    spec = MESSAGES.get(kind) if isinstance(kind, str) else None
+    if spec is None or not spec.terminal or Direction.TO_GAME not in spec.directions:
+        return None
+    if not isinstance(requestId, str) or not requestId or len(requestId) > 256:
+        return None
+    said = fields.get("message") if kind == "request.error" else None
+    words = f" RPEngine's message: {clip(said)!r}." if isinstance(said, str) and said else ""
+    ending = Envelope.build(
+        "request.error",
+        requestId=requestId,
+        code=MALFORMED_ENDING,
+        message=(
+            f"RPEngine ended this turn with a {kind} that breaks protocol v3 "
+            f"({clip(reason)}); the turn is over and can be asked again.{words}"
+        ),
+        retryable=True,
+        malformedType=kind,
+    )
+    if isinstance(fields.get("messageId"), str):
+        ending.fields["sourceMessageId"] = fields["messageId"][:256]
+    ending.meta["synthetic"] = True
+    ending.meta["malformed"] = True
+    return ending
 
 
 def decodeText(payload: bytes | str) -> Any:

@@ -11,7 +11,13 @@ check the sessionId, nor refuse unknown types: those are acknowledged and
 ignored.
 
 The envelope rules themselves are L{rpmiddleware.enginerules.checkEnvelope};
-this module adds the frame: size, UTF-8, strict JSON (as serde_json reads
+RPEngine's check also compiles every C{output.responseProcessing} pattern
+(json_core.rs C{validate_output} calls text.rs
+C{parse_response_processing}), so one its regex crate cannot build is
+C{invalid_payload} too: L{checkResponseRules} compiles them here (with
+L{rpmiddleware.testing.responsetext.rustPattern}; what Rust refuses and
+Python would take, lookaround and back-references, enginerules refuses
+first).  This module adds the frame: size, UTF-8, strict JSON (as serde_json reads
 it: no NaN or Infinity, no number too large for a double, no lone
 surrogate, nesting at most 128 deep).
 """
@@ -21,8 +27,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rpmiddleware.enginerules import MAX_MESSAGE_BYTES, EngineRefusal, checkEnvelope
+from rpmiddleware.enginerules import (
+    MAX_MESSAGE_BYTES,
+    MAX_RESPONSE_CAPTURE_GROUPS,
+    EngineRefusal,
+    checkEnvelope,
+)
 from rpmiddleware.envelope import loadJson
+from rpmiddleware.testing.responsetext import ResponseProcessing
+
+#: The types whose C{output} RPEngine checks (json_core.rs validate_envelope_value).
+_WITH_OUTPUT = ("reply.request", "voice.capture.start")
 
 #: serde_json's default recursion limit.
 MAX_NESTING = 128
@@ -78,7 +93,37 @@ def checkFields(fields: Any) -> dict[str, Any]:
         checkEnvelope(fields)
     except EngineRefusal as e:
         raise InvalidPayload(str(e))
+    checkResponseRules(fields)
     return fields
+
+
+def checkResponseRules(fields: dict[str, Any]) -> None:
+    """
+    Compile a request's response-processing rules as RPEngine's envelope
+    check does (text.rs parse_response_processing, whose limits
+    L{checkEnvelope} has already applied: 1 to 8 rules, ids
+    C{^[a-z][a-z0-9_.-]{0,63}$}, patterns of 1 to 1024 bytes, at most 16
+    capture groups, flags of i, m and s).
+
+    @raise InvalidPayload: for a pattern that does not compile, one with
+        more than 16 groups, or a capture group it does not have.
+    """
+    output = fields.get("output")
+    if fields.get("type") not in _WITH_OUTPUT or not isinstance(output, dict):
+        return
+    config = output.get("responseProcessing")
+    if config is None:
+        return
+    try:
+        processing = ResponseProcessing.parse(config)
+    except ValueError as e:
+        raise InvalidPayload(f"Invalid output.responseProcessing: {e}")
+    for rule in processing.rules if processing is not None else []:
+        if rule.matcher.groups > MAX_RESPONSE_CAPTURE_GROUPS:
+            raise InvalidPayload(
+                f"responseProcessing regex for {rule.id} has more than "
+                f"{MAX_RESPONSE_CAPTURE_GROUPS} capture groups."
+            )
 
 
 def decodeFrame(payload: bytes | str) -> dict[str, Any]:

@@ -77,8 +77,15 @@ export class StatusView {
   renderEngine(status) {
     const engine = status.engine;
     const state = $("engine-state");
-    state.textContent = engine.connected ? "Connected" : "Not connected";
+    // engine.problem says why it is not connected, when the middleware knows
+    // (file mode: RPEngine's tab stopped reading the folder).
+    state.textContent = engine.connected
+      ? "Connected"
+      : engine.problem
+        ? "Stopped reading the folder"
+        : "Not connected";
     state.className = `badge ${engine.connected ? "badge-on" : "badge-off"}`;
+    state.title = engine.problem || "";
     const link = $("engine-link");
     link.href = engine.link;
     link.textContent = engine.connected ? "Open RPEngine" : "Open RPEngine to connect it";
@@ -92,7 +99,8 @@ export class StatusView {
     $("engine-mailbox").hidden = !mailbox;
     if (mailbox) {
       const through = engine.transport === "mailbox" ? " (connected through it)" : "";
-      $("engine-mailbox").textContent = engine.mailbox + through;
+      const problem = engine.problem ? ` (${engine.problem})` : "";
+      $("engine-mailbox").textContent = engine.mailbox + through + problem;
       $("engine-mailbox").title =
         "In RPEngine: Settings, Game transport: Filesystem mailbox, Choose mailbox folder, then this folder";
     }
