@@ -255,16 +255,12 @@ def promptRequest(
     """
     The prompt request app.rs C{begin_gemma} builds from a C{reply.request}'s
     fields, the card RPEngine resolved for it, and the transcript of its
-    recording, if any.
-
-    @raise ValueError: when there is neither text nor speech (RPEngine's
-        C{request_failed}).
+    recording, if any.  (A request with neither is RPEngine's
+    C{request_failed} before any prompt is made.)
     """
     event = fields.get("event")
     text = trimmed(event.get("text") if isinstance(event, Mapping) else None)
     spoken = trimmed(transcript)
-    if not text and not spoken:
-        raise ValueError("the request contains no usable text or speech")
     if text and spoken:
         eventText = f"{text}\n\nWhat the player said aloud:\n{spoken}"
     else:

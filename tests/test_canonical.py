@@ -26,6 +26,8 @@ from rpmiddleware.canonical import (
     knownPlainJson,
     plainJson,
 )
+from rpmiddleware.cardhasher import CardHasher
+from rpmiddleware.testing.kit import exampleCard
 
 # Expected bytes below were produced by serde_json 1.0.150 (with zmij 1.0.23,
 # the versions RPEngine's Cargo.lock pins; built from their sources) running
@@ -259,3 +261,35 @@ class FastPathTests(SynchronousTestCase):
 
 def _rfc8785Hash(document: Any) -> str:
     return hashlib.sha256(rfc8785.dumps(document)).hexdigest()
+
+
+class WithDataTests(SynchronousTestCase):
+    """
+    CardHasher.withData: a copy of an owned card with some data text
+    changed hashes as the whole copy would, whatever the card holds.
+    """
+
+    def test_plainCard(self) -> None:
+        hasher = CardHasher(None)
+        base = hasher.canonicalNow(exampleCard()).document
+        card = hasher.withData(base, {"scenario": "A stormy night.", "mes_example": "A: b"})
+        self.assertTrue(card.plain)
+        self.assertEqual(card.hash, canonicalHash(card.document))
+        self.assertEqual(card.document["data"]["scenario"], "A stormy night.")
+        self.assertIs(card.document["data"]["character_book"], base["data"]["character_book"])
+        self.assertNotEqual(card.hash, hasher.known(base).hash)  # type: ignore[union-attr]
+
+    def test_cardThatNeedsTheSlowWriter(self) -> None:
+        hasher = CardHasher(None)
+        base = hasher.canonicalNow(exampleCard(extensions={"weight": 1.5})).document
+        card = hasher.withData(base, {"scenario": "x"})
+        self.assertFalse(card.plain)
+        self.assertEqual(card.hash, canonicalHash(card.document))
+
+    def test_cardTheMiddlewareDoesNotOwn(self) -> None:
+        hasher = CardHasher(None)
+        game = exampleCard()
+        card = hasher.withData(game, {"scenario": "x"})
+        self.assertEqual(card.hash, canonicalHash(card.document))
+        game["data"]["tags"].append("changed later")
+        self.assertEqual(card.hash, canonicalHash(card.document), "a private copy")

@@ -12,6 +12,8 @@ import sys
 import textwrap
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
@@ -25,7 +27,7 @@ from rpmiddleware.builtin.memory.conversation import (
     Key,
 )
 from rpmiddleware.builtin.memory.lorebook import activate, bookOf, entryFrom
-from rpmiddleware.builtin.memory.planner import Limits, labels, plan
+from rpmiddleware.builtin.memory.planner import Limits, labels, lineOf, plan
 from rpmiddleware.builtin.memory.store import MemoryStore, StoreError
 from rpmiddleware.cardhasher import CardHasher
 from rpmiddleware.clientext import FROM_CLIENT, TO_CLIENT, fromClient
@@ -35,6 +37,7 @@ from rpmiddleware.engineprompt import (
     assemble,
     exampleMessages,
     promptRequest,
+    renderMacros,
     speakerKey,
 )
 from rpmiddleware.interfaces import IClientExtension, IEnvelopePlugin, IPluginFactory
@@ -153,6 +156,90 @@ class PlanTests(SynchronousTestCase):
         self.assertIsNotNone(made.card)
         self.assertIn(newest, [c for _, c in assemble(promptRequest(fields(), made.card)).history])
         self.assertGreater(len(made.report["lore"]["left"]), 0)
+
+
+_piece = st.sampled_from(
+    [
+        "a",
+        "b",
+        " ",
+        "X",
+        ":",
+        ".",
+        "é",
+        "{",
+        "}",
+        "<",
+        ">",
+        "\n",
+        "\u00a0",
+        "😀",
+        "<START>",
+        "{{user}}",
+        "{{char}}",
+        "<CHAR>",
+        "word ",
+    ]
+)
+_said = st.lists(_piece, max_size=120).map("".join)
+
+
+class PlanHoldsProperties(SynchronousTestCase):
+    """
+    What the plugin plans, RPEngine's assembly takes whole: never
+    C{prompt_too_large} because of memory, no chat message left out, the
+    same estimate, and the newest entries as the last messages.  (Proved
+    here, so the plugin need not assemble every request twice.)
+    """
+
+    @settings(max_examples=150, deadline=None, derandomize=True)
+    @given(
+        lines=st.lists(_said, max_size=40),
+        name=st.sampled_from(["Mira", "Élodie", "{{user}}", "Player", "ΟΔΟΣ"]),
+        description=st.integers(0, 30_000),
+        summary=_said,
+        facts=st.lists(_said, max_size=5),
+        event=_said.filter(lambda t: t.strip() != ""),
+        limit=st.integers(300, 6000),
+        voice=st.booleans(),
+    )
+    def test_planFitsRPEngine(
+        self,
+        lines: list[str],
+        name: str,
+        description: int,
+        summary: str,
+        facts: list[str],
+        event: str,
+        limit: int,
+        voice: bool,
+    ) -> None:
+        conversation = conversationOf(*lines)
+        conversation.summary = summary
+        store = MemoryStore(":memory:", lambda: 0.0)
+        for fact in facts:
+            if fact.strip():
+                store.pin(conversation, fact)
+        card = exampleCard(name=name, description="d" * description)
+        request = fields(event)
+        if voice:
+            request["output"] = {"modalities": ["text", "audio"], "language": "en"}
+        book = bookOf(card)
+        made = plan(
+            request, card, conversation, list(book.entries), Limits(limit), False, 4, None, False
+        )
+        if made.card is None:
+            return
+        prompt = promptRequest(request, made.card)
+        prompt["maxInputTokens"] = limit
+        result = assemble(prompt)
+        self.assertEqual(result.droppedExamples, 0)
+        self.assertEqual(result.tokens, made.report["estimatedTokens"])
+        kept = made.report["history"]["kept"]
+        if kept:
+            newest = lineOf(conversation.entries[-1], ("x", "y"))
+            if newest is not None:
+                self.assertEqual(result.history[-1][1], renderMacros(newest[1], name, "Alex"))
 
 
 class LorebookTests(SynchronousTestCase):

@@ -10,6 +10,7 @@ C{summarizedThrough} are told by C{summary} and no longer planned one by one.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,11 @@ class Entry:
     speaker: str = ""
     at: float = 0.0
 
+    @property
+    def tokens(self) -> int:
+        """About what the entry costs as a line of prompt, speaker included."""
+        return math.ceil((len(self.text) + len(self.speaker) + 2) / 4)
+
     def asDict(self) -> dict[str, Any]:
         return {
             "seq": self.seq,
@@ -101,6 +107,9 @@ class Conversation:
 
     def unsummarized(self) -> list[Entry]:
         return [e for e in self.entries if e.seq > self.summarizedThrough]
+
+    def unsummarizedTokens(self) -> int:
+        return sum(e.tokens for e in self.unsummarized())
 
     def entry(self, seq: int) -> Entry | None:
         for e in self.entries:

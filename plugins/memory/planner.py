@@ -29,6 +29,7 @@ unknown until RPEngine hears it.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -38,7 +39,6 @@ from typing import Any
 from rpmiddleware.builtin.memory.conversation import (
     CHARACTER,
     EVENT,
-    GREETING,
     INTERRUPTED,
     UNHEARD,
     Conversation,
@@ -47,8 +47,7 @@ from rpmiddleware.builtin.memory.conversation import (
 from rpmiddleware.builtin.memory.lorebook import BEFORE_CHAR, activate
 from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
 from rpmiddleware.engineprompt import (
-    PromptTooLarge,
-    assemble,
+    estimateTokens,
     eventTokens,
     exampleMessages,
     limitOf,
@@ -82,7 +81,6 @@ class Limits:
     factsTokens: int = 400
     #: The knowledge budget when the card's book sets no token_budget.
     loreTokens: int = 1000
-    scanDepth: int | None = None
 
 
 @dataclass
@@ -97,7 +95,8 @@ class Plan:
     report: dict[str, Any]
     #: Entries not summarized that did not fit: the summarizer's work.
     dropped: int = 0
-    lore: list[LoreEntry] = field(default_factory=list)
+    #: The card's C{data} fields the plan sets (all strings).
+    changes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -127,25 +126,38 @@ def labels(character: str) -> tuple[str, str] | None:
     return character, other
 
 
-def lineOf(entry: Entry, names: tuple[str, str]) -> tuple[str, str] | None:
+def wordsOf(entry: Entry) -> str | None:
     """
-    The label and words of one entry in C{mes_example}, or C{None} for one
+    What one entry says, as one line of prompt text, or C{None} for one
     with nothing to say.
     """
-    character, other = names
-    if entry.role == CHARACTER:
-        text = flatten(entry.text)
-        if not text:
-            return None
-        return character, text + (CUT_OFF if entry.status == INTERRUPTED else "")
-    if entry.status == UNHEARD:
-        return other, UNHEARD_TEXT
-    text = flatten(entry.text)
+    return _words(entry.role, entry.status, entry.text)
+
+
+@functools.lru_cache(maxsize=16384)
+def _words(role: str, status: str, text: str) -> str | None:
+    # Every turn plans the same recent entries again: each is read once.
+    if status == UNHEARD:
+        return UNHEARD_TEXT
+    text = flatten(text)
     if not text:
         return None
-    if entry.role == EVENT:
-        return other, f"[Game event] {text}"
-    return other, text
+    if role == CHARACTER:
+        return text + (CUT_OFF if status == INTERRUPTED else "")
+    if role == EVENT:
+        return f"[Game event] {text}"
+    return text
+
+
+def lineOf(entry: Entry, names: tuple[str, str]) -> tuple[str, str] | None:
+    """
+    The label and words of one entry in C{mes_example} (C{names}: the
+    character's label and everyone else's), or C{None}.
+    """
+    words = wordsOf(entry)
+    if words is None:
+        return None
+    return (names[0] if entry.role == CHARACTER else names[1]), words
 
 
 def _tokens(content: str, character: str, player: str) -> int:
@@ -199,12 +211,14 @@ def plan(
     names = labels(character)
     if names is None:
         return Plan(None, {"skipped": "the card's name cannot label conversation lines"})
-    request = _request(fields, card, spoken)
+    # A spoken turn's words are counted as a transcript of the reserve's size.
+    transcript = "w" * (4 * limits.spokenReserve) if spoken else None
+    request = promptRequest(fields, card, transcript)
     limit = limits.maxInputTokens or limitOf(request)
     request["maxInputTokens"] = limit
     blocks = mandatoryBlocks(request)
     player = trimmed(request.get("playerDisplayName")) or "Player"
-    event = eventTokens(request) + (limits.spokenReserve if spoken else 0)
+    event = eventTokens(request)
     base = sum(b.tokens for b in blocks) + event
     report: dict[str, Any] = {"limit": limit, "eventTokens": event, "spoken": spoken}
     if base > limit:
@@ -215,7 +229,7 @@ def plan(
     # Newest first, and no further back than could ever fit: a long
     # conversation costs what fits, not what it holds.
     lines: list[_Line] = []
-    pending = 0
+    pending = 0  # entries not summarized
     reach = 0
     for entry in reversed(conversation.entries):
         if entry.seq <= conversation.summarizedThrough:
@@ -229,7 +243,6 @@ def plan(
             lines.append(line)
             reach += line.tokens
     lines.reverse()
-    pendingEntries = pending
     newest = min(available, sum(line.tokens for line in lines[-2:]))
 
     # The mandatory additions, within what the newest exchange leaves.
@@ -243,18 +256,15 @@ def plan(
         factText = f"{factText}\n{fact}" if factText else fact
         used += cost
     summary = _clip(conversation.summary.strip(), limits.summaryTokens)
-    scanned = (
-        [trimmed(_eventText(fields))] + [line.content for line in lines[-scanDepth:]]
-        if scanDepth
-        else [trimmed(_eventText(fields))]
-    )
+    recent = [line.content for line in lines[-scanDepth:]] if scanDepth else []
+    scanned = [trimmed(_eventText(fields)), *recent]
     budget = min(loreBudget or limits.loreTokens, max(0, available - newest))
     kept, left = activate(lore, scanned, recursive, budget)
 
-    def build(kept: list[LoreEntry], summary: str, factText: str) -> dict[str, Any]:
+    def build(kept: list[LoreEntry], summary: str, factText: str) -> dict[str, str]:
         before = "\n".join(e.content for e in kept if e.position == BEFORE_CHAR)
         after = "\n".join(e.content for e in kept if e.position != BEFORE_CHAR)
-        changed = dict(data)
+        changed: dict[str, str] = {}
         if before:
             changed["description"] = _joined(before, trimmed(data.get("description")))
         scenario = _joined(
@@ -270,7 +280,7 @@ def plan(
     baseSize = sum(b.tokens for b in blocks)
     while True:
         changed = build(kept, summary, factText)
-        planned = mandatoryBlocks({**request, "card": {"data": changed}})
+        planned = mandatoryBlocks({**request, "card": {"data": {**data, **changed}}})
         added = sum(b.tokens for b in planned) - baseSize
         if added <= available - newest:
             break
@@ -280,7 +290,8 @@ def plan(
             worst = min(range(len(kept)), key=lambda i: (kept[i].priority, -i))
             left.append(kept.pop(worst))
         elif summary:
-            summary = _clip(summary, max(0, len(summary) // 8 - 8)) if len(summary) > 64 else ""
+            # Halved each time, then gone.
+            summary = _clip(summary, estimateTokens(summary) // 2) if len(summary) > 64 else ""
         elif factText:
             factText = "\n".join(factText.split("\n")[:-1])
         else:
@@ -304,7 +315,7 @@ def plan(
         changed["mes_example"] = _joined(own, f"<START>\n{conversationText}" if history else "")
     else:
         changed["mes_example"] = f"<START>\n{conversationText}" if history else ""
-    newCard = {**card, "data": changed}
+    newCard = {**card, "data": {**data, **changed}}
     report.update(
         {
             "blocks": [{"id": b.id, "estimatedTokens": b.tokens} for b in planned],
@@ -312,10 +323,8 @@ def plan(
             "memoryTokens": added,
             "history": {
                 "kept": len(history),
-                "dropped": pendingEntries - len(history),
-                "summarized": sum(
-                    1 for e in conversation.entries if e.seq <= conversation.summarizedThrough
-                ),
+                "dropped": pending - len(history),
+                "summarized": len(conversation.entries) - pending,
                 "estimatedTokens": spent,
             },
             "summary": {"included": bool(summary), "estimatedTokens": math.ceil(len(summary) / 4)},
@@ -331,7 +340,7 @@ def plan(
             "estimatedTokens": base + added + spent + (exampleTokens if keepExamples else 0),
         }
     )
-    return Plan(newCard, report, pendingEntries - len(history), kept)
+    return Plan(newCard, report, pending - len(history), changed)
 
 
 def _eventText(fields: Mapping[str, Any]) -> str:
@@ -340,44 +349,12 @@ def _eventText(fields: Mapping[str, Any]) -> str:
     return text if isinstance(text, str) else ""
 
 
-def _request(fields: Mapping[str, Any], card: Mapping[str, Any], spoken: bool) -> dict[str, Any]:
-    """
-    RPEngine's prompt request for these fields; a spoken turn's unknown
-    words are counted by the caller.
-    """
-    if not trimmed(_eventText(fields)):
-        # A recording or a capture: no text yet, the transcript will be the event.
-        fields = {**fields, "event": {"text": "-"}}
-        request = promptRequest(fields, card)
-        request["eventText"] = ""
-        return request
-    return (
-        promptRequest(fields, card, "-" if spoken else None)
-        if spoken
-        else promptRequest(fields, card)
-    )
-
-
-def verify(fields: Mapping[str, Any], card: Mapping[str, Any], limit: int) -> int:
-    """
-    How many of the planned chat messages RPEngine would leave out of this
-    typed request (0 when the plan holds).
-
-    @raise PromptTooLarge: when RPEngine would refuse it.
-    """
-    request = promptRequest(fields, card)
-    request["maxInputTokens"] = limit
-    return assemble(request).droppedExamples
-
-
 __all__ = [
-    "GREETING",
     "Limits",
     "Plan",
-    "PromptTooLarge",
     "flatten",
     "labels",
     "lineOf",
     "plan",
-    "verify",
+    "wordsOf",
 ]

@@ -16,12 +16,13 @@ moment a player's turn arrives.
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client.core import CounterMetricFamily
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -41,9 +42,9 @@ from rpmiddleware.builtin.memory.conversation import (
     Key,
     Where,
 )
+from rpmiddleware.builtin.memory.lorebook import Book, bookOf, entryFrom
 from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
-from rpmiddleware.builtin.memory.lorebook import bookOf, entryFrom
-from rpmiddleware.builtin.memory.planner import Limits, Plan, plan, verify
+from rpmiddleware.builtin.memory.planner import Limits, Plan, plan
 from rpmiddleware.builtin.memory.settings import MemorySettings
 from rpmiddleware.builtin.memory.store import MemoryStore
 from rpmiddleware.builtin.memory.summarizer import (
@@ -52,9 +53,10 @@ from rpmiddleware.builtin.memory.summarizer import (
     summaryRequest,
     toCondense,
 )
+from rpmiddleware.cardhasher import OwnedDocument
 from rpmiddleware.cards import snapshotTransfer, transferDocument
 from rpmiddleware.clientext import clientMessage
-from rpmiddleware.engineprompt import PromptTooLarge, renderMacros, trimmed
+from rpmiddleware.engineprompt import renderMacros, trimmed
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import (
     IChainContext,
@@ -72,6 +74,8 @@ CLIENT_TYPES = ("memory",)
 REQUESTS = frozenset({"reply.request", "voice.capture.start"})
 WITHDRAWALS = frozenset({"request.cancel", "voice.capture.cancel"})
 ENDINGS = frozenset({"reply.completed", "reply.cancelled", "request.error"})
+#: Lorebooks kept parsed (one per card the middleware plays).
+BOOKS_CACHED = 64
 #: The meta keys a Python API caller (or another plugin) names a turn's
 #: conversation, location and scene with.
 CONVERSATION, LOCATION, SCENE = "conversation", "location", "scene"
@@ -140,6 +144,9 @@ class Memory(ChainPlugin):
         self._idle: IDelayedCall | None = None
         self._context: IChainContext | None = None
         self._summarizerCard: dict[str, Any] | None = None
+        #: Lorebooks of owned cards, and the game's knowledge, by integration.
+        self._books: OrderedDict[int, tuple[Mapping[str, Any], Book]] = OrderedDict()
+        self._known: dict[str, list[LoreEntry]] = {}
         self.counts = {"planned": 0, "tokens": 0, "summaries": 0, "summaryFailures": 0}
 
     # Finding a conversation.
@@ -197,14 +204,18 @@ class Memory(ChainPlugin):
         player = trimmed((fields.get("player") or {}).get("displayName")) or "Player"
         if conversation.greetingPending:
             self._greet(conversation, data, character, player)
-        spoken = envelope.type == "voice.capture.start" or _hasAudio(fields)
+        capture = envelope.type == "voice.capture.start"
         text = trimmed((fields.get("event") or {}).get("text"))
-        if envelope.type == "voice.capture.start" or (spoken and not text):
-            said = None if envelope.type == "voice.capture.start" else (PLAYER, player, "", UNHEARD)
+        said: tuple[str, str, str, str] | None
+        if capture:
+            said = None  # its words come in voice.capture.transcript, if asked for
+        elif not text:
+            said = (PLAYER, player, "", UNHEARD)  # a recording: RPEngine tells no words
         elif fields.get("interactionMode") == "auto_event":
             said = (EVENT, "", text, COMPLETE)
         else:
-            said = (PLAYER, player, text, UNHEARD if spoken and not text else COMPLETE)
+            said = (PLAYER, player, text, COMPLETE)
+        spoken = capture or _hasAudio(fields)
         requestId = envelope.requestId or ""
         self._turns[requestId] = _Turn(key, said, character)
         made = self._plan(fields, card, conversation, spoken, meta)
@@ -212,7 +223,9 @@ class Memory(ChainPlugin):
         if made.card is None:
             return envelope
         try:
-            owned = self.cards.canonicalNow(made.card)
+            # A copy of the game's card (which the middleware owns) with
+            # the planned text: no private copy to parse, no walk of it.
+            owned = self.cards.withData(card, made.changes)
         except ValueError:
             self.log.failure(
                 "the planned card for {requestId} cannot be hashed", requestId=requestId
@@ -229,7 +242,7 @@ class Memory(ChainPlugin):
         spoken: bool,
         meta: Mapping[str, Any],
     ) -> Plan:
-        book = bookOf(card)
+        book = self._book(card)
         lore = [*book.entries, *self._knowledge(conversation.key, meta)]
         made = plan(
             fields,
@@ -242,20 +255,6 @@ class Memory(ChainPlugin):
             book.tokenBudget,
             book.recursive,
         )
-        if made.card is not None and not spoken:
-            # The plan is checked with RPEngine's own assembly.
-            try:
-                dropped = verify(fields, made.card, made.report["limit"])
-            except PromptTooLarge:
-                dropped = -1
-            if dropped:
-                self.log.error(
-                    "the memory plan for {key} would not fit RPEngine's prompt ({dropped}); "
-                    "sending the game's card",
-                    key=conversation.key.asDict(),
-                    dropped=dropped,
-                )
-                return Plan(None, {**made.report, "skipped": "the plan did not fit"})
         if made.card is not None:
             self.counts["planned"] += 1
             self.counts["tokens"] += int(made.report.get("estimatedTokens", 0))
@@ -273,13 +272,30 @@ class Memory(ChainPlugin):
             scopes.add(f"location:{location}")
         if scene:
             scopes.add(f"scene:{scene}")
-        found = []
-        for _, scope, raw in self.store.knowledge(key.integrationId):
-            if scope in scopes:
-                entry = entryFrom(raw, scope)
-                if entry is not None:
-                    found.append(entry)
-        return found
+        known = self._known.get(key.integrationId)
+        if known is None:
+            made = (
+                entryFrom(raw, scope) for _, scope, raw in self.store.knowledge(key.integrationId)
+            )
+            known = self._known[key.integrationId] = [e for e in made if e is not None]
+        return [entry for entry in known if entry.source in scopes]
+
+    def _book(self, card: Mapping[str, Any]) -> Book:
+        """
+        The card's lorebook, read once for a card the middleware owns (it
+        never changes), each time for any other.
+        """
+        if not isinstance(card, OwnedDocument):
+            return bookOf(card)
+        cached = self._books.get(id(card))
+        if cached is not None and cached[0] is card:
+            self._books.move_to_end(id(card))
+            return cached[1]
+        book = bookOf(card)
+        self._books[id(card)] = (card, book)
+        while len(self._books) > BOOKS_CACHED:
+            self._books.popitem(last=False)
+        return book
 
     def _greet(
         self, conversation: Conversation, data: Mapping[str, Any], character: str, player: str
@@ -340,12 +356,8 @@ class Memory(ChainPlugin):
         if said:
             self.storeFor(turn.key).append(conversation, *said)
             self._failures.pop(turn.key, None)
-            if self._unsummarizedTokens(conversation) > self.settings.summarize_after_tokens:
+            if conversation.unsummarizedTokens() > self.settings.summarize_after_tokens:
                 self._dueFor(turn.key)
-
-    @staticmethod
-    def _unsummarizedTokens(conversation: Conversation) -> int:
-        return sum(math.ceil(len(e.text) / 4) + 1 for e in conversation.unsummarized())
 
     # Summaries.
 
@@ -443,7 +455,7 @@ class Memory(ChainPlugin):
                 self.storeFor(summary.key).summarize(conversation, text, summary.through)
                 self.counts["summaries"] += 1
                 self._failures.pop(summary.key, None)
-                if self._unsummarizedTokens(conversation) > self.settings.summarize_after_tokens:
+                if conversation.unsummarizedTokens() > self.settings.summarize_after_tokens:
                     self._dueFor(summary.key)
             elif not summary.cancelled:
                 self._failed(summary, str(envelope.get("code") or kind))
@@ -543,11 +555,15 @@ class Memory(ChainPlugin):
         constant: bool = False,
         integrationId: str | None = None,
     ) -> int:
+        integrationId = integrationId or self.integrationId
         entry = {"content": text.strip(), "keys": list(keys), "constant": constant}
-        return self.store.know(integrationId or self.integrationId, scope, entry)
+        self._known.pop(integrationId, None)
+        return self.store.know(integrationId, scope, entry)
 
     def unknow(self, knowledgeId: int, integrationId: str | None = None) -> bool:
-        return self.store.unknow(integrationId or self.integrationId, knowledgeId)
+        integrationId = integrationId or self.integrationId
+        self._known.pop(integrationId, None)
+        return self.store.unknow(integrationId, knowledgeId)
 
     # Sessions and metrics.
 
@@ -561,9 +577,7 @@ class Memory(ChainPlugin):
             # Its request ends with the session (engine_disconnected).
             self._due[summary.key] = None
 
-    def collectMetrics(self) -> Any:
-        from prometheus_client.core import CounterMetricFamily
-
+    def collectMetrics(self) -> Iterator[CounterMetricFamily]:
         yield CounterMetricFamily(
             "rpmiddleware_memory_planned_tokens",
             "Tokens (RPEngine's estimate) of the requests the memory plugin planned.",

@@ -11,13 +11,12 @@ that it never meets C{prompt_too_large}.
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from rpmiddleware.builtin.memory.conversation import Conversation, Entry
-from rpmiddleware.builtin.memory.planner import flatten, lineOf
+from rpmiddleware.builtin.memory.conversation import CHARACTER, Conversation, Entry
+from rpmiddleware.builtin.memory.planner import flatten, wordsOf
 from rpmiddleware.envelope import Envelope
 
 SUMMARIZER_ID = "rpmiddleware-memory-summarizer"
@@ -64,38 +63,36 @@ def toCondense(conversation: Conversation, keepRecent: int, chunk: int) -> list[
     pending = conversation.unsummarized()
     kept = 0
     cut = len(pending)
-    while cut > 0 and kept + _size(pending[cut - 1]) <= keepRecent:
+    while cut > 0 and kept + pending[cut - 1].tokens <= keepRecent:
         cut -= 1
-        kept += _size(pending[cut])
+        kept += pending[cut].tokens
     chosen: list[Entry] = []
     total = 0
     for entry in pending[:cut]:
-        size = _size(entry)
-        if chosen and total + size > chunk:
+        if chosen and total + entry.tokens > chunk:
             break
         chosen.append(entry)
-        total += size
+        total += entry.tokens
     return chosen
-
-
-def _size(entry: Entry) -> int:
-    return math.ceil((len(entry.text) + len(entry.speaker) + 2) / 4)
 
 
 def eventText(
     conversation: Conversation, entries: Sequence[Entry], words: int, character: str, player: str
 ) -> str:
-    names = (character or "Character", player or "Player")
+    """
+    What the summarizer is asked: the summary so far, the lines to fold in
+    with who said each, and how long the new one may be.
+    """
+    character, player = character or "Character", player or "Player"
     lines = []
     for entry in entries:
-        said = lineOf(entry, ("\x00", "\x01"))
-        if said is None:
-            continue
-        speaker = entry.speaker or (names[0] if said[0] == "\x00" else names[1])
-        lines.append(f"{flatten(speaker)}: {said[1]}")
+        said = wordsOf(entry)
+        if said is not None:
+            speaker = entry.speaker or (character if entry.role == CHARACTER else player)
+            lines.append(f"{flatten(speaker)}: {said}")
     summary = conversation.summary.strip() or "(nothing yet)"
     return (
-        f"The summary so far of the conversation between {names[1]} and {names[0]}:\n"
+        f"The summary so far of the conversation between {player} and {character}:\n"
         f"{summary}\n\nWhat was said since:\n" + "\n".join(lines) + "\n\n"
         f"Write the updated summary in at most {words} words. Keep every name, fact, "
         "promise and open question; drop small talk."
