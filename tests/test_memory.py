@@ -294,6 +294,23 @@ class StoreTests(SynchronousTestCase):
         self.assertEqual((again.summary, again.summarizedThrough), ("They met.", 1))
         self.assertEqual(again.facts[0].id, fact.id)
 
+    def test_briefsCountWithoutLoading(self) -> None:
+        path = self.mktemp()
+        store = MemoryStore(path, lambda: 5.0)
+        conversation = store.conversation(KEY)
+        store.append(
+            conversation, (PLAYER, "Alex", "Hi", COMPLETE), (CHARACTER, "Mira", "Ho", COMPLETE)
+        )
+        store.pin(conversation, "A fact.")
+        store.close()
+        again = MemoryStore(path, lambda: 6.0)
+        self.assertEqual(
+            again.briefs(characterId="mira"),
+            [{**KEY.asDict(), "entries": 2, "facts": 1, "summarized": False, "updated": 5.0}],
+        )
+        self.assertEqual(again.briefs(characterId="someone else"), [])
+        self.assertEqual(again.briefs(), [again.conversation(KEY).brief()])
+
     def test_exportImport(self) -> None:
         store = MemoryStore(self.mktemp(), lambda: 0.0)
         conversation = store.conversation(KEY)

@@ -19,6 +19,7 @@ what a game may ask, L{settings} the configuration.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,17 +42,13 @@ def buildMemory(settings: Mapping[str, Any], services: IPluginServices) -> Memor
         services.timeline,
         services.config.game.integration_id,
     )
-    try:
-        plugin.store.check() if _exists(parsed.path) else None
-    except StoreError as e:
-        raise ValueError(str(e))
+    if os.path.exists(parsed.path):
+        # A file that is there is read now, so a wrong one is said at start-up.
+        try:
+            plugin.store.check()
+        except StoreError as e:
+            raise ValueError(str(e))
     return plugin
-
-
-def _exists(path: str) -> bool:
-    import os
-
-    return path != ":memory:" and os.path.exists(path)
 
 
 memory = PluginFactory(

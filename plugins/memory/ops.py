@@ -86,9 +86,13 @@ def _where(memory: Memory, client: str, message: dict[str, Any]) -> dict[str, An
     return {"location": where.location, "scene": where.scene}
 
 
-def _target(
-    call: Callable[[Memory, _Target, dict[str, Any]], dict[str, Any]],
-) -> Callable[[Memory, str, dict[str, Any]], dict[str, Any]]:
+Op = Callable[[Memory, str, dict[str, Any]], dict[str, Any]]
+TargetOp = Callable[[Memory, _Target, dict[str, Any]], dict[str, Any]]
+
+
+def _target(call: TargetOp) -> Op:
+    """An op on one conversation; its answer names the conversation."""
+
     def op(memory: Memory, client: str, message: dict[str, Any]) -> dict[str, Any]:
         target = _Target(memory, client, message)
         named = {"characterId": target.characterId, "conversationId": target.conversationId}
@@ -97,59 +101,85 @@ def _target(
     return op
 
 
-def _args(t: _Target) -> tuple[str, str]:
-    return t.characterId, t.conversationId
+def _list(m: Memory, client: str, msg: dict[str, Any]) -> dict[str, Any]:
+    found = m.conversations(_optional(msg, "integrationId"), _optional(msg, "characterId"))
+    return {"conversations": found}
 
 
-OPS: dict[str, Callable[[Memory, str, dict[str, Any]], dict[str, Any]]] = {
+def _read(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
+    return {"conversation": m.read(t.characterId, t.conversationId, t.integrationId)}
+
+
+def _export(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
+    return {"document": m.export(t.characterId, t.conversationId, t.integrationId)}
+
+
+def _import(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
+    count = m.restore(t.characterId, t.conversationId, msg.get("document"), t.integrationId)
+    return {"entries": count}
+
+
+def _forget(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
+    return {"forgotten": m.forget(t.characterId, t.conversationId, t.integrationId)}
+
+
+def _greeted(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
+    m.greeted(t.characterId, t.conversationId, t.integrationId)
+    return {}
+
+
+def _edit(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
+    seq = _whole(msg, "seq")
+    text = None if msg.get("remove") is True else _string(msg, "text")
+    m.edit(t.characterId, t.conversationId, seq, text, t.integrationId)
+    return {"seq": seq}
+
+
+def _summary(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
+    summary = msg.get("summary")
+    if not isinstance(summary, str) or len(summary) > MAX_TEXT:
+        raise OpError(f"summary must be a string of at most {MAX_TEXT} characters")
+    m.setSummary(t.characterId, t.conversationId, summary, t.integrationId)
+    return {}
+
+
+def _pin(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
+    fact = _string(msg, "fact", 500)
+    return {"fact": m.pin(t.characterId, t.conversationId, fact, t.integrationId)}
+
+
+def _unpin(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
+    m.unpin(t.characterId, t.conversationId, _whole(msg, "factId"), t.integrationId)
+    return {}
+
+
+def _know(m: Memory, client: str, msg: dict[str, Any]) -> dict[str, Any]:
+    constant = msg.get("constant") is True
+    integrationId = _optional(msg, "integrationId")
+    text = _string(msg, "text")
+    return {"knowledgeId": m.know(text, _keys(msg), _scope(msg), constant, integrationId)}
+
+
+def _unknow(m: Memory, client: str, msg: dict[str, Any]) -> dict[str, Any]:
+    removed = m.unknow(_whole(msg, "knowledgeId"), _optional(msg, "integrationId"))
+    return {"removed": removed}
+
+
+OPS: dict[str, Op] = {
     "use": _use,
     "where": _where,
-    "list": lambda m, c, msg: {
-        "conversations": m.conversations(
-            _optional(msg, "integrationId"), _optional(msg, "characterId")
-        )
-    },
-    "read": _target(lambda m, t, msg: {"conversation": m.read(*_args(t), t.integrationId)}),
-    "export": _target(lambda m, t, msg: {"document": m.export(*_args(t), t.integrationId)}),
-    "forget": _target(lambda m, t, msg: {"forgotten": m.forget(*_args(t), t.integrationId)}),
-    "greeted": _target(lambda m, t, msg: m.greeted(*_args(t), t.integrationId) or {}),
-    "edit": _target(
-        lambda m, t, msg: (
-            m.edit(
-                *_args(t),
-                _whole(msg, "seq"),
-                None if msg.get("remove") is True else _string(msg, "text"),
-                t.integrationId,
-            )
-            or {"seq": msg["seq"]}
-        )
-    ),
-    "summary": _target(
-        lambda m, t, msg: (
-            m.setSummary(*_args(t), str(msg.get("summary") or ""), t.integrationId) or {}
-        )
-    ),
-    "pin": _target(
-        lambda m, t, msg: {"fact": m.pin(*_args(t), _string(msg, "fact", 500), t.integrationId)}
-    ),
-    "unpin": _target(
-        lambda m, t, msg: m.unpin(*_args(t), _whole(msg, "factId"), t.integrationId) or {}
-    ),
-    "import": _target(
-        lambda m, t, msg: {"entries": m.restore(*_args(t), msg.get("document"), t.integrationId)}
-    ),
-    "know": lambda m, c, msg: {
-        "knowledgeId": m.know(
-            _string(msg, "text"),
-            _keys(msg),
-            _scope(msg),
-            msg.get("constant") is True,
-            _optional(msg, "integrationId"),
-        )
-    },
-    "unknow": lambda m, c, msg: {
-        "removed": m.unknow(_whole(msg, "knowledgeId"), _optional(msg, "integrationId"))
-    },
+    "list": _list,
+    "read": _target(_read),
+    "export": _target(_export),
+    "import": _target(_import),
+    "forget": _target(_forget),
+    "greeted": _target(_greeted),
+    "edit": _target(_edit),
+    "summary": _target(_summary),
+    "pin": _target(_pin),
+    "unpin": _target(_unpin),
+    "know": _know,
+    "unknow": _unknow,
 }
 
 

@@ -481,10 +481,10 @@ class Memory(ChainPlugin):
         self, integrationId: str | None = None, characterId: str | None = None
     ) -> list[dict[str, Any]]:
         found = [
-            *self.store.conversations(integrationId, characterId),
-            *self.sessions.conversations(integrationId, characterId),
+            *self.store.briefs(integrationId, characterId),
+            *self.sessions.briefs(integrationId, characterId),
         ]
-        return [c.brief() for c in sorted(found, key=lambda c: -c.updated)]
+        return sorted(found, key=lambda brief: -brief["updated"])
 
     def edit(
         self,

@@ -352,34 +352,38 @@ class MemoryStore:
         self._ids.pop(key, None)
         return cursor.rowcount > 0 or found is not None
 
-    def conversations(
+    def briefs(
         self, integrationId: str | None = None, characterId: str | None = None
-    ) -> list[Conversation]:
+    ) -> list[dict[str, Any]]:
         """
-        Every stored conversation (and loaded session one), maybe of one
-        integration or character, newest change first.
+        What conversations there are (L{Conversation.brief}), maybe of one
+        integration or character: the loaded ones as they are, the rest
+        counted in the database without reading their entries.
         """
-        found: dict[Key, Conversation] = {
-            k: c for k, c in self._loaded.items() if c.entries or c.facts or c.summary
+
+        def wanted(key: Key) -> bool:
+            return (integrationId is None or key.integrationId == integrationId) and (
+                characterId is None or key.characterId == characterId
+            )
+
+        found = {
+            k: c.brief()
+            for k, c in self._loaded.items()
+            if wanted(k) and (c.entries or c.facts or c.summary)
         }
         if self._exists():
-            for integration, character, conversation in self._open().execute(
-                "SELECT integration, character, conversation FROM conversations"
-            ):
-                key = Key(integration, character, conversation)
-                if key not in found:
-                    loaded = self._read(key)
-                    if loaded is not None:
-                        found[key] = loaded
-        return sorted(
-            (
-                c
-                for k, c in found.items()
-                if (integrationId is None or k.integrationId == integrationId)
-                and (characterId is None or k.characterId == characterId)
-            ),
-            key=lambda c: -c.updated,
-        )
+            rows = self._open().execute(
+                "SELECT integration, character, conversation, summary != '', updated, "
+                "(SELECT count(*) FROM entries WHERE entries.conversation = c.id), "
+                "(SELECT count(*) FROM facts WHERE facts.conversation = c.id) "
+                "FROM conversations AS c"
+            )
+            for integration, character, name, summarized, updated, entries, facts in rows:
+                key = Key(integration, character, name)
+                if wanted(key) and key not in found:
+                    brief = {"entries": entries, "facts": facts, "summarized": bool(summarized)}
+                    found[key] = {**key.asDict(), **brief, "updated": updated}
+        return list(found.values())
 
     # Export and import.
 
