@@ -323,6 +323,13 @@ class StoreTests(SynchronousTestCase):
         )
         self.assertIn("entries[0].seq", str(e))
         self.assertRaises(StoreError, store.restore, other, {"format": "nope"})
+        # Importing over a stored conversation replaces it, on disk too.
+        store.append(conversation, (CHARACTER, "Mira", "Ho", COMPLETE))
+        store.restore(KEY, document)
+        store.close()
+        again = MemoryStore(store.path, lambda: 0.0)
+        self.assertEqual([e.text for e in again.conversation(KEY).entries], ["Hi"])
+        self.assertEqual([e.text for e in again.conversation(other).entries], ["Hi"])
 
     def test_killedWriterLeavesAWholeStore(self) -> None:
         """

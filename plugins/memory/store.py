@@ -344,13 +344,17 @@ class MemoryStore:
         if not key.persistent:
             return found is not None
         with self._transaction() as db:
-            cursor = db.execute(
-                "DELETE FROM conversations WHERE integration = ? AND character = ? "
-                "AND conversation = ?",
-                (key.integrationId, key.characterId, key.conversationId),
-            )
+            deleted = self._delete(db, key)
+        return deleted or found is not None
+
+    def _delete(self, db: sqlite3.Connection, key: Key) -> bool:
         self._ids.pop(key, None)
-        return cursor.rowcount > 0 or found is not None
+        cursor = db.execute(
+            "DELETE FROM conversations WHERE integration = ? AND character = ? "
+            "AND conversation = ?",
+            (key.integrationId, key.characterId, key.conversationId),
+        )
+        return cursor.rowcount > 0
 
     def briefs(
         self, integrationId: str | None = None, characterId: str | None = None
@@ -393,16 +397,16 @@ class MemoryStore:
     def restore(self, key: Key, document: Any) -> Conversation:
         """
         Replace conversation C{key} with an L{export}ed document (a game's
-        save file).
+        save file), in one change: a kill leaves the old one or the new.
 
         @raise InvalidDocument: naming what is wrong with C{document}.
         """
         conversation = _parseExport(key, document)
-        self.forget(key)
         conversation.updated = self._now()
+        self._loaded.pop(key, None)
         if key.persistent:
             with self._transaction() as db:
-                self._ids.pop(key, None)
+                self._delete(db, key)
                 rowid = self._rowid(db, conversation)
                 db.executemany(
                     "INSERT INTO entries (conversation, seq, role, speaker, text, status, at) "
