@@ -66,6 +66,32 @@ class FakeClientWriter:
         return [m for m in self.sent if m["type"] == "status"]
 
 
+class OpenConnections:
+    """
+    Connections of a client endpoint on a Clock, with fake writers; called,
+    it lists the open ones, as the router bridges look them up.
+    """
+
+    def __init__(self, endpoint: Any, clock: Clock) -> None:
+        self.endpoint = endpoint
+        self.clock = clock
+        self.open: list[ClientConnection] = []
+
+    def __call__(self) -> list[ClientConnection]:
+        return self.open
+
+    def connect(self) -> tuple[ClientConnection, FakeClientWriter]:
+        writer = FakeClientWriter()
+        connection = ClientConnection(self.endpoint, writer, "tcp4:127.0.0.1:5000")
+        connection.opened()
+        self.open.append(connection)
+        return connection, writer
+
+    def say(self, connection: ClientConnection, **message: Any) -> None:
+        connection.received(json.dumps(message).encode("utf-8"), False)
+        self.clock.advance(0)
+
+
 class Rig:
     """
     A middleware (capacity gate and card cache) on a Clock, its client

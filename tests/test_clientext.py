@@ -7,7 +7,6 @@ connection of the client that asked.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from twisted.internet.task import Clock
@@ -15,7 +14,6 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
 from rpmiddleware.cards import CardHasher
-from rpmiddleware.client.connection import ClientConnection
 from rpmiddleware.client.extensions import ExtensionBridge
 from rpmiddleware.clientext import clientMessage, toClient
 from rpmiddleware.config import Settings
@@ -25,7 +23,7 @@ from rpmiddleware.middleware import Middleware, PluginServices
 from rpmiddleware.plugin import ChainPlugin
 from rpmiddleware.timeline import Timeline
 from tests.test_client_helpers import clockedEndpoint
-from tests.test_client_status import FakeClientWriter
+from tests.test_client_status import OpenConnections
 
 
 @implementer(IEnvelopePlugin, IClientExtension)
@@ -51,19 +49,10 @@ class Rig:
         services = PluginServices(self.clock, settings, CardHasher(None), Timeline())
         self.middleware = Middleware(self.clock, settings, list(plugins), services)
         self.endpoint = clockedEndpoint(self.middleware, settings, self.clock)
-        self.connections: list[ClientConnection] = []
-        self.middleware.router.observe(ExtensionBridge(lambda: self.connections))
-
-    def connect(self) -> tuple[ClientConnection, FakeClientWriter]:
-        writer = FakeClientWriter()
-        connection = ClientConnection(self.endpoint, writer, "tcp4:127.0.0.1:5000")
-        connection.opened()
-        self.connections.append(connection)
-        return connection, writer
-
-    def say(self, connection: ClientConnection, **message: Any) -> None:
-        connection.received(json.dumps(message).encode("utf-8"), False, None)
-        self.clock.advance(0)
+        self.clients = OpenConnections(self.endpoint, self.clock)
+        self.middleware.router.observe(ExtensionBridge(self.clients))
+        self.connect = self.clients.connect
+        self.say = self.clients.say
 
 
 class ExtensionTests(SynchronousTestCase):

@@ -15,13 +15,14 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.api import ReplyStream
 from rpmiddleware.client.errors import LLM_ERROR, LLM_TIMEOUT, engineErrorMessage
-from rpmiddleware.client.turns import TEXT, Turn
+from rpmiddleware.client.turns import Turn
 from rpmiddleware.engine.mailbox import TO_ENGINE
 from rpmiddleware.engine.mailboxwatch import PROBE_PREFIX
 from rpmiddleware.metrics import MiddlewareMetrics
 from rpmiddleware.testing.kit import captureLogEvents
 from tests.test_client_turns import Recorder
 from tests.test_mailbox_endpoint import Rig, ending, transportOf
+from tests.test_turn_endings import startedTurn
 
 #: The bound the product promises.
 BOUND = 10.0
@@ -198,20 +199,7 @@ class StallInFileModeTests(SynchronousTestCase):
         turns: list[Turn] = []
         for text in ("First?", "Second?"):
             stream = rig.ask(text)
-            send = Recorder()
-            turn = Turn(
-                TEXT,
-                stream,
-                send,
-                None,
-                rig.clock,
-                300.0,
-                lambda t: None,
-                text,
-                stallTimeout=60.0,
-                queue=rig.middleware.engineQueue,
-            )
-            turn.start()
+            turn, send = startedTurn(stream, rig.clock, rig.middleware.engineQueue, text)
             sends.append(send)
             turns.append(turn)
         rig.run(1.0, step=0.05)

@@ -6,7 +6,6 @@ bridge between them, without sockets, on a Clock.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from twisted.internet.task import Clock
@@ -24,7 +23,7 @@ from rpmiddleware.playbookwire import PREFIX
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.timeline import Timeline
 from tests.test_client_helpers import clockedEndpoint
-from tests.test_client_status import FakeClientWriter
+from tests.test_client_status import FakeClientWriter, OpenConnections
 
 #: Mira's playbook: asking for work moves to "offer"; ten seconds of silence
 #: there move on to "waited", with no turn (say = "").
@@ -70,19 +69,11 @@ class Rig:
         self.left = LeftChain()
         self.middleware.chain.addObserver(self.left)
         self.endpoint = clockedEndpoint(self.middleware, self.settings, self.clock)
-        self.connections: list[ClientConnection] = []
-        self.middleware.router.observe(PlaybookBridge(lambda: self.connections))
-
-    def connect(self) -> tuple[ClientConnection, FakeClientWriter]:
-        writer = FakeClientWriter()
-        connection = ClientConnection(self.endpoint, writer, "tcp4:127.0.0.1:5000")
-        connection.opened()
-        self.connections.append(connection)
-        return connection, writer
-
-    def say(self, connection: ClientConnection, **message: Any) -> None:
-        connection.received(json.dumps(message).encode("utf-8"), False)
-        self.clock.advance(0)
+        self.clients = OpenConnections(self.endpoint, self.clock)
+        self.connections = self.clients.open
+        self.middleware.router.observe(PlaybookBridge(self.clients))
+        self.connect = self.clients.connect
+        self.say = self.clients.say
 
     def drop(self, connection: ClientConnection) -> None:
         connection.lost()

@@ -36,6 +36,29 @@ def hostileError(session: Any, requestId: str, messageId: str | None = None) -> 
     return fields
 
 
+def startedTurn(
+    stream: ReplyStream, clock: Any, queue: EngineQueue, text: str = "Hello?", stall: float = 60.0
+) -> tuple[Turn, Recorder]:
+    """
+    A text turn on C{stream} under the stall rule, started; and what it sent.
+    """
+    send = Recorder()
+    turn = Turn(
+        TEXT,
+        stream,
+        send,
+        None,
+        clock,
+        300.0,
+        lambda t: None,
+        text,
+        stallTimeout=stall,
+        queue=queue,
+    )
+    turn.start()
+    return turn, send
+
+
 class MalformedEndingTests(SynchronousTestCase):
     def accepted(self) -> tuple[Harness, Any, Any]:
         h = Harness()
@@ -206,20 +229,7 @@ class StallTests(SynchronousTestCase):
 
     def turn(self, requestId: str, stall: float = 60.0) -> tuple[Turn, ReplyStream, Recorder]:
         stream = ReplyStream(requestId, lambda s: self.cancels.append(s.requestId))
-        send = Recorder()
-        turn = Turn(
-            TEXT,
-            stream,
-            send,
-            None,
-            self.clock,
-            300.0,
-            lambda t: None,
-            "Hello?",
-            stallTimeout=stall,
-            queue=self.queue,
-        )
-        turn.start()
+        turn, send = startedTurn(stream, self.clock, self.queue, stall=stall)
         return turn, stream, send
 
     def say(self, stream: ReplyStream, kind: str, **fields: Any) -> None:
@@ -313,20 +323,7 @@ class StallOverTheProductTests(SynchronousTestCase):
         h = Harness()
         session, writer = h.connect()
         stream = h.middleware.requestReply("mira", text="Hello")
-        send = Recorder()
-        turn = Turn(
-            TEXT,
-            stream,
-            send,
-            None,
-            h.clock,
-            300.0,
-            lambda t: None,
-            "Hello",
-            stallTimeout=60.0,
-            queue=h.middleware.engineQueue,
-        )
-        turn.start()
+        turn, send = startedTurn(stream, h.clock, h.middleware.engineQueue, "Hello")
         h.ack(session, writer, "reply.request")
         h.engineSays(session, "reply.accepted", requestId=stream.requestId, queueDepth=1)
         h.clock.advance(59.0)
