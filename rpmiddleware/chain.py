@@ -23,6 +23,7 @@ from rpmiddleware.envelope import Direction, Envelope, summarize
 from rpmiddleware.interfaces import (
     IChainContext,
     IChainObserver,
+    IClientExtension,
     IEngineSessionInfo,
     IEnvelopePlugin,
 )
@@ -132,6 +133,15 @@ class PluginChain:
             self.session = None
         for plugin, context in zip(self.plugins, self._contexts, strict=True):
             self._callHook(plugin, "engineSessionEnded", session, context)
+
+    def clientSessionEnded(self, clientId: str) -> None:
+        """
+        Tell the plugins with client messages of their own
+        (L{IClientExtension}) that a client session is over.
+        """
+        for plugin, context in zip(self.plugins, self._contexts, strict=True):
+            if IClientExtension.providedBy(plugin):
+                self._callHook(plugin, "clientSessionEnded", clientId, context)
 
     def _callHook(self, plugin: IEnvelopePlugin, name: str, *args: Any) -> None:
         try:

@@ -232,6 +232,12 @@ class IClientExtension(Interface):
         "type of the client protocol itself."
     )
 
+    def clientSessionEnded(clientId, context):  # type: ignore[no-untyped-def]
+        """
+        Client session C{clientId} is over (expired past its TTL, or given
+        up for another): what the plugin kept for it may go.
+        """
+
 
 class IMetricsSource(Interface):
     """

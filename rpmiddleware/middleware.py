@@ -316,6 +316,13 @@ class Middleware:
         """
         self._sendInOrder(envelope)
 
+    def clientSessionEnded(self, clientId: str) -> None:
+        """
+        A client session is over: the plugins that keep anything for client
+        sessions hear it (L{rpmiddleware.interfaces.IClientExtension}).
+        """
+        self.chain.clientSessionEnded(clientId)
+
     def plugin(self, interface: Any) -> Any:
         """
         The first plugin of the chain that provides C{interface}, or C{None}:

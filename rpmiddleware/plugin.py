@@ -64,6 +64,9 @@ class ChainPlugin:
     def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
         pass
 
+    def clientSessionEnded(self, clientId: str, context: IChainContext) -> None:
+        """For a plugin with client messages (L{IClientExtension}): a client session is over."""
+
 
 @implementer(IPlugin, IPluginFactory)
 class PluginFactory:

@@ -47,6 +47,25 @@ class SessionStoreTests(SynchronousTestCase):
         self.clock.advance(3600)
         self.assertIs(self.store.resume(session.id, "third")[0], session)
 
+    def test_endedSessionsAreTold(self) -> None:
+        """
+        Each session that is over is told once: expired past its TTL, or
+        discarded for another; never one that still waits.
+        """
+        ended: list[str] = []
+        store = SessionStore(self.clock, self.settings)
+        store.onEnded = ended.append
+        waiting, expiring, discarded = store.create("a"), store.create("b"), store.create("c")
+        store.discard(discarded)
+        store.detach(expiring)
+        self.clock.advance(30)
+        store.detach(waiting)
+        self.clock.advance(31)
+        store.sweep()
+        self.assertEqual(ended, [discarded.id, expiring.id])
+        store.sweep()
+        self.assertEqual(len(ended), 2)
+
     def test_resumeLiveSessionNamesPreviousOwner(self) -> None:
         session = self.store.create("first")
         self.assertEqual(self.store.resume(session.id, "second"), (session, "first"))

@@ -33,6 +33,12 @@ class Mood(ChainPlugin):
     name = "mood"
     clientMessageTypes = ("mood",)
 
+    def __init__(self) -> None:
+        self.ended: list[str] = []
+
+    def clientSessionEnded(self, clientId: str, context: IChainContext) -> None:
+        self.ended.append(clientId)
+
     def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
         message = clientMessage(envelope, self.clientMessageTypes)
         if message is None:
@@ -63,6 +69,15 @@ class ExtensionTests(SynchronousTestCase):
         rig.say(first, type="mood", ask="calm")
         self.assertEqual(firstWriter.sent[-1], {"type": "mood-is", "mood": "calm"})
         self.assertNotIn("mood-is", [m["type"] for m in otherWriter.sent])
+
+    def test_sessionEndReachesExtensions(self) -> None:
+        mood = Mood()
+        rig = Rig(mood, ChainPlugin())
+        connection, _ = rig.connect()
+        connection.lost()
+        rig.clock.advance(rig.endpoint.settings.session_ttl)
+        rig.endpoint.sessions.sweep()
+        self.assertEqual(mood.ended, [connection.session.id])
 
     def test_unknownWithoutThePlugin(self) -> None:
         rig = Rig()

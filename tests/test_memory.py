@@ -410,6 +410,15 @@ class ClientMessageTests(SynchronousTestCase):
         )
         self.assertTrue(self.ask(op="forget", characterId="mira")["forgotten"])
 
+    def test_sessionEndedForgetsItsConversations(self) -> None:
+        self.ask(op="pin", characterId="mira", fact="Kept for the session.")
+        self.ask(op="pin", characterId="mira", conversationId="save", fact="Kept in the save.")
+        self.ask(op="where", location="village")
+        self.harness.endClientSession("c1")
+        self.assertEqual(self.plugin.read("mira", "session:c1")["facts"], [])
+        self.assertEqual(len(self.plugin.read("mira", "save")["facts"]), 1)
+        self.assertNotIn("c1", self.plugin.where)
+
     def test_errorsSayWhatWasWrong(self) -> None:
         cases: list[tuple[dict[str, Any], str]] = [
             ({"op": "bogus"}, "memory.op must be one of"),

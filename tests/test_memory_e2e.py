@@ -20,6 +20,7 @@ from rpmiddleware.builtin.memory.summarizer import SUMMARIZER_ID
 from rpmiddleware.client.status import promptSummary
 from rpmiddleware.config import Settings
 from rpmiddleware.engineprompt import AssembledPrompt
+from rpmiddleware.metrics import MiddlewareMetrics
 from rpmiddleware.middleware import Middleware
 from rpmiddleware.testing.inmemory import InMemoryEngine, connectInMemory
 from rpmiddleware.testing.kit import exampleCard, examplePromptContext
@@ -276,6 +277,16 @@ class StoreTests(SynchronousTestCase):
         self.assertIn("My name is Alex.", said)
         self.assertIn("I lost my brother Tomas.", said)
         again.stop()
+
+    def test_metrics(self) -> None:
+        rig = Rig()
+        rig.say("Hello.")
+        text = MiddlewareMetrics(rig.middleware).exposition().decode()
+        self.assertIn("rpmiddleware_memory_plans_total 1.0", text)
+        planned = f"rpmiddleware_memory_planned_tokens_total {float(rig.invocations[-1].tokens)}"
+        self.assertIn(planned, text)
+        self.assertIn('rpmiddleware_memory_summaries_total{outcome="written"} 0.0', text)
+        self.assertIn("rpmiddleware_memory_store_writes_total 0.0", text, "no save slot")
 
     def test_pinnedFactsAlwaysRide(self) -> None:
         rig = Rig()

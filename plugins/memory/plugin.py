@@ -308,6 +308,17 @@ class Memory(ChainPlugin):
                 conversation, (CHARACTER, character, line, GREETING)
             )
 
+    def clientSessionEnded(self, client: str, context: IChainContext) -> None:
+        """
+        A client session is over: its own conversations (those it named no
+        conversation id for), its choice and its place go with it.
+        """
+        self.chosen.pop(client, None)
+        self.where.pop(client, None)
+        dropped = self.sessions.dropConversations(SESSION_PREFIX + client)
+        for key in dropped:
+            self._due.pop(key, None)
+
     # Toward the game.
 
     def envelopeToGame(self, envelope: Envelope, context: IChainContext) -> Any:

@@ -356,6 +356,16 @@ class MemoryStore:
         )
         return cursor.rowcount > 0
 
+    def dropConversations(self, conversationId: str) -> list[Key]:
+        """
+        Let go of the loaded conversations named C{conversationId}, whatever
+        their character (a session's, which are never written).
+        """
+        keys = [k for k in self._loaded if k.conversationId == conversationId]
+        for key in keys:
+            del self._loaded[key]
+        return keys
+
     def briefs(
         self, integrationId: str | None = None, characterId: str | None = None
     ) -> list[dict[str, Any]]:

@@ -97,6 +97,10 @@ class ClientEndpoint:
             "status": statusHandler(self),
             **PLAYBOOK_HANDLERS,
         }
+        # What plugins kept for a client session goes when the session does.
+        self.sessions.onEnded = getattr(
+            self.middleware, "clientSessionEnded", self.sessions.onEnded
+        )
         chain = getattr(self.middleware, "chain", None)
         plugins = getattr(chain, "plugins", ())
         self.extensions = {

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -182,6 +183,9 @@ class SessionStore:
     def __init__(self, clock: IReactorTime, settings: ClientSettings) -> None:
         self.clock = clock
         self.settings = settings
+        #: Called with the id of each session that is over (expired, or
+        #: discarded for another); the endpoint tells the plugins.
+        self.onEnded: Callable[[str], object] = lambda sessionId: None
         self._sessions: dict[str, ClientSession] = {}
         #: Detached sessions, oldest detach first, for sweeping.
         self._detached: OrderedDict[str, ClientSession] = OrderedDict()
@@ -214,6 +218,7 @@ class SessionStore:
         """
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
+            self.onEnded(session.id)
         self._detached.pop(session.id, None)
 
     def resume(self, sessionId: str, owner: Any) -> tuple[ClientSession, Any]:
@@ -253,5 +258,6 @@ class SessionStore:
             self.log.debug(
                 "client session {sessionId} expired", sessionId=sessionId, tooMany=tooMany
             )
+            self.onEnded(sessionId)
         while len(self._expired) > EXPIRED_MEMORY:
             self._expired.popitem(last=False)

@@ -83,6 +83,13 @@ class PluginHarness:
             session, self.session = self.session, None
             self.chain.engineSessionEnded(session)
 
+    def endClientSession(self, clientId: str) -> None:
+        """
+        Client session C{clientId} is over, as the client endpoint says
+        when one expires (L{rpmiddleware.interfaces.IClientExtension}).
+        """
+        self.chain.clientSessionEnded(clientId)
+
     def envelope(self, type: str, **fields: Any) -> Envelope:
         sessionId = self.session.sessionId if self.session is not None else None
         return Envelope.build(type, sessionId, **fields)
