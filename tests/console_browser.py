@@ -375,11 +375,13 @@ class Checks:
         assert len(gaps) == underruns, (gaps, underruns)
         # The status's turns table shows it with its timeline and card.
         self.until(
-            """(id) => {
+            r"""(id) => {
               const row = document.querySelector(`#turns tr[data-request="${id}"]`);
               return row && row.querySelector('.outcome-cell').textContent === 'completed'
                 && row.querySelector('.bar .seg-reply') !== null
-                && /snapshot|patch|reference/.test(row.querySelector('.card-cell').textContent);
+                && /snapshot|patch|reference/.test(row.querySelector('.card-cell').textContent)
+                && /^\d+\/6000 \d+ kept · 0 dropped$/
+                  .test(row.querySelector('.prompt-cell').textContent);
             }""",
             turnId,
         )
