@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -129,7 +130,14 @@ async def run(reactor: Any, quick: bool) -> Section:
         rounds["step"] += _timed(step, runs // 3)
 
     folder = tempfile.mkdtemp(prefix="rpm-bench-")
-    disk = MemoryStore(os.path.join(folder, "memory.sqlite3"), time.time)
+    # Checkpoints run in a thread, as the plugin runs them in the reactor's pool.
+    disk = MemoryStore(
+        os.path.join(folder, "memory.sqlite3"),
+        time.time,
+        offload=lambda work: threading.Thread(target=work).start(),
+    )
+    # Opened first (the schema made), as a daemon whose file exists does at start-up.
+    disk.check()
     saved = disk.conversation(Key("bench", "mira", "save"))
     bare = sqlite3.connect(os.path.join(folder, "bare.sqlite3"), isolation_level=None)
     bare.execute("PRAGMA journal_mode=WAL")

@@ -28,7 +28,7 @@ from rpmiddleware.builtin.memory.conversation import (
 )
 from rpmiddleware.builtin.memory.lorebook import activate, bookOf, entryFrom
 from rpmiddleware.builtin.memory.planner import Limits, labels, lineOf, plan
-from rpmiddleware.builtin.memory.store import MemoryStore, StoreError
+from rpmiddleware.builtin.memory.store import CHECKPOINT_EVERY, MemoryStore, StoreError
 from rpmiddleware.cardhasher import CardHasher
 from rpmiddleware.clientext import FROM_CLIENT, TO_CLIENT, fromClient
 from rpmiddleware.config import Settings
@@ -293,6 +293,27 @@ class StoreTests(SynchronousTestCase):
         self.assertEqual([f.text for f in again.facts], ["The player is Alex."])
         self.assertEqual((again.summary, again.summarizedThrough), ("They met.", 1))
         self.assertEqual(again.facts[0].id, fact.id)
+
+    def test_checkpointsAreOffloaded(self) -> None:
+        """
+        The log is written back into the file away from the caller: every
+        CHECKPOINT_EVERY commits, one checkpoint is handed to the offload,
+        and none more while it is still running.
+        """
+        handed: list[Any] = []
+        store = MemoryStore(self.mktemp(), lambda: 0.0, offload=handed.append)
+        conversation = store.conversation(KEY)
+        for i in range(2 * CHECKPOINT_EVERY):
+            store.append(conversation, (PLAYER, "Alex", f"line {i}", COMPLETE))
+        self.assertEqual(handed, [store.checkpoint], "one at a time")
+        handed.pop()()
+        for i in range(CHECKPOINT_EVERY):
+            store.append(conversation, (PLAYER, "Alex", f"more {i}", COMPLETE))
+        self.assertEqual(handed, [store.checkpoint])
+        handed.pop()()
+        store.close()
+        again = MemoryStore(store.path, lambda: 0.0).conversation(KEY)
+        self.assertEqual(len(again.entries), 3 * CHECKPOINT_EVERY)
 
     def test_briefsCountWithoutLoading(self) -> None:
         path = self.mktemp()

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, IReactorFromThreads, IReactorThreads
+from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -125,7 +126,7 @@ class Memory(ChainPlugin):
         self.timeline = timeline
         # Stored entries are stamped with the wall clock (the reactor's, where it has one).
         now = getattr(reactor, "seconds", time.time)
-        self.store = MemoryStore(settings.path, now, settings.cached)
+        self.store = MemoryStore(settings.path, now, settings.cached, self._offload)
         self.sessions = MemoryStore(":memory:", now, settings.cached)
         self.limits = Limits(
             settings.max_input_tokens or None,
@@ -148,6 +149,18 @@ class Memory(ChainPlugin):
         self._books: OrderedDict[int, tuple[Mapping[str, Any], Book]] = OrderedDict()
         self._known: dict[str, list[LoreEntry]] = {}
         self.counts = {"planned": 0, "tokens": 0, "summaries": 0, "summaryFailures": 0}
+
+    def _offload(self, work: Callable[[], object]) -> None:
+        """
+        Run the store's checkpoint in the reactor's thread pool, where it
+        has one (a Clock in tests runs it at once).
+        """
+        reactor = self.reactor
+        if IReactorThreads.providedBy(reactor) and IReactorFromThreads.providedBy(reactor):
+            d = deferToThreadPool(reactor, reactor.getThreadPool(), work)
+            d.addErrback(lambda f: self.log.failure("a memory checkpoint failed", f))
+        else:
+            work()
 
     # Finding a conversation.
 

@@ -39,6 +39,8 @@ from rpmiddleware.builtin.memory.conversation import (
 )
 
 SCHEMA_VERSION = 1
+#: Commits between checkpoints (SQLite's own default is about 1000 pages).
+CHECKPOINT_EVERY = 256
 EXPORT_FORMAT = "rpmiddleware.memory/1"
 
 _SCHEMA = """
@@ -96,10 +98,23 @@ class MemoryStore:
         session conversations are kept at all.
     """
 
-    def __init__(self, path: str, now: Callable[[], float], cached: int = 1024) -> None:
+    def __init__(
+        self,
+        path: str,
+        now: Callable[[], float],
+        cached: int = 1024,
+        offload: Callable[[Callable[[], object]], object] = lambda work: work(),
+    ) -> None:
+        """
+        @param offload: runs a checkpoint (L{checkpoint}) away from the
+            caller's thread (the plugin gives the reactor's thread pool);
+            by default, at once.
+        """
         self.path = path
         self._now = now
         self._cached = cached
+        self._offload = offload
+        self._checkpointing = False
         self._db: sqlite3.Connection | None = None
         self._loaded: OrderedDict[Key, Conversation] = OrderedDict()
         self._ids: dict[Key, int] = {}
@@ -121,6 +136,10 @@ class MemoryStore:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
+            # A checkpoint writes the log back and syncs the file: tens of
+            # milliseconds at times, too long for the reactor's thread.  It
+            # runs on a connection of its own, offloaded (L{checkpoint}).
+            db.execute("PRAGMA wal_autocheckpoint=0")
             db.execute("PRAGMA foreign_keys=ON")
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
@@ -163,6 +182,23 @@ class MemoryStore:
             raise
         db.execute("COMMIT")
         self.writes += 1
+        if self.writes % CHECKPOINT_EVERY == 0 and not self._checkpointing:
+            self._checkpointing = True
+            self._offload(self.checkpoint)
+
+    def checkpoint(self) -> None:
+        """
+        Write the log back into the database file, on a connection of its
+        own (so any thread may run it); readers and writers go on meanwhile.
+        """
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            try:
+                db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            finally:
+                db.close()
+        finally:
+            self._checkpointing = False
 
     # Conversations.
 
