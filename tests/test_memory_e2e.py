@@ -332,6 +332,14 @@ class LorebookTests(SynchronousTestCase):
         self.assertNotIn("burned down", rig.invocations[-1].system)
         rig.say("What happened to the mill?", location="village")
         self.assertIn("The mill burned down last winter.", rig.invocations[-1].system)
+        rig.memory.know("Mira hides a key under the bar.", (), "character:mira", constant=True)
+        rig.memory.know("Bram owes the ferry toll.", (), "character:bram", constant=True)
+        rig.memory.know("The fair is today.", ("fair",), "scene:market")
+        rig.say("Is the fair on?", scene="market")
+        system = rig.invocations[-1].system
+        self.assertIn("Mira hides a key under the bar.", system)
+        self.assertNotIn("Bram owes", system)
+        self.assertIn("The fair is today.", system)
 
     def test_tokensAreRPEnginesEstimate(self) -> None:
         rig = Rig()
