@@ -19,6 +19,7 @@ the request actually leaves in.
 from __future__ import annotations
 
 from rpmiddleware.builtin import (
+    actions,
     audio_resample,
     capacity_gate,
     card_cache,
@@ -26,6 +27,7 @@ from rpmiddleware.builtin import (
     memory,
     moderation,
     playbook,
+    scene,
 )
 from rpmiddleware.interfaces import IPluginFactory
 
@@ -39,6 +41,8 @@ FACTORIES: list[IPluginFactory] = [
     envelope_log.envelopeLog,
     playbook.playbook,
     memory.memory,
+    scene.scene,
+    actions.actions,
 ]
 
 #: Moderation nearest the game so a blocked turn takes no capacity; audio is
@@ -48,9 +52,14 @@ FACTORIES: list[IPluginFactory] = [
 #: every ending of a turn, even those another plugin answers itself; it
 #: changes nothing for a client with no playbook and no game events.  Memory
 #: comes next: it plans with the prompt fields the playbook set, and records
-#: replies after moderation has masked them, as the client gets them.
+#: replies after moderation has masked them, as the client gets them.  Scene
+#: and actions sit between them: a scene gives a request to its character
+#: after the playbook set the stage, actions are offered to that character,
+#: and memory then plans with all of it and hears what both tell it.
 DEFAULT_CHAIN: dict[str, int] = {
     "playbook": 50,
+    "scene": 60,
+    "actions": 70,
     "memory": 80,
     "moderation": 100,
     "audio-resample": 200,

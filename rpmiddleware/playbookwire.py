@@ -56,6 +56,13 @@ STATE = "x-playbook.state"
 #: C{playbookTurn}) and C{text} (the events, for the turn's history).
 TURN = "x-playbook.turn"
 
+#: The start of the callIds of tool calls other plugins make (the actions
+#: plugin's model-chosen actions): the playbook passes their C{TOOL_RESULT}
+#: on down the chain instead of answering it.
+OTHER_CALLS = "action-"
+#: The request meta key the playbook writes the stage a turn plays in under.
+STAGE = "stage"
+
 #: The meta key a turn started for C{TURN} carries its token under.
 TURN_TOKEN = "playbookTurn"
 

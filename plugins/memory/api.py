@@ -11,7 +11,11 @@ knowledge) in C{Middleware.requestReply}.
 
 from __future__ import annotations
 
+from typing import Any
+
 from zope.interface import Attribute, Interface
+
+from rpmiddleware.envelope import Envelope
 
 
 class IConversationMemory(Interface):
@@ -54,3 +58,50 @@ class IConversationMemory(Interface):
 
     def unknow(knowledgeId, integrationId=None):  # type: ignore[no-untyped-def]
         """Remove world knowledge; whether there was such."""
+
+
+# What other plugins tell memory through the chain (a scene's lines, an
+# action's outcome): envelopes and meta, never a call, so memory can be left
+# out or replaced and the sender does not change.
+
+#: Toward RPEngine: a line C{characterId}'s conversation should hold, though
+#: it was no request of that character's (another character's line it heard
+#: in a scene, the player's line to someone else, an action's outcome).
+#: Fields: C{integrationId}, C{characterId}, C{role} (C{"player"},
+#: C{"other"} or C{"event"}), C{speaker}, C{text}; C{meta} names the
+#: conversation as a request's does (C{client}, C{conversation}).  Memory
+#: records it and drops it; without memory the engine end drops it.
+HEARD = "x-memory.heard"
+
+#: A request's C{meta} key for the line its turn opens with, when that is
+#: not the player's words in C{event.text}: a dict with C{role},
+#: C{speaker} and C{text} (a scene's character answering another).
+SAID = "said"
+
+#: The roles a heard or said line may have.
+HEARD_ROLES = ("player", "other", "event")
+
+
+def heard(
+    integrationId: str,
+    characterId: str,
+    role: str,
+    speaker: str,
+    text: str,
+    meta: dict[str, Any] | None = None,
+) -> Envelope:
+    """
+    An L{HEARD} envelope: C{characterId} heard C{speaker} say C{text}.
+    """
+    if role not in HEARD_ROLES:
+        raise ValueError(f"role must be one of {', '.join(HEARD_ROLES)}")
+    envelope = Envelope.build(
+        HEARD,
+        integrationId=integrationId,
+        characterId=characterId,
+        role=role,
+        speaker=speaker,
+        text=text,
+    )
+    envelope.meta.update(meta or {})
+    return envelope

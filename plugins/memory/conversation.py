@@ -14,11 +14,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Who an entry is from.
+#: Who an entry is from: the player, this conversation's character, a game
+#: event, or another character this one heard speak (in a scene; its
+#: C{speaker} names them).
 PLAYER = "player"
 CHARACTER = "character"
 EVENT = "event"
-ROLES = (PLAYER, CHARACTER, EVENT)
+OTHER = "other"
+ROLES = (PLAYER, CHARACTER, EVENT, OTHER)
 
 #: What an entry is: said and heard in full; a reply cut off (barge-in,
 #: cancel) as far as the client got it; the player's turn whose words no one

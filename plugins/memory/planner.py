@@ -40,6 +40,7 @@ from rpmiddleware.builtin.memory.conversation import (
     CHARACTER,
     EVENT,
     INTERRUPTED,
+    OTHER,
     UNHEARD,
     Conversation,
     Entry,
@@ -126,12 +127,17 @@ def labels(character: str) -> tuple[str, str] | None:
     return character, other
 
 
-def wordsOf(entry: Entry) -> str | None:
+def wordsOf(entry: Entry, named: bool = True) -> str | None:
     """
     What one entry says, as one line of prompt text, or C{None} for one
-    with nothing to say.
+    with nothing to say.  Another character's line is said with its
+    speaker's name (RPEngine gives the model only the words of a line, not
+    its label), unless C{named} is false.
     """
-    return _words(entry.role, entry.status, entry.text)
+    words = _words(entry.role, entry.status, entry.text)
+    if named and words is not None and entry.role == OTHER and entry.speaker:
+        return f"{flatten(entry.speaker)}: {words}"
+    return words
 
 
 @functools.lru_cache(maxsize=16384)
@@ -142,7 +148,7 @@ def _words(role: str, status: str, text: str) -> str | None:
     text = flatten(text)
     if not text:
         return None
-    if role == CHARACTER:
+    if role in (CHARACTER, OTHER):
         return text + (CUT_OFF if status == INTERRUPTED else "")
     if role == EVENT:
         return f"[Game event] {text}"

@@ -29,13 +29,14 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from rpmiddleware.builtin.memory import ops
-from rpmiddleware.builtin.memory.api import IConversationMemory
+from rpmiddleware.builtin.memory.api import HEARD, HEARD_ROLES, SAID, IConversationMemory
 from rpmiddleware.builtin.memory.conversation import (
     CHARACTER,
     COMPLETE,
     EVENT,
     GREETING,
     INTERRUPTED,
+    OTHER,
     PLAYER,
     SESSION_PREFIX,
     UNHEARD,
@@ -196,11 +197,30 @@ class Memory(ChainPlugin):
             if turn is not None:
                 turn.withdrawn = True
             return envelope
+        if kind == HEARD:
+            self._heard(envelope)
+            return None
         message = clientMessage(envelope, CLIENT_TYPES)
         if message is not None:
             ops.handle(self, str(envelope.meta.get("client") or "api"), message, context)
             return None
         return envelope
+
+    def _heard(self, envelope: Envelope) -> None:
+        """
+        A line a character heard without being asked (L{HEARD}): it joins
+        that character's conversation now, so the next request of theirs
+        holds it.
+        """
+        line = _line(envelope.fields)
+        if line is None:
+            self.log.warn(
+                "dropped a heard line without role, speaker and text for {characterId}",
+                characterId=envelope.get("characterId"),
+            )
+            return
+        key = self.keyOf(envelope.fields, envelope.meta)
+        self.storeFor(key).append(self.conversation(key), line)
 
     def _request(self, envelope: Envelope) -> Envelope:
         fields, meta = envelope.fields, envelope.meta
@@ -228,6 +248,9 @@ class Memory(ChainPlugin):
             said = (EVENT, "", text, COMPLETE)
         else:
             said = (PLAYER, player, text, COMPLETE)
+        opening = meta.get(SAID)
+        if isinstance(opening, Mapping) and not capture:
+            said = _line(opening) or said
         spoken = capture or _hasAudio(fields)
         requestId = envelope.requestId or ""
         self._turns[requestId] = _Turn(key, said, character)
@@ -625,6 +648,20 @@ class Memory(ChainPlugin):
             "Transactions committed to the memory database.",
             value=self.store.writes,
         )
+
+
+def _line(fields: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
+    """
+    The entry a heard or said line makes (L{HEARD}, L{SAID}), or C{None}
+    when it has no valid role or no words.
+    """
+    role, speaker, text = fields.get("role"), fields.get("speaker"), fields.get("text")
+    if role not in HEARD_ROLES or not isinstance(text, str) or not text.strip():
+        return None
+    speaker = trimmed(speaker) if isinstance(speaker, str) else ""
+    if role == OTHER and not speaker:
+        return None
+    return (str(role), speaker, text.strip(), COMPLETE)
 
 
 def _hasAudio(fields: Mapping[str, Any]) -> bool:

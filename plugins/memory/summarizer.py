@@ -86,7 +86,7 @@ def eventText(
     character, player = character or "Character", player or "Player"
     lines = []
     for entry in entries:
-        said = wordsOf(entry)
+        said = wordsOf(entry, named=False)
         if said is not None:
             speaker = entry.speaker or (character if entry.role == CHARACTER else player)
             lines.append(f"{flatten(speaker)}: {said}")

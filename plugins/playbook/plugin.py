@@ -182,6 +182,10 @@ class PlaybookPlugin(ChainPlugin):
             self._withdrawn(envelope)
             return envelope
         if kind.startswith(wire.PREFIX):
+            if kind == wire.TOOL_RESULT and str(envelope.get("callId")).startswith(
+                wire.OTHER_CALLS
+            ):
+                return envelope  # another plugin's call (the actions plugin's)
             handler = self._FROM_GAME.get(kind)
             if handler is not None:
                 handler(self, envelope)
@@ -265,6 +269,8 @@ class PlaybookPlugin(ChainPlugin):
             self.transitions.fire(state, "player", text=playerText, requestId=requestId)
         decorate(envelope, state, auto, ours, event)
         info.stage = state.stage
+        # What the plugins after this one (actions offered per stage) read.
+        envelope.meta[wire.STAGE] = state.stage
         for run in state.unattached:
             run.requestId = requestId
             self._noteTool(run)

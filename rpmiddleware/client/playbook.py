@@ -47,6 +47,8 @@ from rpmiddleware.envelope import Envelope
 
 #: The client message types added here.
 CLIENT_TYPES = ("playbook", "event", "tool-result")
+#: The plugins that start tool calls a client answers with C{tool-result}.
+TOOL_PLUGINS = (pw.PLUGIN_NAME, "actions")
 #: What a turn started for game events is, in history entries (C{source}).
 EVENT = "event"
 REPLY_POLICIES = ("auto", "none")
@@ -59,7 +61,10 @@ def _pluginInChain(connection: ClientSurface) -> bool:
     return pw.PLUGIN_NAME in connection.middleware.chain.names
 
 
-def _enabled(connection: ClientSurface) -> None:
+def _enabled(connection: ClientSurface, kind: str = "") -> None:
+    names = connection.middleware.chain.names
+    if kind == "tool-result" and any(name in names for name in TOOL_PLUGINS):
+        return
     if not _pluginInChain(connection):
         raise _Refused(
             "playbooks and game events need the playbook plugin, which this middleware's "
@@ -80,7 +85,7 @@ def _tellPlugin(connection: ClientSurface, kind: str, **fields: Any) -> None:
 def _guarded(handler: Callable[[ClientSurface, dict[str, Any]], None]) -> Handler:
     def handle(connection: ClientSurface, message: dict[str, Any]) -> None:
         try:
-            _enabled(connection)
+            _enabled(connection, message["type"])
         except _Refused as e:
             connection.send(errorMessage(PLAYBOOK_ERROR, f"{message['type']}: {e}"))
             return

@@ -121,9 +121,11 @@ class SpeechOutput:
 
     def wav(self) -> bytes:
         """
-        Everything collected, as one WAV at the client's rate.
+        Everything collected since the last call, as one WAV at the client's
+        rate (a scene's turn has a WAV for each line).
         """
-        return pcm16Wav(b"".join(self._collected), self.rate)
+        collected, self._collected, self._collectedBytes = self._collected, [], 0
+        return pcm16Wav(b"".join(collected), self.rate)
 
     def _flushSegment(self) -> bytes:
         resampler, self._resampler, self._carry = self._resampler, None, b""

@@ -23,6 +23,14 @@ reply.audio.completed and reply.completed, C{capture_state},
 C{capture_level} and C{stt_completed} the voice.capture reports,
 C{cancel_request} reply.cancelled).
 
+A turn may hold several lines, each by one character (a scene's: the
+addressed character's answer, then another's reaction).  Every envelope of a
+line carries its speaker in C{meta["speaker"]} (C{characterId}, C{name},
+C{voice}), and each message of that line says it as C{speaker}: C{llm-chunk},
+C{llm}, C{tts-start}, C{tts-chunk}, C{tts} and C{tts-complete}, each line
+with its own C{tts-start} and C{tts-complete}; C{reply-complete} lists the
+C{lines}.  A turn without speakers is told exactly as before.
+
 A turn cancelled here (the client's C{cancel}, a barge-in, a client that does
 not read) says C{tts-cancelled} at once and is silent from then on: whatever
 RPEngine had already sent for it is dropped, so nothing of it can be mistaken
@@ -55,6 +63,20 @@ TEXT, AUDIO, VOICE = "text", "audio", "voice"
 SPEECH_STATES = {"speech_started": "speech-start", "speech_ended": "speech-end"}
 
 _HEAD = frozenset({*ENVELOPE_FIELDS, "requestId"})
+#: What RPEngine sends of the reply it is working on (one at a time, so a
+#: new speaker here is the next line; a later line's reply.accepted may come
+#: while this one is still spoken).
+_LINE_TYPES = frozenset(
+    {
+        "reply.text.delta",
+        "reply.text.completed",
+        "reply.audio.start",
+        "reply.audio.chunk",
+        "reply.audio.completed",
+    }
+)
+#: The messages of one line, which say its speaker in a scene.
+_LINE_MESSAGES = frozenset({"llm-chunk", "llm", "tts-start", "tts-complete"})
 #: reply.text.completed fields that are the reply, not its statistics.
 _TEXT_CONTENT = frozenset({"text", "extractedContent"})
 
@@ -141,6 +163,9 @@ class Turn:
         self._queue = queue
         self._stallTimer: IDelayedCall | None = None
         self._stallWatched = False
+        #: The speaker of the line being told, and the lines told before it.
+        self._speaker: dict[str, Any] | None = None
+        self._lines: list[dict[str, Any]] = []
 
     @property
     def ended(self) -> bool:
@@ -194,11 +219,25 @@ class Turn:
             return
         if self.silenced or self.ended:
             return
+        speaker = envelope.meta.get("speaker") if kind in _LINE_TYPES else None
+        if isinstance(speaker, dict) and speaker != self._speaker:
+            self._nextLine(speaker)
         handler = self._HANDLERS.get(kind)
         if handler is not None:
             handler(self, fields)
         if self.accepted and not (self.silenced or self.ended):
             self._heard()
+
+    def _nextLine(self, speaker: dict[str, Any]) -> None:
+        """
+        A line by another speaker begins: the one before it is told.
+        """
+        if self._speaker is not None:
+            self._lines.append({"speaker": self._speaker, "text": self.replyText})
+        self._speaker = speaker
+        self._pieces = []
+        self._fullText = None
+        self.ttsStarted = False
 
     # The stall rule.
 
@@ -317,6 +356,8 @@ class Turn:
             chunk = turnMessage(
                 "tts-chunk", self.id, format="pcm", sampleRate=speech.rate, data=piece
             )
+            if self._speaker is not None:
+                chunk["speaker"] = self._speaker
             if not self._send(chunk, audio=True):
                 self.cancel("the client is not reading its messages fast enough")
                 return
@@ -336,6 +377,7 @@ class Turn:
                 format="wav",
                 sampleRate=speech.rate,
                 data=encodeBase64(speech.wav()),
+                **self._spoken(),
             )
             if not self._send(wav, audio=True):
                 self.cancel("the client is not reading its messages fast enough")
@@ -466,7 +508,14 @@ class Turn:
             self._say("tts-cancelled", reason="RPEngine cancelled this turn")
 
     def _complete(self, fields: Mapping[str, Any]) -> None:
-        message = turnMessage("reply-complete", self.id, text=self.replyText, **self._extracted())
+        text = self.replyText
+        lines: list[dict[str, Any]] = []
+        if self._speaker is not None:
+            lines = [*self._lines, {"speaker": self._speaker, "text": text}]
+            text = "\n".join(line["text"] for line in lines if line["text"])
+        message = turnMessage("reply-complete", self.id, text=text, **self._extracted())
+        if lines:
+            message["lines"] = lines
         modalities = fields.get("modalities")
         if isinstance(modalities, list):
             message["modalities"] = modalities
@@ -517,5 +566,10 @@ class Turn:
             self._stallTimer.cancel()
         self._stallTimer = None
 
+    def _spoken(self) -> dict[str, Any]:
+        return {"speaker": self._speaker} if self._speaker is not None else {}
+
     def _say(self, kind: str, **fields: Any) -> None:
+        if kind in _LINE_MESSAGES and self._speaker is not None:
+            fields["speaker"] = self._speaker
         self._send(turnMessage(kind, self.id, **fields))

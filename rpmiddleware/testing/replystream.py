@@ -163,6 +163,9 @@ class ReplyStream:
         self.audioBytes = 0
         self.audioSeconds = 0.0
         self.synthesisMs = 0.0
+        #: Each sentence as speech synthesis was given it (app.rs hands the
+        #: processed text to Supertonic): what the player hears, for tests.
+        self.spoken: list[str] = []
 
     def start(self) -> None:
         """
@@ -275,6 +278,7 @@ class ReplyStream:
         if not spoken:
             return
         self._inflight = (segment, spoken)
+        self.spoken.append(spoken)
         seconds = self._speechSeconds(spoken)
         self._at(now + (seconds if self._pacing.audioRealtime else 0.0), self._synthesised, now)
 

@@ -77,6 +77,8 @@ class EngineCore:
         #: the chat messages before the event, the event text): requests
         #: share nothing, as RPEngine's never do.
         self.invocations: list[AssembledPrompt] = []
+        #: Request id to the sentences its speech was synthesised from.
+        self.spoken: dict[str, list[str]] = {}
         self.receivedMessages: list[Any] = []
         self.processed: Counter[str] = Counter()
         #: Requests cancelled because the game asked.

@@ -190,6 +190,7 @@ class Replies(EngineCore):
             ),
             audioSegment=self._audioSegment if self.sendAudioSegment is not None else None,
         )
+        self.spoken[reply.requestId] = reply.stream.spoken
         reply.stream.start()
 
     def _generationFailed(self, reply: SimReply, error: RequestError) -> None:

@@ -1,0 +1,456 @@
+"""
+The scene plugin in the chain: one conversation of the player and several
+characters, played with an RPEngine that plays one character per request.
+
+A client with an open scene sends its turns as usual (C{text}, C{audio},
+C{voice-capture}); each becomes a player's line in the scene:
+
+  1. Toward RPEngine, the request is given to the character who answers
+     (L{director.answerer}): its C{characterId}, its card, its voice, and a
+     prompt context that tells it who else is there.  The characters who
+     hear the player but do not answer hear the line
+     (L{rpmiddleware.builtin.memory.api.HEARD}).
+  2. Toward the game, every envelope of a line carries its speaker in
+     C{meta["speaker"]}, so the client's turn tags each message with it.
+     When a line is complete as text, another character may react
+     (L{director.reactor}, at most C{reactions} a player turn): its request
+     goes to RPEngine at once, with the line as its event, so it waits in
+     RPEngine's queue while the line is still spoken, and the gap between
+     the two lines is the model's time, not ours plus the playback.
+  3. The client's turn is the whole exchange: the reactions' envelopes reach
+     it under its request id, and it ends when the last line ends.  A
+     cancel (the client's, or a barge-in) stops every line still to come.
+
+Each character's memory holds what it heard, with the speaker's name, and
+nothing it did not: the plugin tells memory through the chain, and knows
+nothing of how memory keeps it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from rpmiddleware.builtin.memory.api import HEARD_ROLES, SAID, heard
+from rpmiddleware.builtin.scene import director
+from rpmiddleware.builtin.scene.api import IScenes
+from rpmiddleware.builtin.scene.model import PLAYER, Member, Scene, SceneError
+from rpmiddleware.builtin.scene.model import configure as configureScene
+from rpmiddleware.builtin.scene.model import member as memberOf
+from rpmiddleware.builtin.scene.model import scene as sceneOf
+from rpmiddleware.clientext import clientMessage, toClient
+from rpmiddleware.engineprompt import trimmed
+from rpmiddleware.envelope import Envelope
+from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
+from rpmiddleware.messages import MESSAGES
+from rpmiddleware.plugin import ChainPlugin
+from rpmiddleware.promptcontext import AUTO_EVENT, addSceneText
+
+NAME = "scene"
+CLIENT_TYPES = ("scene",)
+REQUESTS = frozenset({"reply.request", "voice.capture.start"})
+WITHDRAWALS = frozenset({"request.cancel", "voice.capture.cancel"})
+#: The request meta key a Python API caller names the answering character with.
+ADDRESSEE = "addressee"
+#: What of a request's meta a reaction keeps (who asked, their rate, their
+#: conversation and place, their playbook stage).
+_KEPT_META = ("client", "outputSampleRate", "conversation", "location", "scene", "stage")
+_PROMPT_FIELDS = ("interactionMode", "promptScene", "promptDirective")
+OTHER, PLAYER_ROLE = HEARD_ROLES[1], HEARD_ROLES[0]
+
+
+@dataclass
+class _Exchange:
+    """
+    One player turn in a scene: the game's request and every line that
+    answers it, each a request of its own to RPEngine.
+    """
+
+    requestId: str
+    client: str
+    scene: Scene
+    #: The request's fields as the game (and the playbook) made them, for
+    #: the reactions' requests.
+    base: dict[str, Any]
+    meta: dict[str, Any]
+    player: str
+    reactionsLeft: int
+    lines: dict[str, Member] = field(default_factory=dict)
+    pending: set[str] = field(default_factory=set)
+    spoken: list[str] = field(default_factory=list)
+    held: Envelope | None = None
+    final: Envelope | None = None
+    cancelled: bool = False
+
+
+@implementer(IEnvelopePlugin, IClientExtension, IScenes)
+class ScenePlugin(ChainPlugin):
+    name = NAME
+    clientMessageTypes = CLIENT_TYPES
+    log = Logger()
+
+    def __init__(self, cards: Any, timeline: Any, integrationId: str = "rpmiddleware") -> None:
+        self.cards = cards
+        self.timeline = timeline
+        self.integrationId = integrationId
+        #: Client session id to its open scene.
+        self.scenes: dict[str, Scene] = {}
+        #: Each line's request id (the game's, and the reactions') to its exchange.
+        self._lines: dict[str, _Exchange] = {}
+
+    # The Python API (IScenes); the client's ops call it too.
+
+    def _own(self, card: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        try:
+            owned = self.cards.canonicalNow(card)
+        except ValueError as e:
+            raise SceneError(f"a cast card is not canonical JSON ({e})")
+        return owned.document, owned.hash
+
+    def openScene(self, description: Mapping[str, Any], client: str = "api") -> dict[str, Any]:
+        made = sceneOf(description, self.integrationId, self._own)
+        self.scenes[client] = made
+        self.log.info(
+            "client {client} opened scene {sceneId} with {cast}",
+            client=client,
+            sceneId=made.sceneId,
+            cast=list(made.cast),
+        )
+        return made.describe()
+
+    def _running(self, client: str) -> Scene:
+        found = self.scenes.get(client)
+        if found is None:
+            raise SceneError("no scene is open; send scene open first")
+        return found
+
+    def join(self, member: Mapping[str, Any], client: str = "api") -> dict[str, Any]:
+        running = self._running(client)
+        made = memberOf(member, "scene.member", self._own)
+        running.cast[made.characterId] = made
+        return running.describe()
+
+    def leave(self, characterId: str, client: str = "api") -> dict[str, Any]:
+        running = self._running(client)
+        if characterId not in running.cast:
+            raise SceneError(f"scene.characterId {characterId!r} is not in the scene")
+        if len(running.cast) == 1:
+            raise SceneError("scene.characterId is the last character; close the scene instead")
+        del running.cast[characterId]
+        return running.describe()
+
+    def address(self, characterId: str, client: str = "api") -> dict[str, Any]:
+        running = self._running(client)
+        if characterId not in running.cast:
+            raise SceneError(f"scene.characterId {characterId!r} is not in the scene")
+        running.nextAddressee = characterId
+        return running.describe()
+
+    def closeScene(self, client: str = "api") -> bool:
+        return self.scenes.pop(client, None) is not None
+
+    def scene(self, client: str = "api") -> dict[str, Any] | None:
+        found = self.scenes.get(client)
+        return found.describe() if found is not None else None
+
+    def clientSessionEnded(self, client: str, context: IChainContext) -> None:
+        self.scenes.pop(client, None)
+
+    # Toward RPEngine.
+
+    def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
+        kind = envelope.type
+        if kind in REQUESTS:
+            if envelope.meta.get("origin") != NAME:
+                running = self.scenes.get(str(envelope.meta.get("client") or "api"))
+                if running is not None:
+                    self._begin(envelope, running, context)
+            return envelope
+        if kind in WITHDRAWALS:
+            exchange = self._lines.get(envelope.requestId or "")
+            if exchange is not None and envelope.requestId == exchange.requestId:
+                return self._withdraw(exchange, envelope, context)
+            return envelope
+        message = clientMessage(envelope, CLIENT_TYPES)
+        if message is not None:
+            self._clientMessage(str(envelope.meta.get("client") or "api"), message, context)
+            return None
+        return envelope
+
+    def _begin(self, envelope: Envelope, running: Scene, context: IChainContext) -> None:
+        """A player's line: given to the character who answers it."""
+        fields, meta = envelope.fields, envelope.meta
+        requestId = envelope.requestId or ""
+        event = fields.get("event")
+        text = trimmed(event.get("text")) if isinstance(event, Mapping) else ""
+        capture = envelope.type == "voice.capture.start"
+        answering = director.answerer(
+            running, None if capture else text, str(fields.get("characterId")), meta.get(ADDRESSEE)
+        )
+        running.nextAddressee = None
+        player = trimmed((fields.get("player") or {}).get("displayName")) or "Player"
+        exchange = _Exchange(
+            requestId,
+            str(meta.get("client") or "api"),
+            running,
+            {name: value for name, value in fields.items()},
+            dict(meta),
+            player,
+            running.reactions,
+        )
+        self._speak(fields, answering, running, player)
+        meta["speaker"] = answering.asSpeaker()
+        meta.setdefault("scene", running.sceneId)
+        exchange.meta.setdefault("scene", running.sceneId)
+        exchange.lines[requestId] = answering
+        exchange.pending.add(requestId)
+        self._lines[requestId] = exchange
+        self._note(exchange)
+        if text and not capture:
+            self._hearPlayer(exchange, answering, text, context)
+
+    def _speak(self, fields: dict[str, Any], member: Member, running: Scene, player: str) -> None:
+        """
+        Make C{fields} a request of C{member}'s: its id, card and voice, and
+        the scene in its prompt context.
+        """
+        fields["characterId"] = member.characterId
+        fields["integrationId"] = running.integrationId
+        fields["card"] = dict(member.transfer)
+        output = fields.get("output")
+        if member.voice and isinstance(output, Mapping) and isinstance(output.get("audio"), Mapping):
+            fields["output"] = {**output, "audio": {**output["audio"], "voice": member.voice}}
+        addSceneText(fields, sceneText(running, member, player), running.sceneId)
+
+    def _hearPlayer(
+        self, exchange: _Exchange, answering: Member, text: str, context: IChainContext
+    ) -> None:
+        for listener in exchange.scene.listeners(PLAYER):
+            if listener is not answering:
+                line = f"(to {answering.name}) {text}"
+                self._tell(exchange, listener, PLAYER_ROLE, exchange.player, line, context)
+
+    def _tell(
+        self,
+        exchange: _Exchange,
+        listener: Member,
+        role: str,
+        speaker: str,
+        text: str,
+        context: IChainContext,
+    ) -> None:
+        """C{listener} heard C{speaker} say C{text}: its memory is told."""
+        meta = {k: exchange.meta[k] for k in ("client", "conversation") if k in exchange.meta}
+        envelope = heard(exchange.scene.integrationId, listener.characterId, role, speaker, text, meta)
+        context.sendToEngine(envelope)
+
+    def _withdraw(self, exchange: _Exchange, envelope: Envelope, context: IChainContext) -> Any:
+        """
+        The game cancelled its turn (or barged in): every line still to come
+        is cancelled; the turn ends when they have.
+        """
+        exchange.cancelled = True
+        for requestId in sorted(exchange.pending - {exchange.requestId}):
+            cancel = Envelope.build("request.cancel", requestId=requestId)
+            cancel.meta.update(origin=NAME, client=exchange.client)
+            context.sendToEngine(cancel)
+        return envelope if exchange.requestId in exchange.pending else None
+
+    # Toward the game.
+
+    def envelopeToGame(self, envelope: Envelope, context: IChainContext) -> Any:
+        requestId = envelope.requestId or ""
+        exchange = self._lines.get(requestId)
+        if exchange is None:
+            return envelope
+        speaker = exchange.lines[requestId]
+        if requestId != exchange.requestId:
+            envelope = envelope.replace(requestId=exchange.requestId)
+        kind = envelope.type
+        if kind.startswith("reply."):
+            envelope.meta["speaker"] = speaker.asSpeaker()
+        spec = MESSAGES.get(kind)
+        if spec is not None and spec.terminal:
+            return self._lineEnded(exchange, requestId, envelope, context)
+        if kind == "reply.text.completed":
+            self._lineSaid(exchange, speaker, str(envelope.get("text") or ""), context)
+        elif kind == "voice.capture.transcript" and requestId == exchange.requestId:
+            words = trimmed(envelope.get("text"))
+            if words:
+                self._hearPlayer(exchange, speaker, words, context)
+        return envelope
+
+    def _lineSaid(
+        self, exchange: _Exchange, speaker: Member, text: str, context: IChainContext
+    ) -> None:
+        """
+        A line is complete as text: those who heard it hear it, and one of
+        them may react at once.
+        """
+        running = exchange.scene
+        cid = speaker.characterId
+        running.lastSpeaker = cid
+        if cid in running.spoken:
+            running.spoken.remove(cid)
+        running.spoken.append(cid)
+        exchange.spoken.append(cid)
+        self._note(exchange)
+        text = text.strip()
+        if not text:
+            return
+        current = self.scenes.get(exchange.client) is running and cid in running.cast
+        listeners = running.listeners(cid) if current else []
+        reacting = None
+        if current and exchange.reactionsLeft > 0 and not exchange.cancelled:
+            reacting = director.reactor(running, cid, text, exchange.spoken)
+        for listener in listeners:
+            if listener is not reacting:
+                self._tell(exchange, listener, OTHER, speaker.name, text, context)
+        if reacting is not None:
+            exchange.reactionsLeft -= 1
+            self._react(exchange, reacting, speaker, text, context)
+
+    def _react(
+        self,
+        exchange: _Exchange,
+        reacting: Member,
+        speaker: Member,
+        text: str,
+        context: IChainContext,
+    ) -> None:
+        base = exchange.base
+        requestId = uuid.uuid4().hex
+        fields: dict[str, Any] = {
+            "requestId": requestId,
+            "eventId": uuid.uuid4().hex,
+            "event": {"text": f"{speaker.name}: {text}"},
+        }
+        for name in ("output", "player", *_PROMPT_FIELDS):
+            if name in base:
+                fields[name] = base[name]
+        self._speak(fields, reacting, exchange.scene, exchange.player)
+        fields["interactionMode"] = AUTO_EVENT
+        envelope = Envelope.build("reply.request", **fields)
+        envelope.meta.update({k: exchange.meta[k] for k in _KEPT_META if k in exchange.meta})
+        envelope.meta.update(
+            origin=NAME,
+            speaker=reacting.asSpeaker(),
+            **{SAID: {"role": OTHER, "speaker": speaker.name, "text": text}},
+        )
+        exchange.lines[requestId] = reacting
+        exchange.pending.add(requestId)
+        self._lines[requestId] = exchange
+        self.log.info(
+            "scene {sceneId}: {reacting} reacts to {speaker} (turn {turnId})",
+            sceneId=exchange.scene.sceneId,
+            reacting=reacting.characterId,
+            speaker=speaker.characterId,
+            turnId=exchange.requestId,
+        )
+        context.sendToEngine(envelope)
+
+    def _lineEnded(
+        self, exchange: _Exchange, requestId: str, envelope: Envelope, context: IChainContext
+    ) -> Envelope | None:
+        """
+        One line ended: the turn ends with the last of them, as the game's
+        line ended, or as the last reply completed.
+        """
+        exchange.pending.discard(requestId)
+        self._lines.pop(requestId, None)
+        kind = envelope.type
+        if kind == "reply.completed":
+            exchange.held = envelope
+        elif requestId == exchange.requestId or exchange.cancelled:
+            exchange.final = exchange.final or envelope
+            if not exchange.cancelled:
+                exchange.cancelled = True
+                self._withdraw(exchange, envelope, context)
+        else:
+            self.log.warn(
+                "scene {sceneId}: a reaction ended with {kind} ({code}); the turn ends there",
+                sceneId=exchange.scene.sceneId,
+                kind=kind,
+                code=envelope.get("code") or envelope.get("reason"),
+            )
+        if exchange.pending:
+            return None
+        return exchange.final or exchange.held or envelope
+
+    def _note(self, exchange: _Exchange) -> None:
+        """The console's view of the turn: the scene, its cast, who spoke."""
+        if self.timeline is None:
+            return
+        self.timeline.note(
+            exchange.requestId,
+            scene={
+                "sceneId": exchange.scene.sceneId,
+                "cast": [m.name for m in exchange.scene.cast.values()],
+                "speakers": [
+                    exchange.scene.cast[c].name if c in exchange.scene.cast else c
+                    for c in exchange.spoken
+                ],
+            },
+        )
+
+    # The client's scene message.
+
+    def _clientMessage(self, client: str, message: dict[str, Any], context: IChainContext) -> None:
+        op = message.get("op")
+        answer: dict[str, Any] = {"op": op}
+        if "id" in message:
+            answer["id"] = message["id"]
+        try:
+            described = self._op(client, op, message)
+        except SceneError as e:
+            error = {"type": "error", "code": "INVALID_MESSAGE", "message": f"scene {op}: {e}"}
+            context.sendToGame(toClient(client, {**error, **answer}))
+            return
+        context.sendToGame(toClient(client, {"type": "scene-state", **answer, "scene": described}))
+
+    def _op(self, client: str, op: Any, message: dict[str, Any]) -> dict[str, Any] | None:
+        if op == "open":
+            return self.openScene(message, client)
+        if op == "join":
+            return self.join(message.get("member"), client)  # type: ignore[arg-type]
+        if op in ("leave", "address"):
+            characterId = message.get("characterId")
+            if not isinstance(characterId, str):
+                raise SceneError("scene.characterId must be a string")
+            return (self.leave if op == "leave" else self.address)(characterId, client)
+        if op == "set":
+            running = self._running(client)
+            configureScene(running, message)
+            return running.describe()
+        if op == "close":
+            self.closeScene(client)
+            return None
+        if op == "state":
+            return self.scene(client)
+        raise SceneError("scene.op must be one of open, join, leave, address, set, close, state")
+
+
+def sceneText(running: Scene, member: Member, player: str) -> str:
+    """
+    What a character is told of the scene: who is there, that it speaks
+    for itself alone, and the scene's own context.
+    """
+    others = [m.name for m in running.cast.values() if m is not member]
+    present = ", ".join([*others, f"{player} (the player)"])
+    lines = [
+        f"This is a scene with several people. You are {member.name}: speak only as "
+        f"{member.name}, never for anyone else, and do not write anyone's name before "
+        "your words.",
+        f"Also present: {present}. Lines of others are shown as Name: words.",
+    ]
+    if running.context:
+        lines.append(f"Scene: {running.context}")
+    return "\n".join(lines)
+
+
+__all__ = ["NAME", "ScenePlugin", "sceneText"]
