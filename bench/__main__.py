@@ -9,7 +9,8 @@ Run the benchmarks and write docs/benchmarks.md, or run the stress checks.
 Benchmarks: cards (5), memory (6), hop (1 and 2), load (3), resample (4,
 bench/resample.py, run as it is and its table included), mailbox (7, RPEngine's
 file mailbox against its WebSocket; also writes docs/benchmarks/mailbox.md), prompt (8,
-the memory plugin's plan and store writes).
+the memory plugin's plan and store writes), scenes (9, the gap between two characters'
+lines and what buffering for actions costs).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from bench.common import Section, machine
 from bench.peers import discard
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCHMARKS = ("hop", "load", "cards", "memory", "resample", "mailbox", "prompt")
+BENCHMARKS = ("hop", "load", "cards", "memory", "resample", "mailbox", "prompt", "scenes")
 
 
 def loadAverage() -> str:
@@ -102,6 +103,10 @@ async def benchmarks(reactor: Any, names: list[str], quick: bool) -> list[Sectio
             from bench import prompting
 
             sections.append(await prompting.run(reactor, quick))
+        elif name == "scenes":
+            from bench import scenes
+
+            sections.append(await scenes.run(reactor, quick))
         print(f"   {time.perf_counter() - started:.0f} s", flush=True)
     return sections
 

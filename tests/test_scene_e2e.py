@@ -24,7 +24,7 @@ from rpmiddleware.testing.inmemory import connectInMemory
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText
 from tests.test_client_helpers import clockedEndpoint
-from tests.test_client_status import FakeClientWriter, OpenConnections
+from tests.test_client_status import OpenConnections
 from tests.test_memory_e2e import settle
 
 OPEN_GATE = {
@@ -47,7 +47,7 @@ def card(name: str, description: str) -> dict[str, Any]:
     return made
 
 
-CAST = [
+CAST: list[dict[str, Any]] = [
     {"characterId": "garrick", "card": card("Garrick", "The north gate's guard."), "voice": "M2"},
     {"characterId": "mara", "card": card("Mara", "The innkeeper by the gate."), "voice": "F3"},
 ]
@@ -64,7 +64,6 @@ class SceneRig:
         self.clock = Clock()
         settings = Settings()
         settings.plugins["memory"] = {"path": ":memory:", "summaries": False}
-        settings.client.default_character = None
         self.middleware = Middleware.fromSettings(self.clock, settings)
         self.link = connectInMemory(
             self.middleware, self.clock, SimulatorOptions(replyText=self._reply)
@@ -128,7 +127,10 @@ class SceneTests(SynchronousTestCase):
         llm = rig.sent("llm")
         self.assertEqual(
             [(m["speaker"]["name"], m["speaker"]["voice"], m["text"]) for m in llm],
-            [("Garrick", "M2", "Halt. The gate is shut."), ("Mara", "F3", "He says that every night.")],
+            [
+                ("Garrick", "M2", "Halt. The gate is shut."),
+                ("Mara", "F3", "He says that every night."),
+            ],
         )
         for kind in ("llm-chunk", "tts-start", "tts-chunk", "tts-complete"):
             speakers = {m["speaker"]["characterId"] for m in rig.sent(kind)}
@@ -323,7 +325,9 @@ class ActionTests(SynchronousTestCase):
         rig.lines["garrick"] = "It is open."
         rig.turn("Garrick, is it open?")
         history = " ".join(text for _, text in rig.invocations[-1].history)
-        self.assertIn('[Game event] Garrick did open_gate {"gate": "north"}: {"open": true}', history)
+        self.assertIn(
+            '[Game event] Garrick did open_gate {"gate": "north"}: {"open": true}', history
+        )
         rig.say(type="tool-result", callId=callId, result=None)
         self.assertIn("no action call", rig.sent("error")[-1]["message"])
 
@@ -383,7 +387,9 @@ class ActionTests(SynchronousTestCase):
             "remove": "match",
             "removeFrom": ["text", "audio"],
         }
-        rig.say(type="configure", output={"responseProcessing": {"mode": "buffered", "rules": [rule]}})
+        rig.say(
+            type="configure", output={"responseProcessing": {"mode": "buffered", "rules": [rule]}}
+        )
         self.declare(rig)
         rig.turn("Open it.")
         self.assertEqual(rig.sent("llm")[-1]["extractedContent"], {"emotion": ["calm"]})
@@ -432,9 +438,36 @@ class PythonApiTests(SynchronousTestCase):
             meta={"addressee": "garrick"},
         )
         settle(clock, 30)
-        speakers = [e.meta["speaker"]["characterId"] for e in stream.envelopes if e.type == "reply.text.completed"]
+        speakers = [
+            e.meta["speaker"]["characterId"]
+            for e in stream.envelopes
+            if e.type == "reply.text.completed"
+        ]
         self.assertEqual(speakers, ["garrick", "mara"])
         self.assertEqual(self.successResultOf(stream.done).type, "reply.completed")
         self.assertEqual(calls[-1]["arguments"], {"gate": "north"})
         self.assertTrue(actions.answer(calls[-1]["callId"], result="open"))
         self.assertEqual(scenes.scene()["lastSpeaker"], "mara")
+
+
+class ConsoleTests(SynchronousTestCase):
+    def test_statusShowsTheSceneAndTheActionsCalled(self) -> None:
+        """
+        The status (what the console shows) has the turn's scene: its cast,
+        who spoke in order, and the actions called, without arguments.
+        """
+        from rpmiddleware.client.status import hubFor
+
+        rig = SceneRig({"garrick": GUARD_LINE, "mara": "At last."})
+        rig.openScene()
+        rig.say(type="actions", op="declare", actions=[OPEN_GATE])
+        rig.turn("Garrick, open the gate.")
+        turn = hubFor(rig.endpoint).snapshot(38471)["turns"][0]
+        self.assertEqual(
+            turn["scene"],
+            {"sceneId": "gate", "cast": ["Garrick", "Mara"], "speakers": ["Garrick", "Mara"]},
+        )
+        self.assertEqual(
+            [(t["name"], t["outcome"]) for t in turn["tools"]], [("open_gate", "running")]
+        )
+        self.assertNotIn("arguments", turn["tools"][0])

@@ -88,7 +88,10 @@ def _names(value: Any, at: str) -> frozenset[str] | None:
 
 
 def action(raw: Any, at: str) -> Action:
-    """One declaration: C{name}, C{description}, C{parameters} (a JSON Schema), C{characters}, C{stages}."""
+    """
+    One declaration: C{name}, C{description}, C{parameters} (a JSON Schema
+    of an object), C{characters} and C{stages}.
+    """
     if not isinstance(raw, Mapping):
         raise ActionError(f"{at} must be an object")
     name = raw.get("name")

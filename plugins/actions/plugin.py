@@ -146,9 +146,7 @@ class ActionsPlugin(ChainPlugin):
             return
         characterId = str(fields.get("characterId"))
         stage = meta.get(pw.STAGE)
-        offered = {
-            name: a for name, a in declared.items() if a.offeredTo(characterId, stage)
-        }
+        offered = {name: a for name, a in declared.items() if a.offeredTo(characterId, stage)}
         if not offered:
             return
         output = fields.get("output")
@@ -177,7 +175,7 @@ class ActionsPlugin(ChainPlugin):
             **output,
             "responseProcessing": {"mode": "buffered", "rules": [*rules, RULE]},
         }
-        memory = {k: meta[k] for k in ("client", "conversation") if k in meta}
+        memory: dict[str, Any] = {k: meta[k] for k in ("client", "conversation") if k in meta}
         self._turns[envelope.requestId or ""] = _Turn(
             client,
             str(fields.get("integrationId")),
@@ -225,7 +223,9 @@ class ActionsPlugin(ChainPlugin):
                 name=e.name,
                 why=e.why,
             )
-            self._remember(turn, f"{turn.character} tried to {e.name}, but it was not done: {e.why}")
+            self._remember(
+                turn, f"{turn.character} tried to {e.name}, but it was not done: {e.why}"
+            )
             self._noteCall(turn, requestId, {"name": e.name, "outcome": "refused", "error": e.why})
             return
         self.counts["called"] += 1
@@ -233,7 +233,9 @@ class ActionsPlugin(ChainPlugin):
         running = _Running(callId, call, turn, requestId, self.reactor.seconds())
         running.timer = self.reactor.callLater(self.timeout, self._timedOut, running)
         self._running[callId] = running
-        self._noteCall(turn, requestId, {"name": call.name, "outcome": "running", "runBy": "client"})
+        self._noteCall(
+            turn, requestId, {"name": call.name, "outcome": "running", "runBy": "client"}
+        )
         context.sendToGame(
             toClient(
                 turn.client,
@@ -338,7 +340,9 @@ class ActionsPlugin(ChainPlugin):
             error = {"type": "error", "code": "INVALID_MESSAGE", "message": f"actions {op}: {e}"}
             context.sendToGame(toClient(client, {**error, **answer}))
             return
-        context.sendToGame(toClient(client, {"type": "actions-result", **answer, "actions": listed}))
+        context.sendToGame(
+            toClient(client, {"type": "actions-result", **answer, "actions": listed})
+        )
 
     _context: IChainContext | None = None
 

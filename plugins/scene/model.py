@@ -106,7 +106,7 @@ def identifier(value: Any, at: str) -> str:
     return value
 
 
-def member(raw: Any, at: str, own: CardOwner) -> Member:
+def parseMember(raw: Any, at: str, own: CardOwner) -> Member:
     """
     One cast entry: C{characterId}, C{card} (a Character Card V2), and
     optional C{voice} (F1-F5, M1-M5) and C{hears}.
@@ -132,13 +132,13 @@ def member(raw: Any, at: str, own: CardOwner) -> Member:
     hears = raw.get("hears")
     if hears is not None:
         if not isinstance(hears, list) or not all(isinstance(h, str) for h in hears):
-            raise SceneError(f"{at}.hears must be an array of cast ids and \"player\"")
+            raise SceneError(f'{at}.hears must be an array of cast ids and "player"')
         hears = frozenset(hears)
     document, hash = own(card)
     return Member(characterId, name, snapshotTransfer(document, hash), voice, hears)
 
 
-def scene(raw: Mapping[str, Any], integrationId: str, own: CardOwner) -> Scene:
+def parseScene(raw: Mapping[str, Any], integrationId: str, own: CardOwner) -> Scene:
     """
     A scene from a game's description: C{sceneId}, C{cast}, and optional
     C{context}, C{director} and C{reactions}.
@@ -151,17 +151,17 @@ def scene(raw: Mapping[str, Any], integrationId: str, own: CardOwner) -> Scene:
         raise SceneError(f"scene.cast has {len(rawCast)} characters; at most {MAX_CAST}")
     cast: dict[str, Member] = {}
     for index, entry in enumerate(rawCast):
-        made = member(entry, f"scene.cast[{index}]", own)
+        made = parseMember(entry, f"scene.cast[{index}]", own)
         if made.characterId in cast:
             raise SceneError(f"scene.cast[{index}].characterId {made.characterId!r} is there twice")
         cast[made.characterId] = made
-    made = Scene(sceneId, integrationId, cast)
-    configure(made, raw)
-    checkHearing(made)
-    return made
+    opened = Scene(sceneId, integrationId, cast)
+    configureScene(opened, raw)
+    checkHearing(opened)
+    return opened
 
 
-def configure(target: Scene, raw: Mapping[str, Any]) -> None:
+def configureScene(target: Scene, raw: Mapping[str, Any]) -> None:
     """The optional settings of C{scene.open}, also what C{scene.set} changes."""
     if "context" in raw:
         context = raw["context"]
@@ -189,4 +189,13 @@ def checkHearing(target: Scene) -> None:
             )
 
 
-__all__ = ["DIRECTORS", "PLAYER", "Member", "Scene", "SceneError", "member", "scene"]
+__all__ = [
+    "DIRECTORS",
+    "PLAYER",
+    "Member",
+    "Scene",
+    "SceneError",
+    "configureScene",
+    "parseMember",
+    "parseScene",
+]

@@ -39,10 +39,15 @@ from zope.interface import implementer
 from rpmiddleware.builtin.memory.api import HEARD_ROLES, SAID, heard
 from rpmiddleware.builtin.scene import director
 from rpmiddleware.builtin.scene.api import IScenes
-from rpmiddleware.builtin.scene.model import PLAYER, Member, Scene, SceneError
-from rpmiddleware.builtin.scene.model import configure as configureScene
-from rpmiddleware.builtin.scene.model import member as memberOf
-from rpmiddleware.builtin.scene.model import scene as sceneOf
+from rpmiddleware.builtin.scene.model import (
+    PLAYER,
+    Member,
+    Scene,
+    SceneError,
+    configureScene,
+    parseMember,
+    parseScene,
+)
 from rpmiddleware.clientext import clientMessage, toClient
 from rpmiddleware.engineprompt import trimmed
 from rpmiddleware.envelope import Envelope
@@ -113,7 +118,7 @@ class ScenePlugin(ChainPlugin):
         return owned.document, owned.hash
 
     def openScene(self, description: Mapping[str, Any], client: str = "api") -> dict[str, Any]:
-        made = sceneOf(description, self.integrationId, self._own)
+        made = parseScene(description, self.integrationId, self._own)
         self.scenes[client] = made
         self.log.info(
             "client {client} opened scene {sceneId} with {cast}",
@@ -131,7 +136,7 @@ class ScenePlugin(ChainPlugin):
 
     def join(self, member: Mapping[str, Any], client: str = "api") -> dict[str, Any]:
         running = self._running(client)
-        made = memberOf(member, "scene.member", self._own)
+        made = parseMember(member, "scene.member", self._own)
         running.cast[made.characterId] = made
         return running.describe()
 
@@ -223,7 +228,11 @@ class ScenePlugin(ChainPlugin):
         fields["integrationId"] = running.integrationId
         fields["card"] = dict(member.transfer)
         output = fields.get("output")
-        if member.voice and isinstance(output, Mapping) and isinstance(output.get("audio"), Mapping):
+        if (
+            member.voice
+            and isinstance(output, Mapping)
+            and isinstance(output.get("audio"), Mapping)
+        ):
             fields["output"] = {**output, "audio": {**output["audio"], "voice": member.voice}}
         addSceneText(fields, sceneText(running, member, player), running.sceneId)
 
@@ -245,8 +254,12 @@ class ScenePlugin(ChainPlugin):
         context: IChainContext,
     ) -> None:
         """C{listener} heard C{speaker} say C{text}: its memory is told."""
-        meta = {k: exchange.meta[k] for k in ("client", "conversation") if k in exchange.meta}
-        envelope = heard(exchange.scene.integrationId, listener.characterId, role, speaker, text, meta)
+        meta: dict[str, Any] = {
+            k: exchange.meta[k] for k in ("client", "conversation") if k in exchange.meta
+        }
+        envelope = heard(
+            exchange.scene.integrationId, listener.characterId, role, speaker, text, meta
+        )
         context.sendToEngine(envelope)
 
     def _withdraw(self, exchange: _Exchange, envelope: Envelope, context: IChainContext) -> Any:

@@ -399,6 +399,12 @@ class StatusHub:
             memory = described.get("memory")
             if isinstance(memory, dict):
                 details["memory"] = promptSummary(memory)
+            scene = described.get("scene")
+            if isinstance(scene, dict):
+                # A scene's turn: its cast and who spoke, by name.
+                details["scene"] = {
+                    k: scene[k] for k in ("sceneId", "cast", "speakers") if k in scene
+                }
             outcome = next(
                 (name for name in ("completed", "cancelled", "failed") if name in marks), None
             )

@@ -292,6 +292,11 @@ function stageCell(turn) {
     title: call.error || `${call.runBy || ""} ${formatMs(call.durationMs)}`,
     text: call.name,
   }));
-  if (!turn.stage && !tools.length) return "—";
-  return el("span", {}, turn.stage ? el("code", { text: turn.stage }) : "", " ", ...tools);
+  const scene = turn.scene ? el("span", {
+    class: "tag scene",
+    title: `scene ${turn.scene.sceneId}: ${(turn.scene.cast || []).join(", ")}`,
+    text: (turn.scene.speakers || []).join(" → ") || turn.scene.sceneId,
+  }) : "";
+  if (!turn.stage && !tools.length && !scene) return "—";
+  return el("span", {}, scene, " ", turn.stage ? el("code", { text: turn.stage }) : "", " ", ...tools);
 }
