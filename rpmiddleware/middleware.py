@@ -283,7 +283,13 @@ class Middleware:
 
         stream = ReplyStream(requestId, cancel, retainAudio=retainAudio)
         self.router.route(requestId, stream.received)
-        self.timeline.submitted(requestId, characterId=characterId, kind=kind)
+        asker = (meta or {}).get("client", "api")
+        self.timeline.submitted(
+            requestId,
+            client=asker if isinstance(asker, str) else None,
+            characterId=characterId,
+            kind=kind,
+        )
         envelope = Envelope.build(
             kind,
             requestId=requestId,
