@@ -95,11 +95,12 @@ class Middleware:
 
         @raise rpmiddleware.config.ConfigError: for an unknown or misconfigured plugin.
         """
-        from rpmiddleware.discovery import buildChain, discoverPlugins
+        from rpmiddleware.discovery import buildChain, discoverPlugins, logChain
 
         services = PluginServices(reactor, settings, CardHasher(reactor), Timeline())
         registry = registry if registry is not None else discoverPlugins()
         plugins = buildChain(settings, registry, services)
+        logChain(plugins, settings, registry)
         return cls(reactor, settings, plugins, services)
 
     @property
