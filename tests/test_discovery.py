@@ -174,8 +174,7 @@ class OrderTests(SynchronousTestCase):
             buildChain(settings, self.registry("a", "b"), None, {})  # type: ignore[arg-type]
         self.assertEqual(
             str(caught.exception),
-            "/etc/rpm.toml: unknown plugin 'moood-tagger' in [plugins.moood-tagger] "
-            "(known: a, b)",
+            "/etc/rpm.toml: unknown plugin 'moood-tagger' in [plugins.moood-tagger] (known: a, b)",
         )
         fine = parseSettings({"chain": {"plugins": {"a": 1}}, "plugins": {"b": {"x": 1}}})
         plugins = buildChain(fine, self.registry("a", "b"), None, {})  # type: ignore[arg-type]
