@@ -208,3 +208,22 @@ class StatusOwnerTests(SynchronousTestCase):
             [(api.requestId, None), (requestId, clientLabel(connection.session.id))],
         )
         self.assertNotIn(connection.session.id, json.dumps(turns))
+
+
+class HarnessTests(SynchronousTestCase):
+    def test_notAPlugin(self) -> None:
+        """
+        A plugin class without C{@implementer(IEnvelopePlugin)} is named,
+        with what to do, not "object is not iterable".
+        """
+
+        class Undeclared(ChainPlugin):
+            name = "undeclared"
+
+        from rpmiddleware.testing.kit import PluginHarness
+
+        for given in (Undeclared(), [Undeclared()]):
+            with self.assertRaises(TypeError) as caught:
+                PluginHarness(given)  # type: ignore[arg-type]
+            self.assertIn("Undeclared", str(caught.exception))
+            self.assertIn("@implementer(IEnvelopePlugin)", str(caught.exception))

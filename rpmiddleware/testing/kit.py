@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -89,8 +89,9 @@ class PluginHarness:
     ) -> None:
         if IEnvelopePlugin.providedBy(plugins):
             plugins = [plugins]  # type: ignore[list-item]
-        elif not isinstance(plugins, Sequence):
+        elif not isinstance(plugins, Iterable):
             raise TypeError(_notAPlugin(plugins))
+        plugins = list(plugins)
         for plugin in plugins:
             if not IEnvelopePlugin.providedBy(plugin):
                 raise TypeError(_notAPlugin(plugin))
