@@ -13,6 +13,14 @@ engine end drops them, so a message no plugin took goes nowhere.
 
 Every envelope carries the client session id in C{meta["client"]} (toward the
 game, also as the field C{clientId}, for router observers).
+
+A plugin that only adds to what a client is told anyway sets a field whose
+name begins with C{x-} (L{PLUGIN_FIELD_PREFIX}) on an envelope toward the
+game: RPEngine never sends one, so the client endpoint copies it onto every
+client message made from that envelope (C{reply.text.completed} becomes
+C{llm}: C{{"x-mood": "calm"}} on C{reply.text.completed} is
+C{{"type": "llm", ..., "x-mood": "calm"}}) and never counts it among
+RPEngine's statistics.
 """
 
 from __future__ import annotations
@@ -27,6 +35,22 @@ from rpmiddleware.interfaces import IClientExtension
 FROM_CLIENT = "x-client.message"
 #: A plugin's message for a client: C{clientId}, C{message}.
 TO_CLIENT = "x-client.send"
+#: How the name of a plugin's field for clients begins (RPEngine's never do).
+PLUGIN_FIELD_PREFIX = "x-"
+
+
+def isPluginField(name: str) -> bool:
+    """
+    Whether C{name} is a plugin's field for clients (C{x-...}).
+    """
+    return name.startswith(PLUGIN_FIELD_PREFIX)
+
+
+def pluginFields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """
+    The plugins' fields for clients among C{fields}, as they are.
+    """
+    return {k: v for k, v in fields.items() if k.startswith(PLUGIN_FIELD_PREFIX)}
 
 
 def fromClient(clientId: str, message: Mapping[str, Any]) -> Envelope:

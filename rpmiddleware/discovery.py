@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -171,15 +171,17 @@ def buildChain(
     built = []
     if defaults is None:
         defaults = builtins.DEFAULT_CHAIN
+    for name in settings.plugins:
+        if name not in registry.factories:
+            raise ConfigError(
+                f"{settings.source}: unknown plugin {name!r} in [plugins.{name}]"
+                f"{_knownPlugins(registry)}"
+            )
     for name in chainOrder(settings, defaults):
         factory = registry.factories.get(name)
         if factory is None:
-            known = ", ".join(sorted(registry.factories)) or "none"
-            hint = ""
-            if registry.problems:
-                hint = "; drop-ins that failed to load: " + "; ".join(map(str, registry.problems))
             raise ConfigError(
-                f"{settings.source}: unknown plugin {name!r} in [chain] (known: {known}){hint}"
+                f"{settings.source}: unknown plugin {name!r} in [chain]{_knownPlugins(registry)}"
             )
         try:
             plugin = factory.buildPlugin(settings.pluginSettings(name), services)
@@ -190,3 +192,63 @@ def buildChain(
         verifyObject(IEnvelopePlugin, plugin)
         built.append(plugin)
     return built
+
+
+def _knownPlugins(registry: PluginRegistry) -> str:
+    """
+    The end of an unknown plugin's message: the known names, and the
+    drop-ins that failed to load (one of them may be the one meant).
+    """
+    known = ", ".join(sorted(registry.factories)) or "none"
+    hint = ""
+    if registry.problems:
+        hint = "; drop-ins that failed to load: " + "; ".join(map(str, registry.problems))
+    return f" (known: {known}){hint}"
+
+
+def describeChain(
+    plugins: Sequence[IEnvelopePlugin],
+    settings: Settings,
+    registry: PluginRegistry,
+    defaults: Mapping[str, int] | None = None,
+) -> list[dict[str, Any]]:
+    """
+    The chain in order, the game's end first: each plugin's C{name}, its
+    C{priority} and C{origin} (C{"built-in"}, or the drop-in module that
+    announced it).
+    """
+    import rpmiddleware.builtin as builtins
+
+    priorities: dict[str, int | None] = dict(
+        builtins.DEFAULT_CHAIN if defaults is None else defaults
+    )
+    priorities.update(settings.chain)
+    return [
+        {
+            "name": plugin.name,
+            "priority": priorities.get(plugin.name),
+            "origin": registry.origins.get(plugin.name, "given in code"),
+        }
+        for plugin in plugins
+    ]
+
+
+def logChain(
+    plugins: Sequence[IEnvelopePlugin],
+    settings: Settings,
+    registry: PluginRegistry,
+    defaults: Mapping[str, int] | None = None,
+) -> list[dict[str, Any]]:
+    """
+    Log the chain as built (L{describeChain}), as one event with its
+    C{chain} and C{source} (the configuration file); return the chain.
+    """
+    chain = describeChain(plugins, settings, registry, defaults)
+    text = ", ".join(f"{p['name']} ({p['priority']}, {p['origin']})" for p in chain)
+    log.info(
+        "plugin chain from {source}, the game's end first: {text}",
+        source=settings.source,
+        chain=chain,
+        text=text or "no plugins",
+    )
+    return chain

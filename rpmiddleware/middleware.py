@@ -95,11 +95,12 @@ class Middleware:
 
         @raise rpmiddleware.config.ConfigError: for an unknown or misconfigured plugin.
         """
-        from rpmiddleware.discovery import buildChain, discoverPlugins
+        from rpmiddleware.discovery import buildChain, discoverPlugins, logChain
 
         services = PluginServices(reactor, settings, CardHasher(reactor), Timeline())
         registry = registry if registry is not None else discoverPlugins()
         plugins = buildChain(settings, registry, services)
+        logChain(plugins, settings, registry)
         return cls(reactor, settings, plugins, services)
 
     @property
@@ -283,7 +284,13 @@ class Middleware:
 
         stream = ReplyStream(requestId, cancel, retainAudio=retainAudio)
         self.router.route(requestId, stream.received)
-        self.timeline.submitted(requestId, characterId=characterId, kind=kind)
+        asker = (meta or {}).get("client", "api")
+        self.timeline.submitted(
+            requestId,
+            client=asker if isinstance(asker, str) else None,
+            characterId=characterId,
+            kind=kind,
+        )
         envelope = Envelope.build(
             kind,
             requestId=requestId,

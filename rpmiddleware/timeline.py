@@ -35,6 +35,9 @@ class RequestTimeline:
     cancelled: float | None = None
     failed: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    #: Who asked (the request's C{meta["client"]}: a client session id, or
+    #: C{"api"}); kept out of L{asDict}, since a session id is a secret.
+    client: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -82,9 +85,13 @@ class Timeline:
                 self._requests.popitem(last=False)
         return entry
 
-    def submitted(self, requestId: str, **details: Any) -> None:
+    def submitted(self, requestId: str, client: str | None = None, **details: Any) -> None:
+        """
+        C{requestId} was asked now, by C{client} (its C{meta["client"]}).
+        """
         entry = self._entry(requestId)
         entry.submitted = self._now()
+        entry.client = client
         entry.details.update(details)
 
     def note(self, requestId: str, **details: Any) -> None:

@@ -13,8 +13,16 @@ from twisted.trial.unittest import SynchronousTestCase
 
 import twisted.plugins
 from rpmiddleware.config import ConfigError, parseSettings
-from rpmiddleware.discovery import PluginRegistry, buildChain, chainOrder, discoverPlugins
+from rpmiddleware.discovery import (
+    PluginRegistry,
+    buildChain,
+    chainOrder,
+    describeChain,
+    discoverPlugins,
+    logChain,
+)
 from rpmiddleware.plugin import PluginFactory
+from rpmiddleware.testing.kit import captureLogEvents
 from tests.test_chain import Recorder
 
 GOOD_DROPIN = """
@@ -90,6 +98,29 @@ class DropinTests(SynchronousTestCase):
         self.assertEqual(plugin.name, "shout")
         self.assertEqual(plugin.volume, 3)  # type: ignore[attr-defined]
 
+    def test_chainLoggedWithOrigins(self) -> None:
+        """
+        The chain is logged at start-up as one event: every plugin's name,
+        priority and origin (built-in, or the drop-in module), in order.
+        """
+        from twisted.internet.task import Clock
+
+        from rpmiddleware.middleware import Middleware
+
+        events = captureLogEvents(self)
+        settings = parseSettings(
+            {"chain": {"plugins": {"shout": 150, "logging": 500}}}, "/etc/rpm.toml"
+        )
+        middleware = Middleware.fromSettings(Clock(), settings)
+        [event] = [e for e in events if "chain" in e and e.get("source") == "/etc/rpm.toml"]
+        self.assertEqual([p["name"] for p in event["chain"]], middleware.chain.names)
+        shout = next(p for p in event["chain"] if p["name"] == "shout")
+        self.assertEqual(shout, {"name": "shout", "priority": 150, "origin": shout["origin"]})
+        self.assertEqual(shout["origin"], "twisted.plugins.shout_dropin")
+        logging = next(p for p in event["chain"] if p["name"] == "logging")
+        self.assertEqual((logging["priority"], logging["origin"]), (500, "built-in"))
+        self.assertIn("shout (150, twisted.plugins.shout_dropin)", event["text"])
+
     def test_pluginRefusesSettings(self) -> None:
         settings = parseSettings(
             {"chain": {"plugins": {"shout": 10}}, "plugins": {"shout": {"volume": "loud"}}}
@@ -127,6 +158,45 @@ class OrderTests(SynchronousTestCase):
             buildChain(settings, self.registry("a"), None, {})  # type: ignore[arg-type]
         self.assertIn("unknown plugin 'nope'", str(caught.exception))
         self.assertIn("known: a", str(caught.exception))
+
+    def test_unknownPluginSection(self) -> None:
+        """
+        A [plugins.NAME] section for a plugin nobody provides (a typo) stops
+        start-up with the file, the name and the known plugins, as an
+        unknown key does; a known plugin's section is fine even when the
+        chain leaves it out.
+        """
+        settings = parseSettings(
+            {"chain": {"plugins": {"a": 1}}, "plugins": {"a": {}, "moood-tagger": {"x": 1}}},
+            "/etc/rpm.toml",
+        )
+        with self.assertRaises(ConfigError) as caught:
+            buildChain(settings, self.registry("a", "b"), None, {})  # type: ignore[arg-type]
+        self.assertEqual(
+            str(caught.exception),
+            "/etc/rpm.toml: unknown plugin 'moood-tagger' in [plugins.moood-tagger] (known: a, b)",
+        )
+        fine = parseSettings({"chain": {"plugins": {"a": 1}}, "plugins": {"b": {"x": 1}}})
+        plugins = buildChain(fine, self.registry("a", "b"), None, {})  # type: ignore[arg-type]
+        self.assertEqual([p.name for p in plugins], ["a"])
+
+    def test_describeChain(self) -> None:
+        settings = parseSettings({"chain": {"plugins": {"b": 20, "a": 10}}})
+        registry = self.registry("a", "b")
+        plugins = buildChain(settings, registry, None, {})  # type: ignore[arg-type]
+        extra = Recorder("in-code", [])
+        self.assertEqual(
+            describeChain([*plugins, extra], settings, registry, {}),
+            [
+                {"name": "a", "priority": 10, "origin": "test"},
+                {"name": "b", "priority": 20, "origin": "test"},
+                {"name": "in-code", "priority": None, "origin": "given in code"},
+            ],
+        )
+        events = captureLogEvents(self)
+        logChain([], settings, registry, {})
+        self.assertEqual(events[-1]["text"], "no plugins")
+        self.assertEqual(events[-1]["chain"], [])
 
     def test_duplicateNameRefused(self) -> None:
         registry = self.registry("a")

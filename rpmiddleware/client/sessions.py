@@ -194,6 +194,13 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def __contains__(self, sessionId: object) -> bool:
+        """
+        Whether C{sessionId} is a session kept here (connected or waiting
+        for its C{reconnect}).
+        """
+        return sessionId in self._sessions
+
     def create(self, owner: Any) -> ClientSession:
         self.sweep()
         session = ClientSession(uuid.uuid4().hex, self.settings.history_limit, owner=owner)

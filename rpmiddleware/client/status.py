@@ -378,6 +378,17 @@ class StatusHub:
             )
         return clients
 
+    def _owner(self, requestId: str, client: str | None) -> str | None:
+        """
+        The label of the client session that asked for C{requestId}, while
+        the endpoint keeps that session (and after, once it was seen);
+        C{None} for the Python API's requests.
+        """
+        sessions = getattr(self.endpoint, "sessions", None)
+        if client is not None and sessions is not None and client in sessions:
+            _remember(self._owners, requestId, clientLabel(client))
+        return self._owners.get(requestId)
+
     def _turns(self) -> list[dict[str, Any]]:
         turns = []
         for entry in reversed(self.middleware.timeline.recent()[-STATUS_TURNS:]):
@@ -412,7 +423,7 @@ class StatusHub:
                 {
                     **details,
                     "requestId": requestId,
-                    "client": self._owners.get(requestId),
+                    "client": self._owner(requestId, entry.client),
                     "marks": marks,
                     "outcome": outcome,
                     "error": self._requestErrors.get(requestId),

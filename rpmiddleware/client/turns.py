@@ -35,6 +35,11 @@ A turn cancelled here (the client's C{cancel}, a barge-in, a client that does
 not read) says C{tts-cancelled} at once and is silent from then on: whatever
 RPEngine had already sent for it is dropped, so nothing of it can be mistaken
 for the next turn.  Every message carries the turn's C{turnId}.
+
+A plugin's fields (C{x-...}, L{rpmiddleware.clientext.pluginFields}) on an
+envelope reach every message sent for that envelope, and are never counted
+among RPEngine's statistics (C{docs/client-protocol.md}, I{Unknown and extra
+fields}).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from rpmiddleware.audio import encodeBase64
 from rpmiddleware.client.errors import LLM_TIMEOUT, TTS_ERROR, engineErrorMessage, errorMessage
 from rpmiddleware.client.messages import turnMessage
 from rpmiddleware.client.tts import SpeechOutput, SpeechTooLong
+from rpmiddleware.clientext import isPluginField, pluginFields
 from rpmiddleware.enginequeue import EngineQueue
 from rpmiddleware.envelope import ENVELOPE_FIELDS, Envelope
 from rpmiddleware.messages import textOfDelta
@@ -93,9 +99,13 @@ def _stats(fields: Mapping[str, Any], content: frozenset[str] = frozenset()) -> 
     """
     RPEngine's statistics on a completed stream as it sent them: every field
     but the envelope's own, the requestId and the C{content} fields (so a
-    figure a later RPEngine adds is passed on too).
+    figure a later RPEngine adds is passed on too); never a plugin's fields.
     """
-    return {k: v for k, v in fields.items() if k not in _HEAD and k not in content}
+    return {
+        k: v
+        for k, v in fields.items()
+        if k not in _HEAD and k not in content and not isPluginField(k)
+    }
 
 
 def _number(value: Any) -> bool:
@@ -212,6 +222,23 @@ class Turn:
     # The stream.
 
     def _received(self, envelope: Envelope) -> None:
+        extra = pluginFields(envelope.fields)
+        if not extra:
+            self._follow(envelope)
+            return
+        # A plugin's fields go on every message sent for this envelope.
+        send = self._send
+
+        def withExtra(message: dict[str, Any], audio: bool = False) -> bool:
+            return send({**message, **extra}, audio)
+
+        self._send = withExtra
+        try:
+            self._follow(envelope)
+        finally:
+            self._send = send
+
+    def _follow(self, envelope: Envelope) -> None:
         kind = envelope.type
         fields = envelope.fields
         if kind in ("reply.completed", "reply.cancelled", "request.error"):

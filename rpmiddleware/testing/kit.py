@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -25,8 +25,11 @@ from zope.interface import implementer
 
 from rpmiddleware.cardhasher import CanonicalCard, CardHasher
 from rpmiddleware.chain import PluginChain
+from rpmiddleware.config import Settings
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IEngineSessionInfo, IEnvelopePlugin
+from rpmiddleware.middleware import PluginServices
+from rpmiddleware.timeline import Timeline
 
 
 @implementer(IEngineSessionInfo)
@@ -39,6 +42,37 @@ class FakeSession:
 #: A card transfer that names a card without sending it, for requests whose
 #: card does not matter to the plugin under test.
 REFERENCE_CARD = {"format": "chara_card_v2", "mode": "reference", "targetHash": "0" * 64}
+
+
+def _notAPlugin(thing: object) -> str:
+    return (
+        f"{thing!r} does not provide IEnvelopePlugin: declare "
+        "@implementer(IEnvelopePlugin) on its class (from zope.interface and "
+        "rpmiddleware.interfaces), or pass a list of plugins that do"
+    )
+
+
+def pluginServices(
+    clock: Any = None, config: Settings | None = None, cards: CardHasher | None = None
+) -> PluginServices:
+    """
+    The services a plugin's factory is built with
+    (L{rpmiddleware.interfaces.IPluginServices}), as the daemon lends them:
+    C{clock} as the reactor (a new L{Clock} unless given), C{config} (the
+    default L{Settings} unless given), a L{CardHasher} (or C{cards}, a
+    L{HeldHasher} say) and a new L{Timeline}.
+
+        clock = Clock()
+        plugin = myFactory.buildPlugin({"volume": 2}, pluginServices(clock))
+        harness = PluginHarness(plugin, clock)
+    """
+    clock = clock if clock is not None else Clock()
+    return PluginServices(
+        clock,
+        config if config is not None else Settings(),
+        cards if cards is not None else CardHasher(clock),
+        Timeline(),
+    )
 
 
 class PluginHarness:
@@ -55,6 +89,12 @@ class PluginHarness:
     ) -> None:
         if IEnvelopePlugin.providedBy(plugins):
             plugins = [plugins]  # type: ignore[list-item]
+        elif not isinstance(plugins, Iterable):
+            raise TypeError(_notAPlugin(plugins))
+        plugins = list(plugins)
+        for plugin in plugins:
+            if not IEnvelopePlugin.providedBy(plugin):
+                raise TypeError(_notAPlugin(plugin))
         self.clock = clock if clock is not None else Clock()
         self.sentToEngine: list[Envelope] = []
         self.sentToGame: list[Envelope] = []
