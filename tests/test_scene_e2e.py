@@ -7,6 +7,7 @@ RPEngine's core does.  No sockets and no real time: everything on a Clock.
 
 from __future__ import annotations
 
+import base64
 import copy
 from typing import Any
 
@@ -139,6 +140,23 @@ class SceneTests(SynchronousTestCase):
         self.assertEqual(len(rig.sent("reply-complete")), 1)
         last = rig.writer.sent.index(done)
         self.assertTrue(all(rig.writer.sent.index(m) < last for m in llm))
+
+    def test_eachLineHasItsOwnWavWhenNotStreaming(self) -> None:
+        """
+        A client that takes one WAV per reply gets one per line, each with
+        its speaker and only that line's speech.
+        """
+        rig = SceneRig({"garrick": "Halt.", "mara": "He says that every night, you know."})
+        rig.say(type="configure", output={"streaming": False})
+        rig.openScene()
+        done = rig.turn("Garrick, may I pass?")
+        wavs = rig.sent("tts")
+        self.assertEqual([w["speaker"]["characterId"] for w in wavs], ["garrick", "mara"])
+        self.assertLess(len(wavs[0]["data"]), len(wavs[1]["data"]), "the first holds its line only")
+        self.assertEqual(
+            done["speech"]["samples"] * 2 + 2 * 44,
+            sum(len(base64.b64decode(w["data"])) for w in wavs),
+        )
 
     def test_eachInvocationHoldsTheOthersLinesWithNames(self) -> None:
         """
@@ -471,3 +489,50 @@ class ConsoleTests(SynchronousTestCase):
             [(t["name"], t["outcome"]) for t in turn["tools"]], [("open_gate", "running")]
         )
         self.assertNotIn("arguments", turn["tools"][0])
+
+
+PLAYBOOK = """
+name = "gate-night"
+initial = "shut"
+
+[defaults.promptScene]
+sceneLine = "The north gate at night."
+
+[defaults.promptDirective]
+sceneContext = "The north gate, after dark."
+autoEventGuide = "React to what just happened."
+
+[stages.shut.promptDirective]
+directUserGuide = "The gate stays shut tonight."
+
+[[stages.shut.transitions]]
+on = "player"
+keywords = ["silver"]
+to = "bribed"
+
+[stages.bribed.promptDirective]
+directUserGuide = "You have been paid: you may open the gate."
+"""
+
+
+class PlaybookInSceneTests(SynchronousTestCase):
+    def test_stageIsTheScenesAndOffersItsActions(self) -> None:
+        """
+        A playbook runs per client session, so per scene: each line of a
+        turn (the answer and the reaction) is told the stage, and an action
+        limited to a stage is offered only once the scene reached it.
+        """
+        rig = SceneRig({"garrick": GUARD_LINE, "mara": "Shameless."})
+        rig.openScene()
+        rig.say(type="playbook", toml=PLAYBOOK)
+        rig.say(type="actions", op="declare", actions=[{**OPEN_GATE, "stages": ["bribed"]}])
+        rig.turn("Garrick, let me through.")
+        garrick, mara = rig.invocations[-2:]
+        for invocation in (garrick, mara):
+            self.assertIn("The north gate, after dark.", invocation.system)
+        self.assertIn("The gate stays shut tonight.", garrick.system)
+        self.assertIn("React to what just happened.", mara.system)
+        self.assertEqual(rig.sent("tool-call-start"), [], "not offered before the stage")
+        rig.turn("Garrick, here is some silver.")
+        self.assertIn("You have been paid", rig.invocations[-2].system)
+        self.assertEqual(rig.sent("tool-call-start")[-1]["arguments"], {"gate": "north"})

@@ -25,6 +25,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from rpmiddleware.enginerules import MAX_RESPONSE_RULES
+
 #: The response-processing rule's id (RPEngine: ^[a-z][a-z0-9_.-]{0,63}$).
 RULE_ID = "rpmiddleware.action"
 #: A call: [[name {json}]], anywhere in the reply, over several lines too.
@@ -39,8 +41,6 @@ RULE: dict[str, Any] = {
     "remove": "match",
     "removeFrom": ["text", "audio"],
 }
-#: RPEngine's bound on rules per request.
-MAX_RULES = 8
 MAX_ACTIONS = 32
 MAX_DESCRIPTION = 500
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -226,6 +226,7 @@ def readCall(captured: str, offered: Mapping[str, Action]) -> Call:
 
 
 __all__ = [
+    "MAX_RESPONSE_RULES",
     "RULE",
     "RULE_ID",
     "Action",

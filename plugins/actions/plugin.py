@@ -30,7 +30,7 @@ from zope.interface import implementer
 from rpmiddleware import playbookwire as pw
 from rpmiddleware.builtin.actions.api import IActions
 from rpmiddleware.builtin.actions.model import (
-    MAX_RULES,
+    MAX_RESPONSE_RULES,
     RULE,
     RULE_ID,
     Action,
@@ -154,7 +154,7 @@ class ActionsPlugin(ChainPlugin):
             return
         processing = output.get("responseProcessing")
         rules = list(processing.get("rules") or []) if isinstance(processing, Mapping) else []
-        if len(rules) >= MAX_RULES or any(
+        if len(rules) >= MAX_RESPONSE_RULES or any(
             isinstance(r, Mapping) and r.get("id") == RULE_ID for r in rules
         ):
             self.log.warn(
@@ -162,7 +162,7 @@ class ActionsPlugin(ChainPlugin):
                 "(RPEngine takes {limit})",
                 characterId=characterId,
                 count=len(rules),
-                limit=MAX_RULES,
+                limit=MAX_RESPONSE_RULES,
             )
             return
         card = fields.get("card")
