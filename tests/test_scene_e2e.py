@@ -141,6 +141,24 @@ class SceneTests(SynchronousTestCase):
         last = rig.writer.sent.index(done)
         self.assertTrue(all(rig.writer.sent.index(m) < last for m in llm))
 
+    def test_sessionHistoryKeepsEveryLine(self) -> None:
+        """What reconnect's history tells: each line, with its speaker."""
+        rig = SceneRig({"garrick": "Halt.", "mara": "Hush."})
+        rig.openScene()
+        rig.turn("Garrick?")
+        said = [
+            (h["role"], h.get("speaker", {}).get("name"), h["text"])
+            for h in rig.connection.session.history
+        ]
+        self.assertEqual(
+            said,
+            [
+                ("player", None, "Garrick?"),
+                ("character", "Garrick", "Halt."),
+                ("character", "Mara", "Hush."),
+            ],
+        )
+
     def test_eachLineHasItsOwnWavWhenNotStreaming(self) -> None:
         """
         A client that takes one WAV per reply gets one per line, each with

@@ -457,8 +457,12 @@ class ClientConnection:
     def _turnEnded(self, turn: Turn) -> None:
         details = {"turnId": turn.id, "source": turn.kind}
         self.session.remember("player", turn.transcript or "", **details)
-        if turn.replyText:
-            self.session.remember("character", turn.replyText, outcome=turn.outcome, **details)
+        for line in turn.lines or [{"text": turn.replyText}]:
+            if line["text"]:
+                speaker = {"speaker": line["speaker"]} if "speaker" in line else {}
+                self.session.remember(
+                    "character", line["text"], outcome=turn.outcome, **details, **speaker
+                )
         if self.current is turn:
             self.current = None
             self._startWaiting()

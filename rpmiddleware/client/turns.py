@@ -185,6 +185,16 @@ class Turn:
     def replyText(self) -> str:
         return self._fullText if self._fullText is not None else "".join(self._pieces)
 
+    @property
+    def lines(self) -> list[dict[str, Any]]:
+        """
+        Each line of the turn with its speaker (a scene's), or none for a
+        turn whose envelopes named no speaker.
+        """
+        if self._speaker is None:
+            return []
+        return [*self._lines, {"speaker": self._speaker, "text": self.replyText}]
+
     def start(self) -> None:
         """
         Echo typed text, then follow the stream (which may already hold
@@ -535,10 +545,8 @@ class Turn:
             self._say("tts-cancelled", reason="RPEngine cancelled this turn")
 
     def _complete(self, fields: Mapping[str, Any]) -> None:
-        text = self.replyText
-        lines: list[dict[str, Any]] = []
-        if self._speaker is not None:
-            lines = [*self._lines, {"speaker": self._speaker, "text": text}]
+        text, lines = self.replyText, self.lines
+        if lines:
             text = "\n".join(line["text"] for line in lines if line["text"])
         message = turnMessage("reply-complete", self.id, text=text, **self._extracted())
         if lines:
