@@ -554,3 +554,49 @@ class PlaybookInSceneTests(SynchronousTestCase):
         rig.turn("Garrick, here is some silver.")
         self.assertIn("You have been paid", rig.invocations[-2].system)
         self.assertEqual(rig.sent("tool-call-start")[-1]["arguments"], {"gate": "north"})
+
+
+class FailureTests(SynchronousTestCase):
+    def waitForMara(self, rig: SceneRig) -> None:
+        for _ in range(400):
+            rig.clock.advance(0.05)
+            if any(r.get("characterId") == "mara" for r in rig.engine.receivedMessages):
+                return
+        self.fail("the innkeeper's request never reached RPEngine")
+
+    def test_engineLostMidExchangeEndsTheTurn(self) -> None:
+        """
+        RPEngine going away while a reaction waits ends the turn with an
+        error within the reactor turn, never a hang; the next RPEngine
+        plays the next turn.
+        """
+        rig = SceneRig({"garrick": "Halt. " * 10, "mara": "Hush."})
+        rig.engine.options.audioRealtime = True
+        rig.openScene()
+        rig.say(type="text", text="Garrick, may I pass?")
+        self.waitForMara(rig)
+        rig.link.disconnect()
+        rig.clock.advance(0)
+        errors = rig.sent("error")
+        self.assertEqual(errors[-1]["code"], "LLM_ERROR", errors)
+        self.assertEqual(rig.connection.current, None)
+        rig.link = connectInMemory(rig.middleware, rig.clock, SimulatorOptions())
+        settle(rig.clock, 6)
+        rig.lines["garrick"] = "Back again."
+        done = rig.turn("Garrick?")
+        self.assertEqual(done["lines"][0]["speaker"]["characterId"], "garrick")
+
+    def test_failedReactionEndsTheTurnWithTheLinesSaid(self) -> None:
+        """A reaction RPEngine fails ends the turn as completed, with the lines said."""
+        rig = SceneRig({"garrick": "Halt."})
+
+        def replies(request: dict[str, Any]) -> str:
+            if request["characterId"] == "mara":
+                raise RuntimeError("the model failed")
+            return "Halt."
+
+        rig.engine.options.replyText = replies
+        rig.openScene()
+        done = rig.turn("Garrick?")
+        self.assertEqual([line["text"] for line in done["lines"]], ["Halt."])
+        self.assertEqual(rig.sent("error"), [])
