@@ -18,6 +18,7 @@ from rpmiddleware.builtin.actions import IActions
 from rpmiddleware.builtin.memory import IConversationMemory
 from rpmiddleware.builtin.scene import IScenes
 from rpmiddleware.client.extensions import ExtensionBridge
+from rpmiddleware.client.status import hubFor
 from rpmiddleware.config import Settings
 from rpmiddleware.engineprompt import AssembledPrompt
 from rpmiddleware.middleware import Middleware
@@ -492,8 +493,6 @@ class ConsoleTests(SynchronousTestCase):
         The status (what the console shows) has the turn's scene: its cast,
         who spoke in order, and the actions called, without arguments.
         """
-        from rpmiddleware.client.status import hubFor
-
         rig = SceneRig({"garrick": GUARD_LINE, "mara": "At last."})
         rig.openScene()
         rig.say(type="actions", op="declare", actions=[OPEN_GATE])
@@ -507,6 +506,16 @@ class ConsoleTests(SynchronousTestCase):
             [(t["name"], t["outcome"]) for t in turn["tools"]], [("open_gate", "running")]
         )
         self.assertNotIn("arguments", turn["tools"][0])
+
+    def test_aReactionsActionIsShownOnThePlayersTurn(self) -> None:
+        rig = SceneRig({"garrick": "Ask her.", "mara": GUARD_LINE})
+        rig.openScene()
+        rig.say(type="actions", op="declare", actions=[{**OPEN_GATE, "characters": ["mara"]}])
+        rig.turn("Garrick, open the gate.")
+        self.assertEqual(rig.sent("tool-call-start")[-1]["speaker"]["characterId"], "mara")
+        turns = hubFor(rig.endpoint).snapshot(38471)["turns"]
+        self.assertEqual(len(turns), 1, "the reaction is no turn of its own")
+        self.assertEqual([t["name"] for t in turns[0]["tools"]], ["open_gate"])
 
 
 PLAYBOOK = """

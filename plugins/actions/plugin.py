@@ -62,6 +62,9 @@ NOTED_CALLS = 8
 class _Turn:
     """A request whose character was offered actions."""
 
+    #: The game's request it belongs to (a scene's reaction belongs to the
+    #: player's turn: C{meta["turn"]}), where the console shows its calls.
+    turnId: str
     client: str
     integrationId: str
     characterId: str
@@ -78,7 +81,6 @@ class _Running:
     callId: str
     call: Call
     turn: _Turn
-    requestId: str
     started: float
     timer: IDelayedCall | None = None
 
@@ -177,6 +179,7 @@ class ActionsPlugin(ChainPlugin):
         }
         memory: dict[str, Any] = {k: meta[k] for k in ("client", "conversation") if k in meta}
         self._turns[envelope.requestId or ""] = _Turn(
+            str(meta.get("turn") or envelope.requestId),
             client,
             str(fields.get("integrationId")),
             characterId,
@@ -209,10 +212,10 @@ class ActionsPlugin(ChainPlugin):
         else:
             envelope.fields.pop("extractedContent", None)
         for raw in captured if isinstance(captured, list) else []:
-            self._called(turn, requestId, str(raw), context)
+            self._called(turn, str(raw), context)
         return envelope
 
-    def _called(self, turn: _Turn, requestId: str, captured: str, context: IChainContext) -> None:
+    def _called(self, turn: _Turn, captured: str, context: IChainContext) -> None:
         try:
             call = readCall(captured, turn.offered)
         except BadCall as e:
@@ -226,16 +229,14 @@ class ActionsPlugin(ChainPlugin):
             self._remember(
                 turn, f"{turn.character} tried to {e.name}, but it was not done: {e.why}"
             )
-            self._noteCall(turn, requestId, {"name": e.name, "outcome": "refused", "error": e.why})
+            self._noteCall(turn, {"name": e.name, "outcome": "refused", "error": e.why})
             return
         self.counts["called"] += 1
         callId = pw.OTHER_CALLS + uuid.uuid4().hex[:16]
-        running = _Running(callId, call, turn, requestId, self.reactor.seconds())
+        running = _Running(callId, call, turn, self.reactor.seconds())
         running.timer = self.reactor.callLater(self.timeout, self._timedOut, running)
         self._running[callId] = running
-        self._noteCall(
-            turn, requestId, {"name": call.name, "outcome": "running", "runBy": "client"}
-        )
+        self._noteCall(turn, {"name": call.name, "outcome": "running", "runBy": "client"})
         context.sendToGame(
             toClient(
                 turn.client,
@@ -287,7 +288,6 @@ class ActionsPlugin(ChainPlugin):
         self._remember(turn, outcome)
         self._noteCall(
             turn,
-            running.requestId,
             {
                 "name": call.name,
                 "outcome": "failed" if error is not None else "success",
@@ -310,15 +310,13 @@ class ActionsPlugin(ChainPlugin):
         if self._context is not None:
             self._context.sendToGame(toClient(client, message))
 
-    def _noteCall(
-        self, turn: _Turn, requestId: str, entry: dict[str, Any], replace: bool = False
-    ) -> None:
+    def _noteCall(self, turn: _Turn, entry: dict[str, Any], replace: bool = False) -> None:
         if replace and turn.calls and turn.calls[-1]["name"] == entry["name"]:
             turn.calls[-1] = entry
         else:
             turn.calls.append(entry)
         if self.timeline is not None:
-            self.timeline.note(requestId, tools=[dict(c) for c in turn.calls[-NOTED_CALLS:]])
+            self.timeline.note(turn.turnId, tools=[dict(c) for c in turn.calls[-NOTED_CALLS:]])
 
     # The client's actions message.
 

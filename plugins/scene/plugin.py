@@ -352,6 +352,7 @@ class ScenePlugin(ChainPlugin):
         envelope.meta.update({k: exchange.meta[k] for k in _KEPT_META if k in exchange.meta})
         envelope.meta.update(
             origin=NAME,
+            turn=exchange.requestId,
             speaker=reacting.asSpeaker(),
             **{SAID: {"role": OTHER, "speaker": speaker.name, "text": text}},
         )
