@@ -43,7 +43,7 @@ def threeOf(**extra: Any) -> Scene:
 
 class DescriptionTests(SynchronousTestCase):
     def test_errorsNameTheField(self) -> None:
-        cases = [
+        cases: list[tuple[dict[str, Any], str]] = [
             ({"sceneId": "bad id!"}, "scene.sceneId"),
             ({"sceneId": "s", "cast": []}, "scene.cast must be a non-empty array"),
             (
