@@ -143,6 +143,15 @@ class PluginChain:
             if IClientExtension.providedBy(plugin):
                 self._callHook(plugin, "clientSessionEnded", clientId, context)
 
+    def clientSessionResumed(self, clientId: str) -> None:
+        """
+        Tell the plugins with client messages of their own that a client took
+        its session back (C{reconnect}).
+        """
+        for plugin, context in zip(self.plugins, self._contexts, strict=True):
+            if IClientExtension.providedBy(plugin):
+                self._callHook(plugin, "clientSessionResumed", clientId, context)
+
     def _callHook(self, plugin: IEnvelopePlugin, name: str, *args: Any) -> None:
         try:
             getattr(plugin, name)(*args)

@@ -35,6 +35,14 @@ from rpmiddleware.interfaces import IClientExtension
 FROM_CLIENT = "x-client.message"
 #: A plugin's message for a client: C{clientId}, C{message}.
 TO_CLIENT = "x-client.send"
+#: A plugin asks the client endpoint to start a turn for a client session, as
+#: a turn of that client's own (barge-in and queueing as configured): toward
+#: the game, C{clientId}, C{text}, C{token}, C{source}; C{interactionMode}
+#: C{auto_event}; the request's C{meta} gets C{meta}.
+START_TURN = "x-client.start-turn"
+#: The endpoint could not start it: toward RPEngine, C{clientId}, C{token},
+#: C{reason}, for the plugin that asked.
+TURN_FAILED = "x-client.turn-failed"
 #: How the name of a plugin's field for clients begins (RPEngine's never do).
 PLUGIN_FIELD_PREFIX = "x-"
 
@@ -69,6 +77,39 @@ def toClient(clientId: str, message: Mapping[str, Any]) -> Envelope:
     envelope = Envelope.build(TO_CLIENT, clientId=clientId, message=dict(message))
     envelope.meta["client"] = clientId
     return envelope
+
+
+def startTurn(
+    clientId: str, text: str, token: str, source: str, meta: Mapping[str, Any] | None = None
+) -> Envelope:
+    """
+    An envelope asking client session C{clientId}'s connection to start an
+    C{auto_event} turn with C{text} (a plugin's game events, say); C{source}
+    is what the turn is in the session's history, C{token} comes back in a
+    L{TURN_FAILED} when the turn could not start.
+    """
+    envelope = Envelope.build(
+        START_TURN, clientId=clientId, text=text, token=token, source=source, meta=dict(meta or {})
+    )
+    envelope.meta["client"] = clientId
+    return envelope
+
+
+def turnFailed(clientId: str, token: str, reason: str) -> Envelope:
+    envelope = Envelope.build(TURN_FAILED, clientId=clientId, token=token, reason=reason)
+    envelope.meta["client"] = clientId
+    return envelope
+
+
+def unclaimedResult(callId: Any) -> str:
+    """
+    What a client is told of a C{tool-result} that no call waits for (the
+    playbook's and the actions plugin's calls take results alike).
+    """
+    return (
+        f"tool-result: no tool call {str(callId)[:64]!r} of this session waits for a result "
+        "(it ended, timed out, or never was)"
+    )
 
 
 def clientMessage(envelope: Envelope, types: Container[str]) -> dict[str, Any] | None:

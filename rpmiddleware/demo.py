@@ -26,8 +26,9 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from rpmiddleware import playbookwire as pw
 from rpmiddleware.api import ReplyStream
+from rpmiddleware.builtin.playbook import IPlaybooks
+from rpmiddleware.clientext import START_TURN, TO_CLIENT, fromClient
 from rpmiddleware.config import Settings
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.messages import OUTPUT_SAMPLE_RATE, textOfDelta
@@ -44,6 +45,8 @@ DEMO_CARD = "data/example_character.json"
 DEMO_SCRIPT = ("Do you have any work for me?", "Aye, I'll clear your cellar.")
 #: The client id of the Python API's requests, which the demo makes.
 DEMO_CLIENT = "api"
+#: The example playbook's tools the game runs (the demo plays the game).
+CLIENT_TOOLS = ("give_quest",)
 
 
 def giveDemoPlaybook(settings: Settings) -> None:
@@ -51,7 +54,7 @@ def giveDemoPlaybook(settings: Settings) -> None:
     The demo's character plays the example quest-giver playbook, unless the
     configuration gives it another.
     """
-    table = settings.plugins.setdefault(pw.PLUGIN_NAME, {})
+    table = settings.plugins.setdefault("playbook", {})
     characters = table.setdefault("characters", {})
     if isinstance(characters, dict):
         path = resources.files("rpmiddleware").joinpath(DEMO_PLAYBOOK)
@@ -202,9 +205,9 @@ class DemoService(service.Service):
         """
         The playbook plugin, if it is in the chain and gives Mira a playbook.
         """
-        for plugin in self.middleware.chain.plugins:
-            if plugin.name == pw.PLUGIN_NAME and DEMO_CHARACTER in getattr(plugin, "playbooks", {}):
-                return plugin
+        playbooks = self.middleware.plugin(IPlaybooks)
+        if playbooks is not None and DEMO_CHARACTER in playbooks.playbooks:
+            return playbooks
         return None
 
     def _continue(self, result: Any) -> None:
@@ -229,55 +232,58 @@ class DemoService(service.Service):
 
     def _playbookEvent(self, envelope: Envelope) -> None:
         """
-        Show what the playbook does, and play the game's part in it: answer
-        its client-run tools and start the turns it asks for.
+        Show what the playbook tells the demo's client, and play the game's
+        part in it: answer its client-run tool and start the turns it asks
+        for (what a client endpoint does for a connection).
         """
-        kind = envelope.type
-        if not kind.startswith(pw.PREFIX) or envelope.get("clientId") != DEMO_CLIENT:
+        if envelope.get("clientId") != DEMO_CLIENT:
             return
-        fields = envelope.fields
-        if kind == pw.STATE:
+        if envelope.type == START_TURN and not self._stopping:
+            text = str(envelope.get("text") or "")
+            self.log.info("demo: the playbook makes Mira speak up: {text!r}", text=text)
+            extra = envelope.get("meta")
+            meta = {"client": DEMO_CLIENT, **(extra if isinstance(extra, dict) else {})}
+            turn = self._say(text, interactionMode="auto_event", meta=meta)
+            turn.done.addErrback(lambda failure: None)
+            return
+        message = envelope.get("message") if envelope.type == TO_CLIENT else None
+        if not isinstance(message, dict):
+            return
+        kind = message.get("type")
+        if kind == "playbook-state":
             self.log.info(
                 "demo: Mira plays the {playbook} playbook, stage {stage}",
-                playbook=fields.get("playbook"),
-                stage=fields.get("stage"),
+                playbook=message.get("playbook"),
+                stage=message.get("stage"),
             )
-        elif kind == pw.STAGE_CHANGE:
+        elif kind == "stage-change":
             self.log.info(
                 "demo: stage {old} -> {new} ({reason})",
-                old=fields.get("from"),
-                new=fields.get("to"),
-                reason=fields.get("reason"),
+                old=message.get("from"),
+                new=message.get("to"),
+                reason=message.get("reason"),
             )
-        elif kind == pw.TOOL_CALL_START:
-            arguments = fields.get("arguments") or {}
+        elif kind == "tool-call-start":
+            arguments = message.get("arguments") or {}
             self.log.info(
                 "demo: tool {name} called with {arguments}",
-                name=fields.get("name"),
+                name=message.get("name"),
                 arguments=arguments,
             )
-            if fields.get("runBy") == "client":
+            if message.get("name") in CLIENT_TOOLS:
                 # The demo is the game: it takes the quest and says so.
                 result = {"questId": arguments.get("questId"), "status": "offered"}
-                self.middleware.chain.sendToEngine(
-                    pw.toPlugin(
-                        pw.TOOL_RESULT, DEMO_CLIENT, callId=fields.get("callId"), result=result
-                    )
-                )
-        elif kind == pw.TOOL_CALL_END:
+                answer = {"type": "tool-result", "callId": message.get("callId"), "result": result}
+                self.middleware.submit(fromClient(DEMO_CLIENT, answer))
+        elif kind == "tool-call-end":
             self.log.info(
                 "demo: tool call ended after {ms} ms: {outcome}",
-                ms=fields.get("durationMs"),
-                outcome=fields.get("error") or fields.get("result"),
+                ms=message.get("durationMs"),
+                outcome=message.get("error") or message.get("result"),
             )
-        elif kind == pw.TURN and not self._stopping:
-            self.log.info("demo: the playbook makes Mira speak up: {text!r}", text=fields["text"])
-            meta = {"client": DEMO_CLIENT, pw.TURN_TOKEN: fields.get("token")}
-            turn = self._say(str(fields.get("text")), interactionMode="auto_event", meta=meta)
-            turn.done.addErrback(lambda failure: None)
-        elif kind == pw.ERROR:
+        elif kind == "error":
             self.log.warn(
-                "demo: {code}: {message}", code=fields.get("code"), message=fields.get("message")
+                "demo: {code}: {message}", code=message.get("code"), message=message.get("message")
             )
 
     def _failed(self, failure: Any) -> None:

@@ -238,6 +238,13 @@ class IClientExtension(Interface):
         up for another): what the plugin kept for it may go.
         """
 
+    def clientSessionResumed(clientId, context):  # type: ignore[no-untyped-def]
+        """
+        A client took session C{clientId} back with C{reconnect}: messages
+        sent to the session while no connection had it were dropped, so the
+        plugin may tell it again what it must know (the playbook: its stage).
+        """
+
 
 class IMetricsSource(Interface):
     """

@@ -24,6 +24,8 @@ from rpmiddleware.cards import (
     validateCard,
 )
 from rpmiddleware.chain import PluginChain
+from rpmiddleware.client.errors import INVALID_MESSAGE, errorMessage
+from rpmiddleware.clientext import FROM_CLIENT, toClient
 from rpmiddleware.config import Settings
 from rpmiddleware.engine.link import EngineLink
 from rpmiddleware.engine.session import EngineSession, MessageWriter, SessionOptions
@@ -32,6 +34,7 @@ from rpmiddleware.envelope import Envelope
 from rpmiddleware.inorder import InOrder
 from rpmiddleware.interfaces import IEnvelopePlugin, IPluginServices
 from rpmiddleware.messages import SPEECH_MODEL
+from rpmiddleware.meta import CLIENT, UNCLAIMED
 from rpmiddleware.router import GameRouter
 from rpmiddleware.timeline import Timeline
 
@@ -79,7 +82,7 @@ class Middleware:
         )
         self.link = EngineLink(self.settings.engine.waiting_limit)
         self.router = GameRouter(self.services.timeline)
-        self.chain = PluginChain(plugins, self.link.send, self.router.deliver, reactor)
+        self.chain = PluginChain(plugins, self._engineEnd, self.router.deliver, reactor)
         self.link.chain = self.chain
         #: Which request RPEngine works on now (for the client's stall rule).
         self.engineQueue = EngineQueue()
@@ -87,6 +90,24 @@ class Middleware:
         self.link.observeState(self.engineQueue.reset)
         self._inOrder = InOrder(self.chain.sendToEngine)
         self.characters: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def _engineEnd(self, envelope: Envelope) -> None:
+        """
+        What leaves the chain toward RPEngine goes to the engine link; a
+        client's message that no plugin took (L{rpmiddleware.clientext})
+        is answered here instead, so the client hears that nothing took it.
+        """
+        if envelope.type == FROM_CLIENT:
+            self._unclaimed(envelope)
+            return
+        self.link.send(envelope)
+
+    def _unclaimed(self, envelope: Envelope) -> None:
+        message = envelope.get("message")
+        kind = message.get("type") if isinstance(message, dict) else None
+        why = envelope.meta.get(UNCLAIMED) or f"{kind}: no plugin in the chain took it"
+        client = str(envelope.meta.get(CLIENT) or "api")
+        self.router.deliver(toClient(client, errorMessage(INVALID_MESSAGE, str(why))))
 
     @classmethod
     def fromSettings(cls, reactor: Any, settings: Settings, registry: Any = None) -> Middleware:
@@ -329,6 +350,13 @@ class Middleware:
         sessions hear it (L{rpmiddleware.interfaces.IClientExtension}).
         """
         self.chain.clientSessionEnded(clientId)
+
+    def clientSessionResumed(self, clientId: str) -> None:
+        """
+        A client took its session back with C{reconnect}: the plugins with
+        client messages hear it.
+        """
+        self.chain.clientSessionResumed(clientId)
 
     def plugin(self, interface: Any) -> Any:
         """

@@ -67,6 +67,9 @@ class ChainPlugin:
     def clientSessionEnded(self, clientId: str, context: IChainContext) -> None:
         """For a plugin with client messages (L{IClientExtension}): a client session is over."""
 
+    def clientSessionResumed(self, clientId: str, context: IChainContext) -> None:
+        """For a plugin with client messages (L{IClientExtension}): a session was taken back."""
+
 
 @implementer(IPlugin, IPluginFactory)
 class PluginFactory:

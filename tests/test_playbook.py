@@ -15,11 +15,13 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware import playbookwire as pw
 from rpmiddleware.builtin.playbook import PlaybookPlugin, build
+from rpmiddleware.builtin.playbook import wire as pw
+from rpmiddleware.builtin.playbook.clientmessages import OWN
 from rpmiddleware.builtin.playbook.parser import parsePlaybook, parseText
 from rpmiddleware.builtin.playbook.tools import FunctionTool, ToolCall, ToolSet, discoverTools
 from rpmiddleware.cards import CardHasher
+from rpmiddleware.clientext import turnFailed
 from rpmiddleware.config import Settings
 from rpmiddleware.enginerules import checkEnvelope, checkPromptContext
 from rpmiddleware.envelope import Envelope
@@ -190,7 +192,9 @@ class Rig:
         """
         self.clock.advance(0)
         found = []
-        for envelope in self.harness.sentToGame:
+        for sent in self.harness.sentToGame:
+            # What left as a client's message carries the plugin's own envelope.
+            envelope = sent.meta.get(OWN, sent)
             if envelope.type.startswith(pw.PREFIX):
                 fields = {k: v for k, v in envelope.fields.items() if k not in _HEAD}
                 fields["type"] = fields["type"][len(pw.PREFIX) :]
@@ -916,7 +920,7 @@ class EventTests(SynchronousTestCase):
         rig.out()
         rig.event("Thunder.")
         [turn] = rig.out()
-        rig.toPlugin(pw.TURN_FAILED, token=turn["token"], reason="no character")
+        rig.harness.toEngine(turnFailed("c1", turn["token"], "no character"))
         rig.clock.advance(60)
         self.assertEqual(rig.out(), [], "no idle nudge, no new ask")
         self.assertTrue(rig.plugin.state("c1")["away"])  # type: ignore[index]
@@ -1316,5 +1320,5 @@ class DropinToolTests(SynchronousTestCase):
         envelope.meta["client"] = "c"
         harness.toEngine(envelope)
         harness.clock.advance(0)
-        [end] = [e for e in harness.sentToGame if e.type == pw.TOOL_CALL_END]
+        [end] = [e.meta[OWN] for e in harness.sentToGame if e.meta[OWN].type == pw.TOOL_CALL_END]
         self.assertEqual(end["result"], {"sky": "grey", "where": "here"})

@@ -611,19 +611,20 @@ class WithoutThePluginTests(LiveClientCase):
     @inlineCallbacks
     def test_refused(self) -> Any:
         """
-        With the playbook plugin out of the chain, the messages are refused
-        (PLAYBOOK_ERROR), not sent on to RPEngine.
+        With the playbook plugin out of the chain, its messages are unknown
+        (INVALID_MESSAGE, naming the type), not sent on to RPEngine.
         """
         client = yield self.client()
-        for message in [
+        messages: list[dict[str, Any]] = [
             {"type": "playbook", "playbook": {"stages": {"a": {}}}},
             {"type": "event", "text": "x", "replyPolicy": "auto"},
             {"type": "tool-result", "callId": "c", "result": 1},
-        ]:
+        ]
+        for message in messages:
             client.send(message)
             error = yield client.nextOfType("error")
-            self.assertEqual(error["code"], "PLAYBOOK_ERROR")
-            self.assertIn("need the playbook plugin", error["message"])
+            self.assertEqual(error["code"], "INVALID_MESSAGE")
+            self.assertIn(f"unknown message type {message['type']!r}", error["message"])
 
 
 class DefaultChainTests(LiveClientCase):

@@ -13,13 +13,13 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.builtin.playbook import PlaybookPlugin
 from rpmiddleware.builtin.playbook.parser import parsePlaybook
+from rpmiddleware.builtin.playbook.wire import PREFIX
 from rpmiddleware.cards import CardHasher
 from rpmiddleware.client.connection import ClientConnection
-from rpmiddleware.client.playbook import PlaybookBridge
+from rpmiddleware.client.extensions import ExtensionBridge
 from rpmiddleware.config import Settings
 from rpmiddleware.envelope import Direction, Envelope
 from rpmiddleware.middleware import Middleware, PluginServices
-from rpmiddleware.playbookwire import PREFIX
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.timeline import Timeline
 from tests.test_client_helpers import clockedEndpoint
@@ -71,7 +71,7 @@ class Rig:
         self.endpoint = clockedEndpoint(self.middleware, self.settings, self.clock)
         self.clients = OpenConnections(self.endpoint, self.clock)
         self.connections = self.clients.open
-        self.middleware.router.observe(PlaybookBridge(self.clients))
+        self.middleware.router.observe(ExtensionBridge(self.clients))
         self.connect = self.clients.connect
         self.say = self.clients.say
 
@@ -157,9 +157,8 @@ class ResumeTests(SynchronousTestCase):
 
     def test_nothingWithoutThePlugin(self) -> None:
         """
-        Without the playbook plugin in the chain the endpoint does not ask:
-        no playbook envelope enters the chain (RPEngine's end would only
-        drop it).
+        Without the playbook plugin in the chain nothing is told, and no
+        playbook envelope is made.
         """
         rig = Rig(withPlugin=False)
         first, writer = play(rig, "mira", "Any work?")

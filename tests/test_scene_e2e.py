@@ -366,7 +366,7 @@ class ActionTests(SynchronousTestCase):
             '[Game event] Garrick did open_gate {"gate": "north"}: {"open": true}', history
         )
         rig.say(type="tool-result", callId=callId, result=None)
-        self.assertIn("no action call", rig.sent("error")[-1]["message"])
+        self.assertIn("no tool call", rig.sent("error")[-1]["message"])
 
     def test_timeoutEndsTheCall(self) -> None:
         rig = SceneRig({"garrick": GUARD_LINE})

@@ -29,10 +29,12 @@ from rpmiddleware.enginerules import MAX_RESPONSE_RULES
 
 #: The response-processing rule's id (RPEngine: ^[a-z][a-z0-9_.-]{0,63}$).
 RULE_ID = "rpmiddleware.action"
-#: A call: [[name {json}]], anywhere in the reply, over several lines too.
-#: Lazy inside, so two calls stay two; a JSON object may nest (the closing
-#: "]]" ends it).  Rust regex syntax, no lookaround (RPEngine compiles it).
-CALL_PATTERN = r"\[\[\s*([A-Za-z_][A-Za-z0-9_.-]*\s*(?:\{.*?\})?)\s*\]\]"
+#: A call: [[name {json}]], anywhere in the reply, over several lines too,
+#: and the forms a small model slips into: [[name({json})]], [[name: {json}]],
+#: [[name, {json}]], one closing bracket.  Lazy inside, so two calls stay
+#: two; a JSON object may nest (a "}" before the closing bracket ends it).
+#: Rust regex syntax, no lookaround (RPEngine compiles it).
+CALL_PATTERN = r"\[\[\s*([A-Za-z_][A-Za-z0-9_.-]*(?:[\s:,(]*\{.*?\}\s*\)?)?)\s*\]\]?"
 RULE: dict[str, Any] = {
     "id": RULE_ID,
     "matcher": {"type": "regex", "pattern": CALL_PATTERN, "flags": "s"},
@@ -44,7 +46,7 @@ RULE: dict[str, Any] = {
 MAX_ACTIONS = 32
 MAX_DESCRIPTION = 500
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-_CALL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)\s*(\{.*\})?\s*$", re.S)
+_CALL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)[\s:,(]*(\{.*\})?\s*\)?\s*$", re.S)
 
 
 class ActionError(ValueError):
@@ -209,7 +211,7 @@ def readCall(captured: str, offered: Mapping[str, Action]) -> Call:
     if found is None:
         raise BadCall(captured[:64], "it is not an action name and a JSON object")
     name, rawArguments = found.group(1), found.group(2)
-    declared = offered.get(name)
+    declared = offered.get(name) or offered.get(name.lower())
     if declared is None:
         raise BadCall(name, "no such action is offered to this character here")
     try:
@@ -222,7 +224,7 @@ def readCall(captured: str, offered: Mapping[str, Action]) -> Call:
     if errors:
         where = "/".join(str(p) for p in errors[0].absolute_path) or "arguments"
         raise BadCall(name, f"{where}: {errors[0].message}")
-    return Call(name, arguments)
+    return Call(declared.name, arguments)
 
 
 __all__ = [

@@ -27,7 +27,7 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from rpmiddleware import playbookwire as pw
+from rpmiddleware import meta as metakeys
 from rpmiddleware.builtin.actions.api import IActions
 from rpmiddleware.builtin.actions.model import (
     MAX_RESPONSE_RULES,
@@ -42,7 +42,7 @@ from rpmiddleware.builtin.actions.model import (
     readCall,
 )
 from rpmiddleware.builtin.memory.api import HEARD_ROLES, heard
-from rpmiddleware.clientext import clientMessage, toClient
+from rpmiddleware.clientext import clientMessage, toClient, unclaimedResult
 from rpmiddleware.engineprompt import trimmed
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
@@ -51,7 +51,11 @@ from rpmiddleware.plugin import ChainPlugin
 from rpmiddleware.promptcontext import addSceneText
 
 NAME = "actions"
-CLIENT_TYPES = ("actions",)
+#: Its own message, and the answers to its calls (which the playbook's
+#: calls share: each plugin takes the results of its own calls).
+CLIENT_TYPES = ("actions", "tool-result")
+#: How this plugin's callIds begin.
+CALL_PREFIX = "action-"
 REQUESTS = frozenset({"reply.request", "voice.capture.start"})
 EVENT = HEARD_ROLES[2]
 #: Tool calls kept for the console, per turn.
@@ -131,14 +135,24 @@ class ActionsPlugin(ChainPlugin):
         if kind in REQUESTS:
             self._offer(envelope)
             return envelope
-        if kind == pw.TOOL_RESULT and str(envelope.get("callId")).startswith(pw.OTHER_CALLS):
-            self._toolResult(envelope)
-            return None
         message = clientMessage(envelope, CLIENT_TYPES)
-        if message is not None:
-            self._clientMessage(str(envelope.meta.get("client") or "api"), message, context)
+        if message is None:
+            return envelope
+        client = str(envelope.meta.get(metakeys.CLIENT) or "api")
+        if message["type"] == "actions":
+            self._clientMessage(client, message, context)
             return None
-        return envelope
+        callId = message.get("callId")
+        running = self._running.get(callId) if isinstance(callId, str) else None
+        if running is None or running.turn.client != client:
+            envelope.meta.setdefault(metakeys.UNCLAIMED, unclaimedResult(callId))
+            return envelope
+        error = message.get("error")
+        if error is not None and not (isinstance(error, str) and error.strip()):
+            self._tellClient(client, _invalid("tool-result.error must be a non-empty string"))
+            return None
+        self._end(running, message.get("result"), error)
+        return None
 
     def _offer(self, envelope: Envelope) -> None:
         fields, meta = envelope.fields, envelope.meta
@@ -147,7 +161,7 @@ class ActionsPlugin(ChainPlugin):
         if not declared:
             return
         characterId = str(fields.get("characterId"))
-        stage = meta.get(pw.STAGE)
+        stage = meta.get(metakeys.STAGE)
         offered = {name: a for name, a in declared.items() if a.offeredTo(characterId, stage)}
         if not offered:
             return
@@ -232,7 +246,7 @@ class ActionsPlugin(ChainPlugin):
             self._noteCall(turn, {"name": e.name, "outcome": "refused", "error": e.why})
             return
         self.counts["called"] += 1
-        callId = pw.OTHER_CALLS + uuid.uuid4().hex[:16]
+        callId = CALL_PREFIX + uuid.uuid4().hex[:16]
         running = _Running(callId, call, turn, self.reactor.seconds())
         running.timer = self.reactor.callLater(self.timeout, self._timedOut, running)
         self._running[callId] = running
@@ -249,21 +263,6 @@ class ActionsPlugin(ChainPlugin):
                 },
             )
         )
-
-    def _toolResult(self, envelope: Envelope) -> None:
-        callId = str(envelope.get("callId"))
-        client = str(envelope.meta.get("client") or "api")
-        if not self.answer(callId, envelope.get("result"), envelope.get("error"), client):
-            self._tellClient(
-                client,
-                {
-                    "type": "error",
-                    "code": "INVALID_MESSAGE",
-                    "message": f"tool-result: no action call {callId[:64]!r} of this session "
-                    "waits for a result (it ended, timed out, or never was)",
-                    "callId": callId,
-                },
-            )
 
     def _timedOut(self, running: _Running) -> None:
         running.timer = None
@@ -343,6 +342,10 @@ class ActionsPlugin(ChainPlugin):
         )
 
     _context: IChainContext | None = None
+
+
+def _invalid(why: str) -> dict[str, Any]:
+    return {"type": "error", "code": "INVALID_MESSAGE", "message": why, "retryable": False}
 
 
 def _said(call: Call) -> str:

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rpmiddleware.builtin.playbook.api import IPlaybooks
 from rpmiddleware.builtin.playbook.model import Playbook, PlaybookError
 from rpmiddleware.builtin.playbook.parser import loadPlaybookFile
 from rpmiddleware.builtin.playbook.plugin import NAME, PlaybookPlugin
@@ -39,7 +40,7 @@ from rpmiddleware.builtin.playbook.tools import discoverTools
 from rpmiddleware.interfaces import IPluginServices
 from rpmiddleware.plugin import PluginFactory, rejectUnknownSettings
 
-__all__ = ["NAME", "PlaybookPlugin", "build", "playbook"]
+__all__ = ["NAME", "IPlaybooks", "PlaybookPlugin", "build", "playbook"]
 
 SETTINGS = {
     "characters",

@@ -1,6 +1,7 @@
 """
 The playbook plugin's way toward the game: everything it sends goes out one
-reactor turn later, in the order it was posted.
+reactor turn later, in the order it was posted, as the client's message
+(L{rpmiddleware.builtin.playbook.clientmessages.toGame}).
 
 Later, because the client endpoint echoes a typed turn's C{transcript} when
 the turn starts, after its request has passed the plugin: the C{stage-change}
@@ -22,7 +23,8 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from rpmiddleware import playbookwire as wire
+from rpmiddleware.builtin.playbook import wire
+from rpmiddleware.builtin.playbook.clientmessages import toGame
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext
 
@@ -67,7 +69,7 @@ class Outbox:
                 try:
                     envelope = item if isinstance(item, Envelope) else item()
                     if envelope is not None:
-                        chain.sendToGame(envelope)
+                        chain.sendToGame(toGame(envelope))
                 except Exception:
                     self.log.failure("sending a playbook envelope failed")
         finally:

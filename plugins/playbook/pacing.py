@@ -24,7 +24,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from rpmiddleware import playbookwire as wire
+from rpmiddleware.builtin.playbook import wire
 from rpmiddleware.builtin.playbook.outbox import Outbox
 from rpmiddleware.builtin.playbook.rules import idleRules, short
 from rpmiddleware.builtin.playbook.sessions import Sessions

@@ -4,9 +4,11 @@ and the client endpoint's playbook envelopes, and hands each to the part that
 owns the rule (L{rpmiddleware.builtin.playbook.sessions}, L{rpmiddleware.builtin.playbook.prompt},
 L{rpmiddleware.builtin.playbook.rules}, L{rpmiddleware.builtin.playbook.pacing}, the tool runner).
 
-It talks to the client endpoint only with the envelopes of
-L{rpmiddleware.playbookwire}, through the chain, so that it can be tested
-with a L{PluginHarness} and the endpoint knows no playbook rule.  A session
+Its client messages (C{playbook}, C{event}, C{tool-result}) are its own
+(L{rpmiddleware.builtin.playbook.clientmessages}): they reach it through the
+chain as any plugin's do, become its envelopes (L{wire}), and what it tells a
+client leaves as client messages, so that it can be tested with a
+L{PluginHarness} and the endpoint knows no playbook rule.  A session
 without a playbook that sends no events is not touched: its requests pass
 unchanged, which is why the plugin can sit in the default chain, nearest the
 game (it must see every request and every ending of a client's turns,
@@ -22,7 +24,10 @@ from typing import Any
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from rpmiddleware import playbookwire as wire
+from rpmiddleware import meta
+from rpmiddleware.builtin.playbook import wire
+from rpmiddleware.builtin.playbook.api import IPlaybooks
+from rpmiddleware.builtin.playbook.clientmessages import CLIENT_TYPES, fromClient, invalid
 from rpmiddleware.builtin.playbook.model import Playbook
 from rpmiddleware.builtin.playbook.outbox import Outbox
 from rpmiddleware.builtin.playbook.pacing import Pacer
@@ -32,8 +37,10 @@ from rpmiddleware.builtin.playbook.rules import IDLE_TEXT, Transitions, dueIdleR
 from rpmiddleware.builtin.playbook.sessions import Sessions
 from rpmiddleware.builtin.playbook.state import OpenRequest, SessionState, ToolRun
 from rpmiddleware.builtin.playbook.tools import ToolRunner
+from rpmiddleware.client.messages import InvalidMessage
+from rpmiddleware.clientext import TURN_FAILED, clientMessage, unclaimedResult
 from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IChainContext, IEnvelopePlugin
+from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
 from rpmiddleware.messages import MESSAGES, textOfDelta
 from rpmiddleware.plugin import ChainPlugin
 from rpmiddleware.timeline import Timeline
@@ -69,7 +76,7 @@ def clientOf(envelope: Envelope) -> str:
     return client if isinstance(client, str) and client else DEFAULT_CLIENT
 
 
-@implementer(IEnvelopePlugin)
+@implementer(IEnvelopePlugin, IClientExtension, IPlaybooks)
 class PlaybookPlugin(ChainPlugin):
     """
     See C{docs/playbooks.md}.
@@ -86,6 +93,7 @@ class PlaybookPlugin(ChainPlugin):
     """
 
     name = NAME
+    clientMessageTypes = CLIENT_TYPES
     log = Logger()
 
     def __init__(
@@ -181,11 +189,25 @@ class PlaybookPlugin(ChainPlugin):
         if kind in WITHDRAWING:
             self._withdrawn(envelope)
             return envelope
+        message = clientMessage(envelope, CLIENT_TYPES)
+        if message is not None:
+            client = clientOf(envelope)
+            try:
+                own = fromClient(client, message)
+            except InvalidMessage as e:
+                context.sendToGame(invalid(client, message, str(e)))
+                return None
+            if own.type == wire.TOOL_RESULT and not self._waitsFor(own):
+                # Another plugin's call (the actions plugin's), or nobody's:
+                # the client's message goes on, with what to say if nobody
+                # takes it.
+                envelope.meta.setdefault(meta.UNCLAIMED, unclaimedResult(own.get("callId")))
+                return envelope
+            envelope, kind = own, own.type
+        if kind == TURN_FAILED:
+            self._turnFailed(envelope)
+            return None
         if kind.startswith(wire.PREFIX):
-            if kind == wire.TOOL_RESULT and str(envelope.get("callId")).startswith(
-                wire.OTHER_CALLS
-            ):
-                return envelope  # another plugin's call (the actions plugin's)
             handler = self._FROM_GAME.get(kind)
             if handler is not None:
                 handler(self, envelope)
@@ -270,7 +292,7 @@ class PlaybookPlugin(ChainPlugin):
         decorate(envelope, state, auto, ours, event)
         info.stage = state.stage
         # What the plugins after this one (actions offered per stage) read.
-        envelope.meta[wire.STAGE] = state.stage
+        envelope.meta[meta.STAGE] = state.stage
         for run in state.unattached:
             run.requestId = requestId
             self._noteTool(run)
@@ -366,6 +388,15 @@ class PlaybookPlugin(ChainPlugin):
         if answered and state is not None:
             state.away = False
 
+    def _waitsFor(self, result: Envelope) -> bool:
+        """Whether a call of this plugin's waits for this tool-result."""
+        state = self.sessions.get(clientOf(result))
+        return state is not None and result.get("callId") in state.clientCalls
+
+    def clientSessionResumed(self, clientId: str, context: IChainContext) -> None:
+        self._context = context
+        self._resumed(wire.toPlugin(wire.RESUMED, clientId))
+
     def _turnFailed(self, envelope: Envelope) -> None:
         state = self.sessions.get(clientOf(envelope))
         if state is not None:
@@ -390,7 +421,6 @@ class PlaybookPlugin(ChainPlugin):
         wire.LOAD: _load,
         wire.EVENT: _event,
         wire.TOOL_RESULT: _toolResult,
-        wire.TURN_FAILED: _turnFailed,
         wire.RESUMED: _resumed,
     }
 

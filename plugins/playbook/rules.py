@@ -17,7 +17,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from rpmiddleware import playbookwire as wire
+from rpmiddleware.builtin.playbook import wire
 from rpmiddleware.builtin.playbook.model import Rule
 from rpmiddleware.builtin.playbook.outbox import Outbox
 from rpmiddleware.builtin.playbook.state import SessionState

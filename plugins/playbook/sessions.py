@@ -19,7 +19,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from rpmiddleware import playbookwire as wire
+from rpmiddleware.builtin.playbook import wire
 from rpmiddleware.builtin.playbook.model import Playbook, PlaybookError
 from rpmiddleware.builtin.playbook.outbox import Outbox
 from rpmiddleware.builtin.playbook.parser import parseText as parsePlaybookText

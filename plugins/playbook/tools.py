@@ -32,9 +32,10 @@ from twisted.plugin import IPlugin, getPlugins
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from rpmiddleware import playbookwire as wire
+from rpmiddleware.builtin.playbook import wire
 from rpmiddleware.builtin.playbook.model import Playbook, ToolUse
 from rpmiddleware.builtin.playbook.state import SessionState, ToolRun
+from rpmiddleware.clientext import unclaimedResult
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import ITool, IToolProvider
 
@@ -321,10 +322,7 @@ class ToolRunner:
                     wire.ERROR,
                     clientId,
                     code="INVALID_MESSAGE",
-                    message=(
-                        f"tool-result: no tool call {str(callId)[:64]!r} of this session waits "
-                        "for a result (it ended, timed out, or never was)"
-                    ),
+                    message=unclaimedResult(callId),
                 )
             )
             return False

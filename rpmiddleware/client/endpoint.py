@@ -19,7 +19,6 @@ from rpmiddleware.client.capacity import CapacityMonitor
 from rpmiddleware.client.character import handleCharacter, handleConfigure
 from rpmiddleware.client.decode import DecodedAudio
 from rpmiddleware.client.errors import WEBRTC_UNAVAILABLE
-from rpmiddleware.client.playbook import PLAYBOOK_HANDLERS
 from rpmiddleware.client.reconnect import handleReconnect
 from rpmiddleware.client.sessions import SessionStore
 from rpmiddleware.client.settings import Character, ClientSettings
@@ -95,7 +94,6 @@ class ClientEndpoint:
             "cancel": handleCancel,
             "voice-capture": handleVoiceCapture,
             "status": statusHandler(self),
-            **PLAYBOOK_HANDLERS,
         }
         # What plugins kept for a client session goes when the session does.
         self.sessions.onEnded = getattr(

@@ -5,11 +5,17 @@ message to the connection of its client session.
 
 A session with no open connection here (between a disconnect and its
 reconnect, or the Python API's C{"api"}) is not this endpoint's to serve: the
-message is dropped, as the playbook's are.
+message is dropped.
+
+A plugin may also ask for a turn of a client's own (L{START_TURN
+<rpmiddleware.clientext.START_TURN>}: the playbook's game events): it starts
+on that client's connection like any turn (barge-in, queueing, history), or
+the plugin is told why not (L{TURN_FAILED <rpmiddleware.clientext.TURN_FAILED>}),
+in order with the client's messages.
 
 An envelope of a type that is neither RPEngine's nor one of the middleware's
-own (L{TO_CLIENT}, the playbook's C{x-playbook.*}) has no client message to
-become: no WebSocket client is told of it.  Rather than let it vanish, the
+own (L{TO_CLIENT}, L{START_TURN}) has no client message to become: no
+WebSocket client is told of it.  Rather than let it vanish, the
 bridge logs a warning the first time each plugin sends each such type, naming
 both and the way that does reach a client (C{toClient}, or an C{x-} field on
 a reply's envelope).
@@ -22,11 +28,13 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from rpmiddleware.api import ReplyStream
+from rpmiddleware.client.errors import INVALID_MESSAGE, errorMessage
+from rpmiddleware.client.messages import InvalidMessage
 from rpmiddleware.client.surface import ClientSurface
-from rpmiddleware.clientext import TO_CLIENT
+from rpmiddleware.clientext import START_TURN, TO_CLIENT, turnFailed
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.messages import MESSAGES
-from rpmiddleware.playbookwire import PREFIX as PLAYBOOK_PREFIX
 
 
 def openConnection(connections: Iterable[ClientSurface], clientId: Any) -> ClientSurface | None:
@@ -55,8 +63,11 @@ class ExtensionBridge:
         self.unknown: set[tuple[str, str]] = set()
 
     def __call__(self, envelope: Envelope) -> None:
+        if envelope.type == START_TURN:
+            self._startTurn(envelope)
+            return
         if envelope.type != TO_CLIENT:
-            if envelope.type not in MESSAGES and not envelope.type.startswith(PLAYBOOK_PREFIX):
+            if envelope.type not in MESSAGES:
                 self._noClientMessage(envelope)
             return
         message = envelope.get("message")
@@ -85,3 +96,51 @@ class ExtensionBridge:
             type=envelope.type,
             requestId=envelope.requestId,
         )
+
+    def _startTurn(self, envelope: Envelope) -> None:
+        """
+        Start the C{auto_event} turn a plugin asked for (it barges in, or
+        waits, like any turn), or tell the plugin why not.  A session with no
+        open connection here is not this endpoint's: the plugin's own timeout
+        covers it.
+        """
+        connection = openConnection(self.connections(), envelope.get("clientId"))
+        if connection is None:
+            return
+        token = str(envelope.get("token") or "")
+        text = str(envelope.get("text") or "")
+        source = str(envelope.get("source") or "event")
+        extra = envelope.get("meta")
+        before = (connection.current, connection.queued)
+
+        def open(request: dict[str, Any]) -> ReplyStream:
+            meta = {**request["meta"], **(extra if isinstance(extra, dict) else {})}
+            request = {**request, "interactionMode": "auto_event", "meta": meta}
+            return connection.middleware.requestReply(text=text, **request)
+
+        why = None
+        try:
+            connection.submit(source, text, open)
+        except InvalidMessage as e:
+            connection.send(errorMessage(INVALID_MESSAGE, f"{source}: {e}"))
+            why = str(e)
+        else:
+            if connection.current is before[0] and connection.queued <= before[1]:
+                why = "the client's turn could not start"
+        if why is not None:
+            connection.middleware.submit(turnFailed(connection.session.id, token, why))
+
+
+def installBridge(factory: Any) -> ExtensionBridge:
+    """
+    Observe C{factory}'s middleware router for plugins' messages and turns,
+    delivering them to C{factory}'s open connections.
+    """
+
+    def connections() -> list[ClientSurface]:
+        found = (getattr(p, "connection", None) for p in list(factory.connections))
+        return [c for c in found if c is not None]
+
+    bridge = ExtensionBridge(connections)
+    factory.middleware.router.observe(bridge)
+    return bridge

@@ -47,9 +47,6 @@ CLIENT_TYPES = (
     "cancel",
     "voice-capture",
     "status",
-    "playbook",
-    "event",
-    "tool-result",
 )
 VOICE_CAPTURE_ACTIONS = ("start", "stop", "cancel")
 MODALITY_CHOICES = (["text"], ["text", "audio"])

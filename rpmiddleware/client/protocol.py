@@ -22,8 +22,8 @@ from rpmiddleware.client.capacity import CapacityMonitor
 from rpmiddleware.client.connection import ClientConnection
 from rpmiddleware.client.decode import DecodedAudio, decodeAudio
 from rpmiddleware.client.endpoint import ClientEndpoint
+from rpmiddleware.client.extensions import installBridge
 from rpmiddleware.client.flow import transportBacklog
-from rpmiddleware.client.playbook import installBridge
 from rpmiddleware.client.sessions import SessionStore
 from rpmiddleware.client.settings import Character, ClientSettings, loadDefaultCharacter
 from rpmiddleware.client.turns import VOICE

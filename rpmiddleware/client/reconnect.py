@@ -12,7 +12,6 @@ from typing import Any
 
 from rpmiddleware.client import messages as wire
 from rpmiddleware.client.errors import SESSION_EXPIRED, SESSION_NOT_FOUND
-from rpmiddleware.client.playbook import sessionResumed
 from rpmiddleware.client.sessions import SessionLookupError
 from rpmiddleware.client.surface import ClientSurface
 
@@ -40,4 +39,4 @@ def handleReconnect(client: ClientSurface, message: dict[str, Any]) -> None:
     client.send(wire.reconnectAck(True, sessionId, recovered))
     if recovered:
         client.send({"type": "history", "entries": list(session.history)})
-    sessionResumed(client)
+    client.middleware.clientSessionResumed(sessionId)

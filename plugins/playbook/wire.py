@@ -1,19 +1,16 @@
 """
-The middleware-internal envelopes between the playbook plugin and the client
-endpoint.
+The playbook plugin's own envelopes: what it is told (by a client's messages,
+L{rpmiddleware.builtin.playbook.clientmessages}, or an in-process game
+directly) and what it tells, before it becomes the client's messages.
 
-The plugin (C{rpmiddleware.builtin.playbook}) keeps the dialogue logic; the
-client endpoint (C{rpmiddleware/client/playbook.py}) speaks to clients.  They never
-call each other: they exchange envelopes through the chain like everything
-else, so the plugin is tested with a L{PluginHarness} and the endpoint knows
-nothing of playbooks but these names.  Every one of them carries the client
-session id in C{meta["client"]}; those toward the game also carry it as the
-field C{clientId}, for router observers (the endpoint, an in-process game, the
-console).
-
-None of these types is RPEngine's: the engine end drops any that no plugin
-consumed, so with the playbook plugin out of the chain they go nowhere (and
-the endpoint refuses the client messages that would make them).
+The plugin keeps the dialogue logic and speaks to clients through the client
+extension (L{rpmiddleware.clientext}); nothing in the core knows these
+names.  Every one of them carries the client session id in C{meta["client"]};
+those toward the game also carry it as the field C{clientId}.  They stay in
+the plugin: the outbox turns those toward the game into client messages
+(L{rpmiddleware.builtin.playbook.clientmessages.toGame}), keeping the
+plugin's own envelope in the message's C{meta["playbook"]} for an in-process
+game.
 """
 
 from __future__ import annotations
@@ -35,8 +32,6 @@ LOAD = "x-playbook.load"
 EVENT = "x-playbook.event"
 #: A client-executed tool's answer: C{callId} and C{result} or C{error}.
 TOOL_RESULT = "x-playbook.tool-result"
-#: The endpoint could not start a turn the plugin asked for: C{token}, C{reason}.
-TURN_FAILED = "x-playbook.turn-failed"
 #: A client took its session back with C{reconnect}: no fields.
 RESUMED = "x-playbook.resumed"
 
@@ -55,13 +50,6 @@ STATE = "x-playbook.state"
 #: Start an auto_event turn: C{token} (to put in the request's meta as
 #: C{playbookTurn}) and C{text} (the events, for the turn's history).
 TURN = "x-playbook.turn"
-
-#: The start of the callIds of tool calls other plugins make (the actions
-#: plugin's model-chosen actions): the playbook passes their C{TOOL_RESULT}
-#: on down the chain instead of answering it.
-OTHER_CALLS = "action-"
-#: The request meta key the playbook writes the stage a turn plays in under.
-STAGE = "stage"
 
 #: The meta key a turn started for C{TURN} carries its token under.
 TURN_TOKEN = "playbookTurn"

@@ -1,0 +1,29 @@
+"""
+The C{envelope.meta} keys more than one part reads: what one plugin tells the
+plugins after it, and the ends, about an envelope.  C{meta} never reaches the
+wire.  A plugin's own keys stay in that plugin (the memory plugin's C{said},
+the playbook's C{playbookTurn}).
+"""
+
+from __future__ import annotations
+
+#: The client session that asked (C{"api"} for the Python API's requests).
+CLIENT = "client"
+#: The plugin that originated the envelope (set by C{context.sendToEngine}
+#: and C{sendToGame}).
+ORIGIN = "origin"
+#: The playbook stage a request plays in (the playbook writes it; the actions
+#: plugin offers actions by it).
+STAGE = "stage"
+#: On a plugin's own request: the game's request it belongs to (a scene's
+#: reaction belongs to the player's turn), where the console shows it.
+TURN = "turn"
+#: On a reply's envelopes: the character speaking this line, C{{characterId,
+#: name, voice?}} (a scene's lines); the client's turn tags its messages
+#: with it.
+SPEAKER = "speaker"
+#: On a client's message no plugin could take: why, for the error the
+#: client gets at the engine end (a C{tool-result} nobody waits for).
+UNCLAIMED = "unclaimed"
+
+__all__ = ["CLIENT", "ORIGIN", "SPEAKER", "STAGE", "TURN", "UNCLAIMED"]
