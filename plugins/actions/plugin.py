@@ -193,7 +193,7 @@ class ActionsPlugin(ChainPlugin):
         }
         memory: dict[str, Any] = {k: meta[k] for k in ("client", "conversation") if k in meta}
         self._turns[envelope.requestId or ""] = _Turn(
-            str(meta.get("turn") or envelope.requestId),
+            str(meta.get(metakeys.TURN) or envelope.requestId),
             client,
             str(fields.get("integrationId")),
             characterId,

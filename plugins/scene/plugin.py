@@ -53,6 +53,7 @@ from rpmiddleware.engineprompt import trimmed
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
 from rpmiddleware.messages import MESSAGES
+from rpmiddleware.meta import CLIENT, ORIGIN, SPEAKER, TURN
 from rpmiddleware.plugin import ChainPlugin
 from rpmiddleware.promptcontext import AUTO_EVENT, addSceneText
 
@@ -171,8 +172,8 @@ class ScenePlugin(ChainPlugin):
     def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
         kind = envelope.type
         if kind in REQUESTS:
-            if envelope.meta.get("origin") != NAME:
-                running = self.scenes.get(str(envelope.meta.get("client") or "api"))
+            if envelope.meta.get(ORIGIN) != NAME:
+                running = self.scenes.get(str(envelope.meta.get(CLIENT) or "api"))
                 if running is not None:
                     self._begin(envelope, running, context)
             return envelope
@@ -183,7 +184,7 @@ class ScenePlugin(ChainPlugin):
             return envelope
         message = clientMessage(envelope, CLIENT_TYPES)
         if message is not None:
-            self._clientMessage(str(envelope.meta.get("client") or "api"), message, context)
+            self._clientMessage(str(envelope.meta.get(CLIENT) or "api"), message, context)
             return None
         return envelope
 
@@ -201,7 +202,7 @@ class ScenePlugin(ChainPlugin):
         player = trimmed((fields.get("player") or {}).get("displayName")) or "Player"
         exchange = _Exchange(
             requestId,
-            str(meta.get("client") or "api"),
+            str(meta.get(CLIENT) or "api"),
             running,
             {name: value for name, value in fields.items()},
             dict(meta),
@@ -209,7 +210,7 @@ class ScenePlugin(ChainPlugin):
             running.reactions,
         )
         self._speak(fields, answering, running, player)
-        meta["speaker"] = answering.asSpeaker()
+        meta[SPEAKER] = answering.asSpeaker()
         meta.setdefault("scene", running.sceneId)
         exchange.meta.setdefault("scene", running.sceneId)
         exchange.lines[requestId] = answering
@@ -270,7 +271,7 @@ class ScenePlugin(ChainPlugin):
         exchange.cancelled = True
         for requestId in sorted(exchange.pending - {exchange.requestId}):
             cancel = Envelope.build("request.cancel", requestId=requestId)
-            cancel.meta.update(origin=NAME, client=exchange.client)
+            cancel.meta.update({ORIGIN: NAME, CLIENT: exchange.client})
             context.sendToEngine(cancel)
         return envelope if exchange.requestId in exchange.pending else None
 
@@ -286,7 +287,7 @@ class ScenePlugin(ChainPlugin):
             envelope = envelope.replace(requestId=exchange.requestId)
         kind = envelope.type
         if kind.startswith("reply."):
-            envelope.meta["speaker"] = speaker.asSpeaker()
+            envelope.meta[SPEAKER] = speaker.asSpeaker()
         spec = MESSAGES.get(kind)
         if spec is not None and spec.terminal:
             return self._lineEnded(exchange, requestId, envelope, context)
@@ -351,10 +352,12 @@ class ScenePlugin(ChainPlugin):
         envelope = Envelope.build("reply.request", **fields)
         envelope.meta.update({k: exchange.meta[k] for k in _KEPT_META if k in exchange.meta})
         envelope.meta.update(
-            origin=NAME,
-            turn=exchange.requestId,
-            speaker=reacting.asSpeaker(),
-            **{SAID: {"role": OTHER, "speaker": speaker.name, "text": text}},
+            {
+                ORIGIN: NAME,
+                TURN: exchange.requestId,
+                SPEAKER: reacting.asSpeaker(),
+                SAID: {"role": OTHER, "speaker": speaker.name, "text": text},
+            }
         )
         exchange.lines[requestId] = reacting
         exchange.pending.add(requestId)

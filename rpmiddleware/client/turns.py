@@ -25,9 +25,9 @@ C{cancel_request} reply.cancelled).
 
 A turn may hold several lines, each by one character (a scene's: the
 addressed character's answer, then another's reaction).  Every envelope of a
-line carries its speaker in C{meta["speaker"]} (C{characterId}, C{name},
-C{voice}), and each message of that line says it as C{speaker}: C{llm-chunk},
-C{llm}, C{tts-start}, C{tts-chunk}, C{tts} and C{tts-complete}, each line
+line carries its speaker in C{meta["speaker"]} (L{rpmiddleware.meta.SPEAKER}:
+C{characterId}, C{name}, C{voice}), and each message of that line says it as
+C{speaker}: C{llm-chunk}, C{llm}, C{tts-start}, C{tts-chunk}, C{tts} and C{tts-complete}, each line
 with its own C{tts-start} and C{tts-complete}; C{reply-complete} lists the
 C{lines}.  A turn without speakers is told exactly as before.
 
@@ -59,6 +59,7 @@ from rpmiddleware.clientext import isPluginField, pluginFields
 from rpmiddleware.enginequeue import EngineQueue
 from rpmiddleware.envelope import ENVELOPE_FIELDS, Envelope
 from rpmiddleware.messages import textOfDelta
+from rpmiddleware.meta import SPEAKER
 
 #: What a turn is about: typed text, a recording, or the RPEngine microphone.
 TEXT, AUDIO, VOICE = "text", "audio", "voice"
@@ -256,7 +257,7 @@ class Turn:
             return
         if self.silenced or self.ended:
             return
-        speaker = envelope.meta.get("speaker") if kind in _LINE_TYPES else None
+        speaker = envelope.meta.get(SPEAKER) if kind in _LINE_TYPES else None
         if isinstance(speaker, dict) and speaker != self._speaker:
             self._nextLine(speaker)
         handler = self._HANDLERS.get(kind)
