@@ -23,7 +23,6 @@ Benchmark 9: scenes and actions.
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from typing import Any
@@ -57,9 +56,7 @@ OPEN_GATE = {
 
 
 def _card(name: str) -> dict[str, Any]:
-    made = copy.deepcopy(exampleCard())
-    made["data"].update(name=name, mes_example="", first_mes="")
-    return made
+    return exampleCard(name=name, mes_example="", first_mes="")
 
 
 class _Run:

@@ -25,7 +25,7 @@ RPEngine's statistics.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Any
 
 from rpmiddleware.envelope import Envelope
@@ -110,6 +110,26 @@ def unclaimedResult(callId: Any) -> str:
         f"tool-result: no tool call {str(callId)[:64]!r} of this session waits for a result "
         "(it ended, timed out, or never was)"
     )
+
+
+def answerOp(
+    message: Mapping[str, Any], resultType: str, run: Callable[[], Mapping[str, Any]]
+) -> dict[str, Any]:
+    """
+    The answer to a plugin's C{{type, op, id?, ...}} message: C{resultType}
+    with the C{op}, the client's C{id} and what C{run} returned, or, when it
+    raises C{ValueError}, C{error} C{INVALID_MESSAGE} saying why (the
+    message's type and op first, so the client knows which it was).
+    """
+    answer: dict[str, Any] = {"op": message.get("op")}
+    if "id" in message:
+        answer["id"] = message["id"]
+    try:
+        result = run()
+    except ValueError as e:
+        why = f"{message.get('type')} {message.get('op')}: {e}"
+        return {"type": "error", "code": "INVALID_MESSAGE", "message": why, **answer}
+    return {"type": resultType, **answer, **result}
 
 
 def clientMessage(envelope: Envelope, types: Container[str]) -> dict[str, Any] | None:

@@ -5,7 +5,6 @@ by field, and the director's choices.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -16,9 +15,7 @@ from rpmiddleware.testing.kit import exampleCard
 
 
 def card(name: str) -> dict[str, Any]:
-    made = copy.deepcopy(exampleCard())
-    made["data"]["name"] = name
-    return made
+    return exampleCard(name=name)
 
 
 def own(document: dict[str, Any]) -> tuple[dict[str, Any], str]:

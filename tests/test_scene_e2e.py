@@ -44,9 +44,7 @@ GUARD_LINE = 'Fine, I will open the north gate. [[open_gate {"gate": "north"}]] 
 
 
 def card(name: str, description: str) -> dict[str, Any]:
-    made = copy.deepcopy(exampleCard())
-    made["data"].update(name=name, description=description, mes_example="", first_mes="")
-    return made
+    return exampleCard(name=name, description=description, mes_example="", first_mes="")
 
 
 CAST: list[dict[str, Any]] = [
@@ -90,6 +88,16 @@ class SceneRig:
 
     def say(self, **message: Any) -> None:
         self.clients.say(self.connection, **message)
+
+    def asked(self, characterId: str) -> bool:
+        return any(r.get("characterId") == characterId for r in self.engine.receivedMessages)
+
+    def playUntilAsked(self, characterId: str, seconds: float = 20.0) -> None:
+        """Run the Clock in 50 ms steps until RPEngine got a request for C{characterId}."""
+        for _ in range(int(seconds / 0.05)):
+            if self.asked(characterId):
+                return
+            self.clock.advance(0.05)
 
     def sent(self, *types: str) -> list[dict[str, Any]]:
         return [m for m in self.writer.sent if not types or m["type"] in types]
@@ -244,11 +252,8 @@ class SceneTests(SynchronousTestCase):
         rig.engine.options.audioRealtime = True
         rig.openScene()
         rig.say(type="text", text="Garrick, may I pass?")
-        for _ in range(200):
-            rig.clock.advance(0.05)
-            if any(r.get("characterId") == "mara" for r in rig.engine.receivedMessages):
-                break
-        self.assertTrue(any(r.get("characterId") == "mara" for r in rig.engine.receivedMessages))
+        rig.playUntilAsked("mara")
+        self.assertTrue(rig.asked("mara"))
         self.assertFalse(
             any(m["type"] == "tts-complete" for m in rig.writer.sent),
             "the guard's speech had not finished when the innkeeper's request left",
@@ -259,10 +264,7 @@ class SceneTests(SynchronousTestCase):
         rig.engine.options.audioRealtime = True
         rig.openScene()
         rig.say(type="text", text="Garrick, may I pass?")
-        for _ in range(200):
-            rig.clock.advance(0.05)
-            if any(r.get("characterId") == "mara" for r in rig.engine.receivedMessages):
-                break
+        rig.playUntilAsked("mara")
         rig.say(type="cancel")
         settle(rig.clock, 60)
         cancels = [r for r in rig.engine.receivedMessages if r.get("type") == "request.cancel"]
@@ -566,13 +568,6 @@ class PlaybookInSceneTests(SynchronousTestCase):
 
 
 class FailureTests(SynchronousTestCase):
-    def waitForMara(self, rig: SceneRig) -> None:
-        for _ in range(400):
-            rig.clock.advance(0.05)
-            if any(r.get("characterId") == "mara" for r in rig.engine.receivedMessages):
-                return
-        self.fail("the innkeeper's request never reached RPEngine")
-
     def test_engineLostMidExchangeEndsTheTurn(self) -> None:
         """
         RPEngine going away while a reaction waits ends the turn with an
@@ -583,7 +578,8 @@ class FailureTests(SynchronousTestCase):
         rig.engine.options.audioRealtime = True
         rig.openScene()
         rig.say(type="text", text="Garrick, may I pass?")
-        self.waitForMara(rig)
+        rig.playUntilAsked("mara")
+        self.assertTrue(rig.asked("mara"))
         rig.link.disconnect()
         rig.clock.advance(0)
         errors = rig.sent("error")

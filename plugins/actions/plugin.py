@@ -42,7 +42,7 @@ from rpmiddleware.builtin.actions.model import (
     readCall,
 )
 from rpmiddleware.builtin.memory.api import HEARD_ROLES, heard
-from rpmiddleware.clientext import clientMessage, toClient, unclaimedResult
+from rpmiddleware.clientext import answerOp, clientMessage, toClient, unclaimedResult
 from rpmiddleware.engineprompt import trimmed
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
@@ -320,26 +320,17 @@ class ActionsPlugin(ChainPlugin):
     # The client's actions message.
 
     def _clientMessage(self, client: str, message: dict[str, Any], context: IChainContext) -> None:
-        op = message.get("op")
-        answer: dict[str, Any] = {"op": op}
-        if "id" in message:
-            answer["id"] = message["id"]
-        try:
+        def run() -> dict[str, Any]:
+            op = message.get("op")
             if op == "declare":
-                listed = self.declare(message.get("actions"), client)
-            elif op == "clear":
-                listed = self.declare([], client)
-            elif op == "list":
-                listed = [a.describe() for a in self.declared.get(client, {}).values()]
-            else:
-                raise ActionError("actions.op must be one of declare, clear, list")
-        except ActionError as e:
-            error = {"type": "error", "code": "INVALID_MESSAGE", "message": f"actions {op}: {e}"}
-            context.sendToGame(toClient(client, {**error, **answer}))
-            return
-        context.sendToGame(
-            toClient(client, {"type": "actions-result", **answer, "actions": listed})
-        )
+                return {"actions": self.declare(message.get("actions"), client)}
+            if op == "clear":
+                return {"actions": self.declare([], client)}
+            if op == "list":
+                return {"actions": [a.describe() for a in self.declared.get(client, {}).values()]}
+            raise ActionError("actions.op must be one of declare, clear, list")
+
+        context.sendToGame(toClient(client, answerOp(message, "actions-result", run)))
 
     _context: IChainContext | None = None
 

@@ -48,7 +48,7 @@ from rpmiddleware.builtin.scene.model import (
     parseMember,
     parseScene,
 )
-from rpmiddleware.clientext import clientMessage, toClient
+from rpmiddleware.clientext import answerOp, clientMessage, toClient
 from rpmiddleware.engineprompt import trimmed
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
@@ -418,17 +418,10 @@ class ScenePlugin(ChainPlugin):
     # The client's scene message.
 
     def _clientMessage(self, client: str, message: dict[str, Any], context: IChainContext) -> None:
-        op = message.get("op")
-        answer: dict[str, Any] = {"op": op}
-        if "id" in message:
-            answer["id"] = message["id"]
-        try:
-            described = self._op(client, op, message)
-        except SceneError as e:
-            error = {"type": "error", "code": "INVALID_MESSAGE", "message": f"scene {op}: {e}"}
-            context.sendToGame(toClient(client, {**error, **answer}))
-            return
-        context.sendToGame(toClient(client, {"type": "scene-state", **answer, "scene": described}))
+        def run() -> dict[str, Any]:
+            return {"scene": self._op(client, message.get("op"), message)}
+
+        context.sendToGame(toClient(client, answerOp(message, "scene-state", run)))
 
     def _op(self, client: str, op: Any, message: dict[str, Any]) -> dict[str, Any] | None:
         if op == "open":
