@@ -36,7 +36,7 @@ from rpmiddleware.config import Settings
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.middleware import DEFAULT_OUTPUT, Middleware
 from rpmiddleware.testing.inmemory import InMemoryEngine, connectInMemory
-from rpmiddleware.testing.kit import exampleCard
+from rpmiddleware.testing.kit import exampleAction, exampleCard
 from rpmiddleware.testing.simoptions import SimulatorOptions
 
 GUARD = (
@@ -44,15 +44,7 @@ GUARD = (
     "If you have business in town, state it plainly and quickly."
 )
 INNKEEPER = "Oh, let the poor soul through, Garrick. It is pouring out there."
-OPEN_GATE = {
-    "name": "open_gate",
-    "description": "Open one of the town gates.",
-    "parameters": {
-        "type": "object",
-        "properties": {"gate": {"enum": ["north", "south"]}},
-        "required": ["gate"],
-    },
-}
+OPEN_GATE = exampleAction()
 
 
 def _card(name: str) -> dict[str, Any]:

@@ -23,23 +23,13 @@ from rpmiddleware.config import Settings
 from rpmiddleware.engineprompt import AssembledPrompt
 from rpmiddleware.middleware import Middleware
 from rpmiddleware.testing.inmemory import connectInMemory
-from rpmiddleware.testing.kit import exampleCard
+from rpmiddleware.testing.kit import exampleAction, exampleCard
 from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText
 from tests.test_client_helpers import clockedEndpoint
 from tests.test_client_status import OpenConnections
 from tests.test_memory_e2e import settle
 
-OPEN_GATE = {
-    "name": "open_gate",
-    "description": "Open one of the town gates.",
-    "parameters": {
-        "type": "object",
-        "properties": {"gate": {"enum": ["north", "south"]}},
-        "required": ["gate"],
-        "additionalProperties": False,
-    },
-    "characters": ["garrick"],
-}
+OPEN_GATE = exampleAction(characters=["garrick"])
 GUARD_LINE = 'Fine, I will open the north gate. [[open_gate {"gate": "north"}]] Stand back.'
 
 

@@ -200,6 +200,24 @@ def exampleCard(**data: Any) -> dict[str, Any]:
     return card
 
 
+def exampleAction(**changes: Any) -> dict[str, Any]:
+    """
+    An action declaration for the actions plugin (docs/scenes.md): the
+    guard's C{open_gate}, with C{changes} applied.
+    """
+    return {
+        "name": "open_gate",
+        "description": "Open one of the town gates.",
+        "parameters": {
+            "type": "object",
+            "properties": {"gate": {"enum": ["north", "south"]}},
+            "required": ["gate"],
+            "additionalProperties": False,
+        },
+        **changes,
+    }
+
+
 def examplePromptContext(interactionMode: str = "direct_user") -> dict[str, Any]:
     """
     A complete prompt context in RPEngine's shapes: the three fields it takes
