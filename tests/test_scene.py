@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.builtin.scene.director import answerer, named, reactor
 from rpmiddleware.builtin.scene.model import Scene, SceneError, parseScene
+from rpmiddleware.cards import CardHasher
+from rpmiddleware.envelope import Envelope
 from rpmiddleware.testing.kit import exampleCard
 
 
@@ -136,3 +139,65 @@ class DirectorTests(SynchronousTestCase):
         self.assertEqual(reactor(scene, "garrick", "Mara, see?", ["garrick"]).characterId, "mara")  # type: ignore[union-attr]
         scene.spoken = ["tom", "garrick", "mara"]
         self.assertEqual(reactor(scene, "mara", "So.", ["garrick", "mara"]).characterId, "tom")  # type: ignore[union-attr]
+
+
+class PluginTests(SynchronousTestCase):
+    def harness(self) -> Any:
+        from rpmiddleware.builtin.actions import buildActions
+        from rpmiddleware.builtin.scene import buildScene
+        from rpmiddleware.testing.kit import PluginHarness, exampleAction, pluginServices
+
+        clock = Clock()
+        services = pluginServices(clock)
+        scene, actions = buildScene({}, services), buildActions({}, services)
+        harness = PluginHarness([scene, actions], clock)
+        harness.startSession()
+        scene.openScene(
+            {
+                "sceneId": "gate",
+                "cast": [
+                    {"characterId": "garrick", "card": card("Garrick")},
+                    {"characterId": "mara", "card": card("Mara")},
+                ],
+            }
+        )
+        actions.declare([exampleAction()])
+        return harness
+
+    def test_aLineSentAgainIsNotPlayedTwice(self) -> None:
+        """
+        A request the engine link sends again (resubmitted in a new RPEngine
+        session) passes as it went the first time: no second answerer, no
+        line heard twice, no second action rule (RPEngine refuses a
+        duplicate rule id).
+        """
+        harness = self.harness()
+        output = {"modalities": ["text"], "language": "en"}
+        harness.toEngine(
+            harness.replyRequest(text="Garrick, open up.", characterId="mara", output=output)
+        )
+        heard = [e for e in harness.sentToEngine if e.type == "x-memory.heard"]
+        self.assertEqual([e["characterId"] for e in heard], ["mara"])
+        request = harness.sentToEngine[-1]
+        self.assertEqual(request["characterId"], "garrick")
+        again = Envelope(dict(request.fields), {**request.meta, "resubmitted": True})
+        harness.toEngine(again)
+        resent = harness.sentToEngine[-1]
+        self.assertEqual(resent.fields, request.fields)
+        self.assertEqual([e for e in harness.sentToEngine if e.type == "x-memory.heard"], heard)
+        rules = resent["output"]["responseProcessing"]["rules"]
+        self.assertEqual([r["id"] for r in rules], ["rpmiddleware.action"])
+
+    def test_joinIsBoundedAndChecked(self) -> None:
+        from rpmiddleware.builtin.scene import ScenePlugin
+
+        plugin = ScenePlugin(CardHasher(None), None)
+        cast = [{"characterId": f"c{i}", "card": card(f"C{i}")} for i in range(8)]
+        plugin.openScene({"sceneId": "s", "cast": cast})
+        with self.assertRaises(SceneError) as caught:
+            plugin.join({"characterId": "c9", "card": card("Nine")})
+        self.assertIn("at most 8", str(caught.exception))
+        with self.assertRaises(SceneError) as caught:
+            plugin.join({"characterId": "c1", "card": card("One"), "hears": ["ghost"]})
+        self.assertIn("'ghost', who is not in the scene", str(caught.exception))
+        self.assertEqual(plugin.scene()["cast"][1]["name"], "C1", "the member is as it was")

@@ -156,9 +156,10 @@ class ActionsPlugin(ChainPlugin):
 
     def _offer(self, envelope: Envelope) -> None:
         fields, meta = envelope.fields, envelope.meta
-        client = str(meta.get("client") or "api")
+        client = str(meta.get(metakeys.CLIENT) or "api")
         declared = self.declared.get(client)
-        if not declared:
+        if not declared or envelope.requestId in self._turns:
+            # None to offer, or a request sent again that was offered them.
             return
         characterId = str(fields.get("characterId"))
         stage = meta.get(metakeys.STAGE)

@@ -191,10 +191,12 @@ def checkHearing(target: Scene) -> None:
 
 __all__ = [
     "DIRECTORS",
+    "MAX_CAST",
     "PLAYER",
     "Member",
     "Scene",
     "SceneError",
+    "checkHearing",
     "configureScene",
     "parseMember",
     "parseScene",

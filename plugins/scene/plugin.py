@@ -40,10 +40,12 @@ from rpmiddleware.builtin.memory.api import HEARD_ROLES, SAID, heard
 from rpmiddleware.builtin.scene import director
 from rpmiddleware.builtin.scene.api import IScenes
 from rpmiddleware.builtin.scene.model import (
+    MAX_CAST,
     PLAYER,
     Member,
     Scene,
     SceneError,
+    checkHearing,
     configureScene,
     parseMember,
     parseScene,
@@ -138,7 +140,18 @@ class ScenePlugin(ChainPlugin):
     def join(self, member: Mapping[str, Any], client: str = "api") -> dict[str, Any]:
         running = self._running(client)
         made = parseMember(member, "scene.member", self._own)
+        if made.characterId not in running.cast and len(running.cast) >= MAX_CAST:
+            raise SceneError(f"the scene has {MAX_CAST} characters already; at most {MAX_CAST}")
+        before = running.cast.get(made.characterId)
         running.cast[made.characterId] = made
+        try:
+            checkHearing(running)
+        except SceneError:
+            if before is None:
+                del running.cast[made.characterId]
+            else:
+                running.cast[made.characterId] = before
+            raise
         return running.describe()
 
     def leave(self, characterId: str, client: str = "api") -> dict[str, Any]:
@@ -172,7 +185,9 @@ class ScenePlugin(ChainPlugin):
     def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
         kind = envelope.type
         if kind in REQUESTS:
-            if envelope.meta.get(ORIGIN) != NAME:
+            # Ours, and a line sent again (resubmitted in a new RPEngine
+            # session, already given its character), pass as they are.
+            if envelope.meta.get(ORIGIN) != NAME and envelope.requestId not in self._lines:
                 running = self.scenes.get(str(envelope.meta.get(CLIENT) or "api"))
                 if running is not None:
                     self._begin(envelope, running, context)
