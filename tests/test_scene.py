@@ -200,4 +200,6 @@ class PluginTests(SynchronousTestCase):
         with self.assertRaises(SceneError) as caught:
             plugin.join({"characterId": "c1", "card": card("One"), "hears": ["ghost"]})
         self.assertIn("'ghost', who is not in the scene", str(caught.exception))
-        self.assertEqual(plugin.scene()["cast"][1]["name"], "C1", "the member is as it was")
+        described = plugin.scene()
+        assert described is not None
+        self.assertEqual(described["cast"][1]["name"], "C1", "the member is as it was")
