@@ -40,6 +40,7 @@ from rpmiddleware.interfaces import (
     IChainContext,
     IEngineSessionInfo,
     IEnvelopePlugin,
+    ITimingSource,
     IPluginServices,
 )
 from rpmiddleware.messages import (
@@ -184,7 +185,7 @@ class _Reply:
         return self.inRate != self.outRate
 
 
-@implementer(IEnvelopePlugin)
+@implementer(IEnvelopePlugin, ITimingSource)
 class AudioResample(ChainPlugin):
     """
     Converts input audio to what RPEngine accepts and output speech to the
