@@ -40,8 +40,8 @@ from rpmiddleware.interfaces import (
     IChainContext,
     IEngineSessionInfo,
     IEnvelopePlugin,
-    ITimingSource,
     IPluginServices,
+    ITimingSource,
 )
 from rpmiddleware.messages import (
     INPUT_AUDIO_FORMATS,
