@@ -123,9 +123,7 @@ class PluginFactory:
     L{twisted.plugin.getPlugins} notice an object in a drop-in module.
     """
 
-    def __init__(
-        self, plugin: type | str, description: str, build: Builder | None = None
-    ) -> None:
+    def __init__(self, plugin: type | str, description: str, build: Builder | None = None) -> None:
         if isinstance(plugin, str):
             if build is None:
                 raise TypeError(
