@@ -360,9 +360,10 @@ class FailClosedTests(SynchronousTestCase):
 
     def test_moderationFailsClosed(self) -> None:
         """The built-in moderation plugin is fail-closed: a bug in it lets nothing through."""
-        from rpmiddleware.builtin.moderation import moderation
+        from rpmiddleware.builtin.moderation import Moderation, moderation
 
         plugin = moderation.buildPlugin({"words": ["darn"]}, pluginServices())
+        assert isinstance(plugin, Moderation)
         self.assertIs(plugin.failClosed, True)
 
         def broken(*args: Any) -> Any:
