@@ -369,7 +369,7 @@ class FailClosedTests(SynchronousTestCase):
         def broken(*args: Any) -> Any:
             raise RuntimeError("a moderation bug")
 
-        plugin._toGame = broken  # type: ignore[attr-defined]
+        self.patch(plugin, "_toGame", broken)
         harness = PluginHarness(plugin)
         harness.startSession()
         harness.toEngine(harness.replyRequest("r1", text="Hello"))
