@@ -41,6 +41,7 @@ from rpmiddleware.interfaces import (
     IEngineSessionInfo,
     IEnvelopePlugin,
     IPluginServices,
+    ITimingSource,
 )
 from rpmiddleware.messages import (
     INPUT_AUDIO_FORMATS,
@@ -184,7 +185,7 @@ class _Reply:
         return self.inRate != self.outRate
 
 
-@implementer(IEnvelopePlugin)
+@implementer(IEnvelopePlugin, ITimingSource)
 class AudioResample(ChainPlugin):
     """
     Converts input audio to what RPEngine accepts and output speech to the

@@ -39,6 +39,7 @@ from rpmiddleware.interfaces import (
     IChainContext,
     IEngineSessionInfo,
     IEnvelopePlugin,
+    IHeldWork,
     IPluginServices,
 )
 from rpmiddleware.messages import WITHDRAWING
@@ -87,7 +88,7 @@ def _fresh(envelope: Envelope) -> Envelope:
     return Envelope(fields, {k: v for k, v in envelope.meta.items() if k not in _PASS_META})
 
 
-@implementer(IEnvelopePlugin)
+@implementer(IEnvelopePlugin, IHeldWork)
 class CapacityGate(ChainPlugin):
     """
     See the module docstring and C{docs/plugins/capacity-gate.md}.

@@ -6,15 +6,25 @@ Game-to-engine envelopes pass the plugins in configured order; engine-to-game
 envelopes pass them in reverse, so the plugin nearest the engine sees a reply
 first.  While every plugin answers synchronously an envelope crosses the whole
 chain in one reactor turn with no Deferred allocated.
+
+A plugin that fails (raises, or its Deferred fails) is logged and skipped:
+the envelope goes on unchanged.  One that says C{failClosed = True} stops
+the envelope instead (L{PluginChain._failClosed}): it goes no further, and
+the request it belongs to ends at once with a C{request.error}
+C{request_failed} naming the plugin, sent toward the game from that
+plugin's place; a request RPEngine is already working on is also cancelled
+there (C{request.cancel} toward RPEngine).  A withdrawal
+(C{request.cancel}, ...) is never stopped: it only ends work.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, gatherResults, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -27,8 +37,12 @@ from rpmiddleware.interfaces import (
     IEngineSessionInfo,
     IEnvelopePlugin,
 )
+from rpmiddleware.messages import MESSAGES, WITHDRAWING
 
 Deliver = Callable[[Envelope], Any]
+
+#: How many requests ended by a fail-closed plugin are remembered.
+_ENDED_CLOSED_KEPT = 1024
 
 _METHOD = {
     Direction.TO_ENGINE: "envelopeToEngine",
@@ -95,6 +109,9 @@ class PluginChain:
         ]
         self._steps = {Direction.TO_ENGINE: forward, Direction.TO_GAME: backward}
         self._observers = [p for p in self.plugins if IChainObserver.providedBy(p)]
+        #: Requests a fail-closed plugin ended (the newest few), so that
+        #: their later envelopes do not end them again.
+        self._endedClosed: OrderedDict[str, None] = OrderedDict()
 
     @property
     def names(self) -> list[str]:
@@ -170,7 +187,10 @@ class PluginChain:
             try:
                 result = method(envelope, context)
             except Exception:
-                self._isolate(Failure(), plugin, envelope, direction)
+                failure = Failure()
+                if getattr(plugin, "failClosed", False) is True:
+                    return self._failClosed(failure, envelope, direction, index)
+                self._isolate(failure, plugin, envelope, direction)
                 continue
             if result is envelope:
                 continue
@@ -202,6 +222,8 @@ class PluginChain:
             return self._run(envelope, direction, index + 1)
 
         def failed(failure: Failure) -> Deferred[None]:
+            if getattr(plugin, "failClosed", False) is True:
+                return self._failClosed(failure, original, direction, index)
             self._isolate(failure, plugin, original, direction)
             return self._run(original, direction, index + 1)
 
@@ -239,6 +261,63 @@ class PluginChain:
             envelope=summarize(envelope.fields),
             direction=direction.value,
         )
+
+    def _failClosed(
+        self, failure: Failure, envelope: Envelope, direction: Direction, index: int
+    ) -> Deferred[None]:
+        """
+        The fail-closed plugin at step C{index} failed on C{envelope}: it goes
+        no further, and its request ends with a C{request.error} toward the
+        game from the plugin's place (the plugins between it and the game
+        hear the ending; the client's turn says C{error}).  A request
+        RPEngine already has is cancelled toward RPEngine from there too.
+        """
+        plugin, _, context = self._steps[direction][index]
+        if envelope.type in WITHDRAWING:
+            # Stopping a withdrawal would keep its request running.
+            self._isolate(failure, plugin, envelope, direction)
+            return self._run(envelope, direction, index + 1)
+        self._decided(envelope, plugin, "failed-closed")
+        requestId = envelope.requestId
+        self.log.failure(
+            "plugin {plugin} failed on {envelope} ({direction}) and fails closed: the "
+            "envelope goes no further and request {requestId} ends",
+            failure,
+            plugin=plugin.name,
+            envelope=summarize(envelope.fields),
+            direction=direction.value,
+            requestId=requestId,
+        )
+        self._left(envelope, direction, "dropped")
+        if not requestId or requestId in self._endedClosed:
+            return succeed(None)
+        self._endedClosed[requestId] = None
+        while len(self._endedClosed) > _ENDED_CLOSED_KEPT:
+            self._endedClosed.popitem(last=False)
+        spec = MESSAGES.get(envelope.type)
+        if direction is Direction.TO_GAME:
+            live = spec is None or not spec.terminal
+        else:
+            live = spec is None or not spec.opensRequest
+        sessionId = self.session.sessionId if self.session is not None else None
+        error = Envelope.build(
+            "request.error",
+            sessionId,
+            requestId=requestId,
+            code="request_failed",
+            message=(
+                f"plugin {plugin.name} failed on this request's {envelope.type} and fails "
+                "closed, so the request ended here"
+            ),
+            retryable=False,
+        )
+        error.meta.update(synthetic=True, origin=plugin.name)
+        ends = [context.sendToGame(error)]
+        if live:
+            cancel = Envelope.build("request.cancel", sessionId, requestId=requestId)
+            cancel.meta["origin"] = plugin.name
+            ends.append(context.sendToEngine(cancel))
+        return gatherResults(ends).addCallback(lambda _: None)
 
     def _left(self, envelope: Envelope, direction: Direction, outcome: str) -> None:
         for observer in self._observers:

@@ -7,6 +7,11 @@ announce themselves with a drop-in module in a C{twisted/plugins/} folder and
 are found with L{twisted.plugin.getPlugins}.  Configuration alone decides
 which run and in what order.  A drop-in that fails to import is reported by
 name and the others still load.
+
+C{[chain]} may also name a plugin by the dotted path of its factory (or of
+its plugin class), as Scrapy's settings do: C{"mypkg.plugin.factory" = 60}.
+Such a plugin needs no drop-in; its C{[plugins.NAME]} table is under the
+name the factory gives it.
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ from typing import Any
 
 from twisted.logger import ILogObserver, Logger, globalLogPublisher
 from twisted.plugin import getPlugins
+from twisted.python.reflect import namedAny
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from rpmiddleware.config import ConfigError, Settings
 from rpmiddleware.interfaces import IEnvelopePlugin, IPluginFactory, IPluginServices
+from rpmiddleware.plugin import PluginFactory
 
 log = Logger()
 
@@ -141,13 +148,86 @@ def discoverPlugins(package: ModuleType | None = None) -> PluginRegistry:
     return registry
 
 
-def chainOrder(settings: Settings, defaults: Mapping[str, int]) -> list[str]:
+def importFactory(path: str, source: str = "<memory>") -> IPluginFactory:
     """
-    Plugin names in chain order: the defaults overlaid with the configuration,
-    lowest priority first (nearest the game), ties broken by name.
+    The plugin factory at dotted C{path} (C{"mypkg.plugin.factory"}): an
+    L{IPluginFactory} provider, or a plugin class (one whose instances
+    provide L{IEnvelopePlugin}, with a C{name}), which is made a
+    L{PluginFactory} that builds it with no settings.
+
+    @raise ConfigError: naming C{path} and C{source}, when it does not
+        import or is neither.
+    """
+    try:
+        found = namedAny(path)
+    except Exception as e:
+        raise ConfigError(
+            f"{source}: [chain] names {path!r}, which does not import "
+            f"({type(e).__name__}: {e}); a dotted path names a plugin factory, "
+            f'as "mypkg.myplugin.factory"'
+        ) from e
+    if IPluginFactory.providedBy(found):
+        factory: IPluginFactory = found
+        return factory
+    if isinstance(found, type) and IEnvelopePlugin.implementedBy(found):
+        try:
+            return PluginFactory(found, (found.__doc__ or path).strip().split("\n")[0])
+        except ValueError as e:
+            raise ConfigError(f"{source}: [chain] {path!r}: {e}") from e
+    raise ConfigError(
+        f"{source}: [chain] names {path!r}, which is {found!r}, not a plugin factory (an "
+        "IPluginFactory provider, such as rpmiddleware.plugin.PluginFactory(...)) or a "
+        "plugin class"
+    )
+
+
+def resolveChain(settings: Settings, registry: PluginRegistry) -> dict[str, int | None]:
+    """
+    C{settings.chain} by plugin name: each dotted path is imported
+    (L{importFactory}), its factory added to C{registry} with the path as its
+    origin, and replaced by the factory's name.  A key that is a known name
+    stays as it is; so does an unknown one without a dot, for
+    L{buildChain} to report.
+
+    @raise ConfigError: for a path that does not import, or whose plugin's
+        name is already another plugin's.
+    """
+    resolved: dict[str, int | None] = {}
+    for key, priority in settings.chain.items():
+        name = key
+        if key not in registry.factories and "." in key:
+            factory = importFactory(key, settings.source)
+            name = factory.name
+            known = registry.factories.get(name)
+            if known is None:
+                registry.add(factory, key)
+            elif known is not factory:
+                raise ConfigError(
+                    f"{settings.source}: [chain] {key!r} is plugin {name!r}, a name already "
+                    f"taken by {registry.origins[name]}"
+                )
+            if key in settings.plugins:
+                raise ConfigError(
+                    f"{settings.source}: the settings of {key!r} go under its plugin's name, "
+                    f"[plugins.{name}], not [plugins.{key!r}]"
+                )
+        resolved[name] = priority
+    return resolved
+
+
+def chainOrder(
+    settings: Settings,
+    defaults: Mapping[str, int],
+    chain: Mapping[str, int | None] | None = None,
+) -> list[str]:
+    """
+    Plugin names in chain order: the defaults overlaid with the configuration
+    (C{chain}, the configuration's by name, L{resolveChain}; C{settings.chain}
+    unless given), lowest priority first (nearest the game), ties broken by
+    name.
     """
     priorities: dict[str, int | None] = dict(defaults)
-    priorities.update(settings.chain)
+    priorities.update(settings.chain if chain is None else chain)
     enabled = [(p, name) for name, p in priorities.items() if p is not None]
     return [name for _, name in sorted(enabled)]
 
@@ -171,13 +251,14 @@ def buildChain(
     built = []
     if defaults is None:
         defaults = builtins.DEFAULT_CHAIN
+    chain = resolveChain(settings, registry)
     for name in settings.plugins:
         if name not in registry.factories:
             raise ConfigError(
                 f"{settings.source}: unknown plugin {name!r} in [plugins.{name}]"
                 f"{_knownPlugins(registry)}"
             )
-    for name in chainOrder(settings, defaults):
+    for name in chainOrder(settings, defaults, chain):
         factory = registry.factories.get(name)
         if factory is None:
             raise ConfigError(
@@ -190,6 +271,12 @@ def buildChain(
         if not IEnvelopePlugin.providedBy(plugin):
             raise ConfigError(f"plugin {name!r} built {plugin!r}, which is not an IEnvelopePlugin")
         verifyObject(IEnvelopePlugin, plugin)
+        if plugin.name != name:
+            raise ConfigError(
+                f"{settings.source}: plugin {name!r} built {plugin!r}, named {plugin.name!r}: "
+                "a plugin's name is written once, on its class, and its factory must give "
+                "the same (rpmiddleware.plugin.PluginFactory takes it from the class)"
+            )
         built.append(plugin)
     return built
 
@@ -222,7 +309,7 @@ def describeChain(
     priorities: dict[str, int | None] = dict(
         builtins.DEFAULT_CHAIN if defaults is None else defaults
     )
-    priorities.update(settings.chain)
+    priorities.update(resolveChain(settings, registry))
     return [
         {
             "name": plugin.name,

@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from rpmiddleware.cards import InvalidCard, validateCard
 from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION
 from rpmiddleware.messages import (
     AUDIO_INPUT_LANGUAGES,
@@ -30,7 +31,7 @@ from rpmiddleware.messages import (
     WITHDRAWING,
 )
 
-__all__ = ["MAX_MESSAGE_BYTES", "EngineRefusal", "checkEnvelope"]
+__all__ = ["MAX_MESSAGE_BYTES", "EngineRefusal", "checkEnvelope", "checkOutgoing"]
 AUDIO_PROCESSING_PROFILES = ("narrowband_voice", "cinematic_radio")
 INTERACTION_MODES = ("auto_event", "direct_user")
 #: The three prompt-context fields travel together or not at all.
@@ -114,6 +115,24 @@ def checkEnvelope(fields: Mapping[str, Any]) -> None:
         checkPromptContext(fields)
     elif kind in WITHDRAWING:
         _requireText(fields, ("requestId",))
+
+
+def checkOutgoing(fields: Mapping[str, Any]) -> None:
+    """
+    Check an envelope about to leave the chain toward RPEngine, as the
+    engine link does before it sends one: L{checkEnvelope}, with the head
+    fields the session stamps later (C{messageId}, C{timestamp}) not judged
+    yet, and a snapshot card transfer's card read as RPEngine reads it.
+
+    @raise EngineRefusal: naming the first field RPEngine would refuse.
+    """
+    checkEnvelope({**fields, "messageId": fields.get("messageId") or "-", "timestamp": "-"})
+    transfer = fields.get("card")
+    if isinstance(transfer, dict) and transfer.get("mode") == "snapshot":
+        try:
+            validateCard(transfer.get("snapshot"))
+        except InvalidCard as e:
+            raise EngineRefusal(f"card.snapshot.{e.field}", e.problem, "invalid_character_card")
 
 
 def checkEvent(event: Any) -> None:

@@ -65,7 +65,10 @@ class IEnvelopePlugin(Interface):
     changed one or a new one), C{None} to drop it, or a Deferred that fires
     with either of those to hold it for a while.  A plugin that raises (or
     whose Deferred fails) is logged with its name and skipped: the envelope
-    goes on unchanged and the connection lives.
+    goes on unchanged and the connection lives.  A plugin whose class says
+    C{failClosed = True} (L{rpmiddleware.plugin.ChainPlugin}) fails closed
+    instead: the envelope goes no further, and the request it belongs to
+    ends with a C{request.error} naming the plugin (L{rpmiddleware.chain}).
 
     Nothing orders held envelopes: one that a plugin holds lets later ones
     pass.  A plugin that needs order holds those too.
@@ -256,3 +259,32 @@ class IMetricsSource(Interface):
         @return: an iterable of C{prometheus_client.core.Metric} families,
             read on every scrape (names start with C{rpmiddleware_}).
         """
+
+
+class IHeldWork(Interface):
+    """
+    Optional, for plugins that hold requests back for a while (the capacity
+    gate): the console's queue chart and C{/metrics}
+    (C{rpmiddleware_waiting_requests}, labelled with the plugin's name) count
+    what every provider in the chain holds.
+    """
+
+    def held():  # type: ignore[no-untyped-def]
+        """
+        @return: the requestIds held now, in the order they would go on (a
+            list of str).
+        """
+
+
+class ITimingSource(Interface):
+    """
+    Optional, for plugins that time work of their own (the audio-resample
+    plugin's conversions): C{/metrics} adds an observer to
+    C{timingObservers} and keeps a histogram of what it is told.
+    """
+
+    timingObservers = Attribute(
+        "A list of callables the plugin calls with (direction: str, seconds: float) after "
+        'each piece of work it times (direction "to_engine" or "to_game"); observers add '
+        "and remove themselves."
+    )

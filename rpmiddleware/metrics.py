@@ -6,7 +6,9 @@ tells L{MiddlewareMetrics} about every envelope that leaves it (both
 directions, as an L{IChainObserver}), the game router shows it every
 envelope from RPEngine after the request's timeline is marked, the engine
 link tells it when RPEngine comes and goes, and the audio-resample plugin
-reports how long each conversion took through its C{timingObservers} hook.
+reports how long each conversion took through its C{timingObservers} hook
+(any plugin providing L{ITimingSource} is heard the same way; any providing
+L{IHeldWork} is counted in C{rpmiddleware_waiting_requests}).
 Gauges (clients, queue) are read when scraped.
 
 Each middleware has its own L{CollectorRegistry}, never the process-global
@@ -31,7 +33,7 @@ from twisted.web.server import Request
 from zope.interface import implementer
 
 from rpmiddleware.envelope import Direction, Envelope
-from rpmiddleware.interfaces import IChainObserver, IMetricsSource
+from rpmiddleware.interfaces import IChainObserver, IHeldWork, IMetricsSource, ITimingSource
 
 #: Seconds from asking to the first text or audio: a local model answers in
 #: a fraction of a second when idle and in tens of seconds when queued.
@@ -115,14 +117,14 @@ class _Gauges(Collector):
         )
         waiting = GaugeMetricFamily(
             "rpmiddleware_waiting_requests",
-            "Requests held in the middleware: in the capacity gate's local queue, or in the "
-            "engine link while no RPEngine is connected.",
+            "Requests held in the middleware: in a plugin that holds work (the capacity "
+            "gate's local queue), or in the engine link while no RPEngine is connected.",
             labels=["where"],
         )
         waiting.add_metric(["engine_link"], len(link.waiting))
-        gate = m.capacityGate()
-        if gate is not None:
-            waiting.add_metric(["capacity_gate"], len(gate.held()))
+        for plugin in m.heldWork():
+            # Named after the plugin: capacity-gate is "capacity_gate".
+            waiting.add_metric([_label(plugin.name).replace("-", "_")], len(plugin.held()))
         yield waiting
         for plugin in m.middleware.chain.plugins:
             if IMetricsSource.providedBy(plugin):
@@ -218,8 +220,8 @@ class MiddlewareMetrics:
         self._unhooks.append(middleware.router.observe(self._delivered))
         middleware.link.observeState(self._engineChanged)
         for plugin in middleware.chain.plugins:
-            observers = getattr(plugin, "timingObservers", None)
-            if isinstance(observers, list):
+            if ITimingSource.providedBy(plugin):
+                observers = plugin.timingObservers
                 observers.append(self._resampled)
                 self._unhooks.append(self._unhookTiming(observers))
 
@@ -238,11 +240,12 @@ class MiddlewareMetrics:
         for unhook in unhooks:
             unhook()
 
-    def capacityGate(self) -> Any:
-        for plugin in self.middleware.chain.plugins:
-            if getattr(plugin, "name", None) == "capacity-gate" and hasattr(plugin, "held"):
-                return plugin
-        return None
+    def heldWork(self) -> list[Any]:
+        """
+        The chain's plugins that hold requests back (L{IHeldWork}: the
+        capacity gate, a third party's), in chain order.
+        """
+        return [p for p in self.middleware.chain.plugins if IHeldWork.providedBy(p)]
 
     # IChainObserver
 

@@ -17,7 +17,7 @@ from rpmiddleware.config import Settings
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IEnvelopePlugin, IPluginFactory
 from rpmiddleware.middleware import PluginServices
-from rpmiddleware.testing.kit import PluginHarness, exampleCard
+from rpmiddleware.testing.kit import REFERENCE_CARD, PluginHarness, exampleCard
 from rpmiddleware.timeline import Timeline
 
 WORK = ("reply.request", "voice.capture.start")
@@ -290,7 +290,8 @@ class GateTests(SynchronousTestCase):
         self.assertEqual(rig.plugin.held(), ["r1"])
 
     def test_otherMessagesPass(self) -> None:
-        self.rig.harness.toEngine("character.sync", integrationId="g", characterId="c", card={})
+        card = dict(REFERENCE_CARD)
+        self.rig.harness.toEngine("character.sync", integrationId="g", characterId="c", card=card)
         self.rig.harness.toEngine("voice.capture.stop", requestId="unknown")
         self.assertEqual(self.rig.harness.typesToEngine(), ["character.sync", "voice.capture.stop"])
 

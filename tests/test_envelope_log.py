@@ -71,7 +71,8 @@ class Recorder:
             self.timeline,
             Logger(observer=cast(ILogObserver, self.events.append)),
         )
-        self.harness = PluginHarness([self.plugin, Dropper()])
+        # The traffic logged here is made to leak, not to be sent.
+        self.harness = PluginHarness([self.plugin, Dropper()], engineRules=False)
         self.harness.startSession("s1")
 
     def envelopeEvents(self) -> list[dict[str, Any]]:

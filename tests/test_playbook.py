@@ -97,6 +97,7 @@ class Rig:
         self,
         document: dict[str, Any] | None = PLAYBOOK,
         tools: dict[str, Any] | None = None,
+        engineRules: bool = True,
         **options: Any,
     ) -> None:
         self.timeline = Timeline()
@@ -105,7 +106,7 @@ class Rig:
         if document is not None:
             playbooks["mira"] = parsePlaybook(copy.deepcopy(document), self.tools)
         self.plugin = PlaybookPlugin(playbooks, self.tools, timeline=self.timeline, **options)
-        self.harness = PluginHarness(self.plugin)
+        self.harness = PluginHarness(self.plugin, engineRules=engineRules)
         self.harness.startSession()
         self.clock: Clock = self.harness.clock
         self._count = 0
@@ -133,7 +134,7 @@ class Rig:
             "requestId": requestId,
             "integrationId": "game",
             "characterId": characterId,
-            "card": {},
+            "card": dict(REFERENCE_CARD),
             "output": copy.deepcopy(OUTPUT),
             **fields,
         }
@@ -310,7 +311,8 @@ class LoadingTests(SynchronousTestCase):
         self.assertEqual(request["event"], {"text": "Hello."})
 
     def test_noPlaybookChangesNothing(self) -> None:
-        rig = Rig()
+        # Sends what RPEngine would refuse, on purpose: the plugin's part is tested.
+        rig = Rig(engineRules=False)
         envelope = rig.harness.envelope(
             "reply.request",
             requestId="x",
@@ -462,7 +464,8 @@ class TriggerTests(SynchronousTestCase):
         Spoken words are known when RPEngine reports its transcript: the
         stage moves then, for the next turn.
         """
-        rig = Rig()
+        # Sends what RPEngine would refuse, on purpose: the plugin's part is tested.
+        rig = Rig(engineRules=False)
         request = rig.request(None, audio=True)
         rig.out()
         self.assertEqual(guide(request), "Chat.")
@@ -886,7 +889,8 @@ class EventTests(SynchronousTestCase):
         A player's turn while events wait (a barge-in) carries them; no
         auto_event turn follows for them.
         """
-        rig = Rig()
+        # Sends what RPEngine would refuse, on purpose: the plugin's part is tested.
+        rig = Rig(engineRules=False)
         playing = rig.request("Tell me a story.")
         rig.event("A bell tolls.")
         rig.toPlugin("x", requestId="nothing")  # unrelated envelopes pass
@@ -1062,7 +1066,8 @@ class PromptContextTests(SynchronousTestCase):
         passes as it is, for the refusal that names its field; the plugin
         makes none of its own.
         """
-        rig = Rig(None)
+        # Sends what RPEngine would refuse, on purpose: the plugin's part is tested.
+        rig = Rig(None, engineRules=False)
         partial: dict[str, Any] = {"promptDirective": {"directUserGuide": "be brief"}}
         request = rig.request("Hi", check=False, **partial)
         self.assertEqual(prompt(request), partial)
@@ -1314,7 +1319,7 @@ class DropinToolTests(SynchronousTestCase):
             requestId="r",
             integrationId="g",
             characterId="mira",
-            card={},
+            card=dict(REFERENCE_CARD),
             event={"text": "Will it rain?"},
         )
         envelope.meta["client"] = "c"

@@ -116,7 +116,7 @@ class PageTests(SynchronousTestCase):
         registry = discoverPlugins()
         registry.add(self.moodTagger, DROPIN)
         configurations = [t for lang, t in blocks() if lang == "toml" and "[project]" not in t]
-        self.assertEqual(len(configurations), 2)
+        self.assertEqual(len(configurations), 3)
         for text in configurations:
             settings = parseSettings(tomllib.loads(text), PAGE.name)
             names = [p.name for p in buildChain(settings, registry, pluginServices(None, settings))]

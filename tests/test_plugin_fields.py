@@ -213,17 +213,22 @@ class StatusOwnerTests(SynchronousTestCase):
 class HarnessTests(SynchronousTestCase):
     def test_notAPlugin(self) -> None:
         """
-        A plugin class without C{@implementer(IEnvelopePlugin)} is named,
-        with what to do, not "object is not iterable".
+        An object that is no plugin is named, with what to do, not "object
+        is not iterable"; a ChainPlugin subclass that declares nothing is a
+        plugin (ChainPlugin declares IEnvelopePlugin).
         """
 
         class Undeclared(ChainPlugin):
             name = "undeclared"
 
+        class NotAPlugin:
+            name = "not-a-plugin"
+
         from rpmiddleware.testing.kit import PluginHarness
 
-        for given in (Undeclared(), [Undeclared()]):
+        for given in (NotAPlugin(), [NotAPlugin()]):
             with self.assertRaises(TypeError) as caught:
                 PluginHarness(given)  # type: ignore[arg-type]
-            self.assertIn("Undeclared", str(caught.exception))
-            self.assertIn("@implementer(IEnvelopePlugin)", str(caught.exception))
+            self.assertIn("NotAPlugin", str(caught.exception))
+            self.assertIn("subclass rpmiddleware.plugin.ChainPlugin", str(caught.exception))
+        self.assertEqual(PluginHarness(Undeclared()).chain.names, ["undeclared"])

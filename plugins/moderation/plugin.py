@@ -62,6 +62,9 @@ class Moderation(ChainPlugin):
     """
 
     name = NAME
+    #: A bug here must not let unchecked text through: the chain ends the
+    #: envelope's request instead of passing it on (rpmiddleware.chain).
+    failClosed = True
     log = Logger()
 
     def __init__(self, settings: ModerationSettings | None = None, reactor: Any = None) -> None:

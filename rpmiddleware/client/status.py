@@ -39,6 +39,7 @@ from rpmiddleware.client.messages import InvalidMessage
 from rpmiddleware.client.settings import Character
 from rpmiddleware.client.surface import ClientSurface, Handler
 from rpmiddleware.envelope import Envelope
+from rpmiddleware.interfaces import IHeldWork
 
 #: Turns and errors a snapshot carries, newest first.
 STATUS_TURNS = 20
@@ -274,14 +275,13 @@ class StatusHub:
     def _waiting(self) -> tuple[int, int]:
         """
         Requests waiting in the engine link (no RPEngine) and in the
-        capacity gate's local queue.
+        plugins that hold work (L{IHeldWork}: the capacity gate's local
+        queue, a third party's).
         """
         gate = 0
         for plugin in self.middleware.chain.plugins:
-            if getattr(plugin, "name", None) == "capacity-gate":
-                held = getattr(plugin, "held", None)
-                if callable(held):
-                    gate = len(held())
+            if IHeldWork.providedBy(plugin):
+                gate += len(plugin.held())
         return len(self.middleware.link.waiting), gate
 
     def _sample(self) -> None:

@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
-from rpmiddleware.cards import InvalidCard, validateCard
 from rpmiddleware.engine.session import CLOSE_SUPERSEDED, EngineSession
-from rpmiddleware.enginerules import EngineRefusal, checkEnvelope
+from rpmiddleware.enginerules import EngineRefusal, checkOutgoing
 from rpmiddleware.envelope import Direction, Envelope, summarize
 from rpmiddleware.messages import MESSAGES, WITHDRAWING
 
@@ -118,14 +117,7 @@ class EngineLink:
         C{invalid_payload} or C{invalid_character_card}.  The head fields
         the session stamps later are not judged yet.
         """
-        fields = envelope.fields
-        checkEnvelope({**fields, "messageId": fields.get("messageId") or "-", "timestamp": "-"})
-        transfer = fields.get("card")
-        if isinstance(transfer, dict) and transfer.get("mode") == "snapshot":
-            try:
-                validateCard(transfer.get("snapshot"))
-            except InvalidCard as e:
-                raise EngineRefusal(f"card.snapshot.{e.field}", e.problem, "invalid_character_card")
+        checkOutgoing(envelope.fields)
 
     def _refused(self, envelope: Envelope, refusal: EngineRefusal) -> None:
         self.log.warn(

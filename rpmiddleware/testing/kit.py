@@ -6,8 +6,12 @@ a fake clock and catch what comes out of either end.
 
     harness = PluginHarness(MyPlugin())
     harness.startSession()
-    harness.toEngine("reply.request", requestId="r1", ...)
+    harness.toEngine(harness.replyRequest("r1", text="Hello"))
     self.assertEqual(harness.sentToEngine[0]["card"]["mode"], "reference")
+
+What leaves toward RPEngine is checked with RPEngine's rules, as the daemon
+checks it before sending (L{rpmiddleware.enginerules}): an envelope the
+daemon would not send fails the test (L{EngineWouldRefuse}).
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from zope.interface import implementer
 from rpmiddleware.cardhasher import CanonicalCard, CardHasher
 from rpmiddleware.chain import PluginChain
 from rpmiddleware.config import Settings
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.enginerules import EngineRefusal, checkOutgoing
+from rpmiddleware.envelope import Direction, Envelope, summarize
 from rpmiddleware.interfaces import IEngineSessionInfo, IEnvelopePlugin
-from rpmiddleware.middleware import PluginServices
+from rpmiddleware.messages import MESSAGES
+from rpmiddleware.middleware import DEFAULT_OUTPUT, PluginServices
 from rpmiddleware.timeline import Timeline
 
 
@@ -39,6 +45,9 @@ class FakeSession:
         self.startedAt = startedAt
 
 
+#: The requests the game end gives an eventId (rpmiddleware.middleware).
+_REQUEST_TYPES = ("reply.request", "voice.capture.start")
+
 #: A card transfer that names a card without sending it, for requests whose
 #: card does not matter to the plugin under test.
 REFERENCE_CARD = {"format": "chara_card_v2", "mode": "reference", "targetHash": "0" * 64}
@@ -46,10 +55,34 @@ REFERENCE_CARD = {"format": "chara_card_v2", "mode": "reference", "targetHash": 
 
 def _notAPlugin(thing: object) -> str:
     return (
-        f"{thing!r} does not provide IEnvelopePlugin: declare "
-        "@implementer(IEnvelopePlugin) on its class (from zope.interface and "
-        "rpmiddleware.interfaces), or pass a list of plugins that do"
+        f"{thing!r} does not provide IEnvelopePlugin: subclass "
+        "rpmiddleware.plugin.ChainPlugin (or declare @implementer(IEnvelopePlugin) on its "
+        "class), or pass a list of plugins that do"
     )
+
+
+class EngineWouldRefuse(AssertionError):
+    """
+    An envelope left a L{PluginHarness}'s chain toward RPEngine that the
+    daemon would not send: RPEngine's rules refuse it (C{refusal}, an
+    L{EngineRefusal} naming the field), or RPEngine does not take its type.
+    The chain logs it as a failure, so the trial test that sent it fails.
+    """
+
+    def __init__(self, envelope: Envelope, refusal: EngineRefusal | None) -> None:
+        if refusal is None:
+            why = f"RPEngine does not take {envelope.type!r}; the daemon drops it at the engine end"
+        else:
+            why = (
+                f"RPEngine would refuse it ({refusal}); the daemon does not send it and ends "
+                f"its request with request.error {refusal.code}"
+            )
+        super().__init__(
+            f"{summarize(envelope.fields)} left the chain toward RPEngine: {why} "
+            "(PluginHarness(..., engineRules=False) leaves this unchecked)"
+        )
+        self.envelope = envelope
+        self.refusal = refusal
 
 
 def pluginServices(
@@ -79,13 +112,22 @@ class PluginHarness:
     """
     A chain of the given plugins between two lists.
 
+    @param engineRules: check every envelope that leaves toward RPEngine as
+        the daemon does before sending it (L{rpmiddleware.enginerules}): one
+        it would not send is not added to C{sentToEngine} but raises
+        L{EngineWouldRefuse}, which the chain logs, failing the test.
+        C{False} to collect whatever leaves, unchecked.
     @ivar sentToEngine: envelopes that left the chain toward RPEngine.
     @ivar sentToGame: envelopes that left the chain toward the game.
     @ivar clock: the L{Clock} the plugins see as their reactor.
     """
 
     def __init__(
-        self, plugins: IEnvelopePlugin | Sequence[IEnvelopePlugin], clock: Any = None
+        self,
+        plugins: IEnvelopePlugin | Sequence[IEnvelopePlugin],
+        clock: Any = None,
+        *,
+        engineRules: bool = True,
     ) -> None:
         if IEnvelopePlugin.providedBy(plugins):
             plugins = [plugins]  # type: ignore[list-item]
@@ -98,14 +140,26 @@ class PluginHarness:
         self.clock = clock if clock is not None else Clock()
         self.sentToEngine: list[Envelope] = []
         self.sentToGame: list[Envelope] = []
+        self.engineRules = engineRules
         self.chain = PluginChain(
             list(plugins),  # type: ignore[arg-type]
-            self.sentToEngine.append,
+            self._engineEnd,
             self.sentToGame.append,
             self.clock,
         )
         self.session: FakeSession | None = None
         self._sessions = 0
+
+    def _engineEnd(self, envelope: Envelope) -> None:
+        if self.engineRules:
+            spec = MESSAGES.get(envelope.type)
+            if spec is None or Direction.TO_ENGINE not in spec.directions:
+                raise EngineWouldRefuse(envelope, None)
+            try:
+                checkOutgoing(envelope.fields)
+            except EngineRefusal as refusal:
+                raise EngineWouldRefuse(envelope, refusal) from refusal
+        self.sentToEngine.append(envelope)
 
     def startSession(self, sessionId: str | None = None) -> FakeSession:
         """
@@ -147,7 +201,7 @@ class PluginHarness:
         """
         A valid C{reply.request} (not yet sent): typed C{text} (default "hi"
         when there is no C{audio}), a reference card transfer unless C{card}
-        is given, and C{meta} for the plugins.
+        is given, an C{eventId} unless given, and C{meta} for the plugins.
         """
         event: dict[str, Any] = {}
         if text is not None or audio is None:
@@ -156,6 +210,7 @@ class PluginHarness:
             event["audio"] = audio
         fields.setdefault("integrationId", "game")
         fields.setdefault("characterId", "c1")
+        fields.setdefault("eventId", f"event-{requestId}")
         envelope = self.envelope(
             "reply.request",
             requestId=requestId,
@@ -169,9 +224,17 @@ class PluginHarness:
     def toEngine(self, envelope: Envelope | str, **fields: Any) -> Deferred[None]:
         """
         Send an envelope (or build one of that type) from the game into the chain.
+        With C{engineRules}, a request without an C{eventId} or C{output} is
+        given them, as the daemon's game end gives every request (the
+        default output: text and speech).
         """
         if isinstance(envelope, str):
             envelope = self.envelope(envelope, **fields)
+        if self.engineRules and envelope.type in _REQUEST_TYPES:
+            if not envelope.get("eventId"):
+                envelope["eventId"] = f"event-{envelope.requestId}"
+            if "output" not in envelope.fields:
+                envelope["output"] = copy.deepcopy(DEFAULT_OUTPUT)
         return self.chain.sendToEngine(envelope)
 
     def toGame(self, envelope: Envelope | str, **fields: Any) -> Deferred[None]:

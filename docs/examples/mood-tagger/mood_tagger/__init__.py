@@ -10,19 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from zope.interface import implementer
-
 from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IChainContext, IEnvelopePlugin, IPluginServices
+from rpmiddleware.interfaces import IChainContext, IPluginServices
 from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
 
 #: The envelopes that end a request: nothing more comes for it.
 ENDINGS = ("reply.completed", "reply.cancelled", "request.error")
 
 
-@implementer(IEnvelopePlugin)
 class MoodTagger(ChainPlugin):
-    name = "mood-tagger"
+    name = "mood-tagger"  # the one place the name is written
 
     def __init__(self, loud: str, quiet: str, services: IPluginServices) -> None:
         self.loud = loud
@@ -55,12 +52,12 @@ class MoodTagger(ChainPlugin):
 
 
 def build(settings: Mapping[str, Any], services: IPluginServices) -> MoodTagger:
-    rejectUnknownSettings("mood-tagger", settings, {"loud", "quiet"})
+    rejectUnknownSettings(MoodTagger.name, settings, {"loud", "quiet"})
     loud = settings.get("loud", "excited")
     quiet = settings.get("quiet", "calm")
     if not isinstance(loud, str) or not isinstance(quiet, str):
-        raise ValueError("plugins.mood-tagger: loud and quiet must be strings")
+        raise ValueError("loud and quiet must be strings")
     return MoodTagger(loud, quiet, services)
 
 
-moodTagger = PluginFactory("mood-tagger", "Tags each reply with the player's mood.", build)
+moodTagger = PluginFactory(MoodTagger, "Tags each reply with the player's mood.", build)
