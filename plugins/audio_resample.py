@@ -11,7 +11,6 @@ each chunk on its own cannot (every chunk edge would click).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
@@ -202,8 +201,8 @@ class AudioResample(ChainPlugin):
         #: Called with (direction, seconds) after each conversion: metrics.
         self.timingObservers: list[Callable[[str, float], None]] = []
 
-    def _timed(self, direction: str, started: float) -> None:
-        elapsed = time.perf_counter() - started
+    def _timed(self, direction: str, started: float, context: IChainContext) -> None:
+        elapsed = context.reactor.seconds() - started
         for observer in list(self.timingObservers):
             try:
                 observer(direction, elapsed)
@@ -221,7 +220,7 @@ class AudioResample(ChainPlugin):
         event = envelope.get("event")
         if not isinstance(event, dict) or event.get("audio") is None:
             return envelope
-        started = time.perf_counter()
+        started = context.reactor.seconds()
         try:
             converted = normalizeEventAudio(
                 event["audio"], self.settings.engine_format, self.settings.quality
@@ -229,7 +228,7 @@ class AudioResample(ChainPlugin):
         except AudioError as e:
             self._refuse(envelope, context, str(e))
             return None
-        self._timed("to_engine", started)
+        self._timed("to_engine", started, context)
         if converted is not None:
             envelope["event"] = {**event, "audio": converted}
         return envelope
@@ -291,9 +290,9 @@ class AudioResample(ChainPlugin):
         if kind == "reply.audio.chunk":
             reply = self._reply(requestId)
             if reply is not None and reply.converting:
-                started = time.perf_counter()
+                started = context.reactor.seconds()
                 self._convertChunk(reply, requestId, envelope, context)
-                self._timed("to_game", started)
+                self._timed("to_game", started, context)
         elif kind == "reply.audio.start":
             reply = self._reply(requestId)
             if reply is not None:

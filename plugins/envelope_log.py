@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any
@@ -180,7 +179,7 @@ class EnvelopeLog(ChainPlugin):
         enteredAt = envelope.meta.get("enteredAt")
         chainMs = None
         if isinstance(enteredAt, float):
-            chainMs = round((time.perf_counter() - enteredAt) * 1000, 3)
+            chainMs = round((self.timeline.now() - enteredAt) * 1000, 3)
         record: dict[str, Any] = {
             "direction": direction.value,
             "type": envelope.type,

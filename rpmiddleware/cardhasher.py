@@ -76,8 +76,9 @@ class CardHasher:
     Hashes follow the JSON the card is written as on the wire: a key that is
     not a string, which JSON writes as a string, is hashed as that string.
 
-    @param reactor: for later turns and its thread pool; C{None} or a
-        L{Clock} (tests) keeps everything on the calling turn.
+    @param reactor: for later turns (any L{IReactorTime}: a test's Clock
+        runs them when advanced) and its thread pool (if it has one);
+        C{None} keeps everything on the calling turn.
     @param cacheSize: how many hashes of slow-encoder cards to remember by
         content (owned documents are remembered while they live).
     """

@@ -19,7 +19,6 @@ there (C{request.cancel} toward RPEngine).  A withdrawal
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -180,7 +179,7 @@ class PluginChain:
             )
 
     def _run(self, envelope: Envelope, direction: Direction, start: int) -> Deferred[None]:
-        envelope.meta.setdefault("enteredAt", time.perf_counter())
+        envelope.meta.setdefault("enteredAt", self.reactor.seconds())
         steps = self._steps[direction]
         for index in range(start, len(steps)):
             plugin, method, context = steps[index]

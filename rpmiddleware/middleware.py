@@ -78,7 +78,7 @@ class Middleware:
         self.reactor = reactor
         self.settings = settings or Settings()
         self.services = services or PluginServices(
-            reactor, self.settings, CardHasher(reactor), Timeline()
+            reactor, self.settings, CardHasher(reactor), Timeline(now=reactor.seconds)
         )
         self.link = EngineLink(self.settings.engine.waiting_limit)
         self.router = GameRouter(self.services.timeline)
@@ -118,7 +118,8 @@ class Middleware:
         """
         from rpmiddleware.discovery import buildChain, discoverPlugins, logChain
 
-        services = PluginServices(reactor, settings, CardHasher(reactor), Timeline())
+        timeline = Timeline(now=reactor.seconds)
+        services = PluginServices(reactor, settings, CardHasher(reactor), timeline)
         registry = registry if registry is not None else discoverPlugins()
         plugins = buildChain(settings, registry, services)
         logChain(plugins, settings, registry)

@@ -5,6 +5,10 @@ Card work holds the GIL (pure Python or the C JSON encoder), so a thread does
 not help the reactor: it waits for the thread to let go, in 5 ms slices.
 Splitting the work across turns does help: the reactor serves every other
 connection between the pieces.
+
+Any L{IReactorTime} provider is treated alike: a test on a
+L{twisted.internet.task.Clock} sees the later turn happen when it advances
+the clock (C{clock.advance(0)}).
 """
 
 from __future__ import annotations
@@ -14,17 +18,17 @@ from typing import Any, TypeVar
 
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.interfaces import IReactorTime
-from twisted.internet.task import Clock, deferLater
+from twisted.internet.task import deferLater
 
 T = TypeVar("T")
 
 
 def hasTurns(reactor: object) -> bool:
     """
-    Whether L{inLaterTurn} defers on C{reactor}: a real reactor, not a
-    L{Clock} or C{None}.
+    Whether L{inLaterTurn} defers on C{reactor}: whether it has a clock to
+    schedule on at all (C{None} has none).
     """
-    return not isinstance(reactor, Clock) and IReactorTime.providedBy(reactor)
+    return IReactorTime.providedBy(reactor)
 
 
 def inLaterTurn(
@@ -32,7 +36,7 @@ def inLaterTurn(
 ) -> Deferred[T]:
     """
     C{work(*args)} in a later turn of C{reactor}; at once when there is no
-    reactor or it is a L{Clock}, so that tests stay synchronous.
+    reactor to schedule on.
     """
     if not hasTurns(reactor):
         return maybeDeferred(work, *args)  # type: ignore[return-value]

@@ -2,8 +2,10 @@
 Per-request timelines: when a turn was submitted, accepted, first spoke and ended.
 
 Kept in memory for the most recent requests so that the logging plugin, the
-console and the benchmarks read the same numbers.  Times are
-C{time.perf_counter()} seconds: monotonic, and comparable within a process.
+console and the benchmarks read the same numbers.  Times are seconds of the
+clock a L{Timeline} is given: the middleware gives its reactor's C{seconds},
+so that every timing it reports is on the reactor's clock (a test's
+L{twisted.internet.task.Clock} included).
 """
 
 from __future__ import annotations
@@ -59,12 +61,22 @@ class RequestTimeline:
 class Timeline:
     """
     The timelines of the last C{size} requests.
+
+    @param now: the clock to read: the middleware passes its reactor's
+        C{seconds}; a timeline made on its own (a plugin's test) reads
+        C{time.perf_counter}.
     """
 
     def __init__(self, size: int = 256, now: Callable[[], float] = time.perf_counter) -> None:
         self._size = size
         self._now = now
         self._requests: OrderedDict[str, RequestTimeline] = OrderedDict()
+
+    def now(self) -> float:
+        """
+        The time on this timeline's clock.
+        """
+        return self._now()
 
     def get(self, requestId: str) -> RequestTimeline | None:
         return self._requests.get(requestId)

@@ -14,6 +14,7 @@ import jsonpatch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
 
@@ -502,38 +503,50 @@ class OrderTests(SynchronousTestCase):
         self.successResultOf(held)
         self.successResultOf(cancel)
 
-    def test_largeCardInlineOnAClock(self) -> None:
-        rig = Rig()
+    def test_largeCardDiffInLaterTurnsOnAClock(self) -> None:
+        """
+        On a Clock as on a real reactor, a large card's diff and its check
+        each run in a later turn: the request waits for the clock.
+        """
+        clock = Clock()
+        rig = Rig(clock=clock)
         rig.newSession()
         big = largeCard()
         self.assertGreater(jsonSize(big), 32 * 1024)
         self.successResultOf(rig.request("r1", snapshot(big)))
         rig.accept("r1")
-        self.successResultOf(rig.request("r2", snapshot(largeCard(marker="*", edited=3))))
+        d = rig.request("r2", snapshot(largeCard(marker="*", edited=3)))
+        self.assertNoResult(d)
+        self.assertEqual(rig.harness.typesToEngine(), ["reply.request"])
+        self.assertEqual(rig.plugin.deferred, 1)  # the diff waits for a later turn
+        clock.advance(0)  # the diff's turn, then its check's
+        self.successResultOf(d)
         self.assertEqual(rig.sent()["card"]["mode"], "patch")
-        self.assertEqual(rig.plugin.deferred, 0)
+        self.assertEqual(rig.plugin.deferred, 2)
+        self.assertEqual(clock.getDelayedCalls(), [])
 
 
 class LargeCardTurnTests(TestCase):
     """
-    With a real reactor, a large card a game owns is written down in the
-    turn that brings it, then parsed, checked and hashed in a later turn,
+    On the reactor's turns (a Clock's, advanced by the test), a large card
+    a game owns is written down in the turn that brings it, then parsed,
+    checked and hashed in a later turn,
     and diffed in a turn after that, so no one turn does it all; a card that
-    needs the pure-Python RFC 8785 encoder is hashed in the thread pool.
+    needs the pure-Python RFC 8785 encoder is hashed in the thread pool (a
+    real reactor's: a Clock has none).
     Later envelopes wait behind the held one.
     """
 
-    @inlineCallbacks
-    def test_diffInItsOwnTurn(self) -> Generator[Deferred[Any], Any, None]:
-        from twisted.internet import reactor
-
-        rig = Rig(hasher=CardHasher(reactor), clock=reactor)  # type: ignore[arg-type]
+    def test_diffInItsOwnTurn(self) -> None:
+        clock = Clock()
+        rig = Rig(hasher=CardHasher(clock), clock=clock)
         rig.newSession()
         big = largeCard()
         d = rig.request("r1", snapshot(big, "0" * 64))
         self.assertNoResult(d)
         big["data"]["description"] = "changed after it was sent"
-        yield d
+        clock.advance(0)
+        self.successResultOf(d)
         self.assertEqual(rig.sent()["card"]["targetHash"], independentHash(largeCard()))
         self.assertEqual(rig.plugin.deferred, 0)
         rig.accept("r1")
@@ -543,8 +556,9 @@ class LargeCardTurnTests(TestCase):
         cancel = rig.harness.toEngine("request.cancel", requestId="r2")
         self.assertFalse(d.called)
         self.assertFalse(cancel.called)
-        yield d
-        yield cancel
+        clock.advance(0)
+        self.successResultOf(d)
+        self.successResultOf(cancel)
         self.assertEqual(rig.harness.typesToEngine()[-2:], ["reply.request", "request.cancel"])
         transfer = rig.harness.sentToEngine[-2]["card"]
         self.assertEqual(transfer["mode"], "patch")

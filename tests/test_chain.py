@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
@@ -245,7 +246,7 @@ class IsolationTests(SynchronousTestCase):
         def explode(envelope: Envelope) -> None:
             raise RuntimeError("receiver bug")
 
-        chain = PluginChain([], explode, explode, reactor=None)
+        chain = PluginChain([], explode, explode, reactor=Clock())
         self.successResultOf(chain.sendToEngine(Envelope.build("request.cancel", requestId="r")))
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
 

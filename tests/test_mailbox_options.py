@@ -12,7 +12,7 @@ from typing import Any
 
 from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
-from twisted.internet.testing import MemoryReactor
+from twisted.internet.testing import MemoryReactorClock
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
@@ -29,7 +29,7 @@ class OptionTests(SynchronousTestCase):
         options = Options()
         options.parseOptions(["--mailbox", "some/box"])
         self.assertEqual(options.settings.engine.mailbox, os.path.abspath("some/box"))
-        top = makeService(options, MemoryReactor())
+        top = makeService(options, MemoryReactorClock())
         service = top.getServiceNamed("mailbox")  # type: ignore[attr-defined]
         self.assertIsInstance(service, MailboxService)
         self.assertEqual(service.root, os.path.abspath("some/box"))
@@ -39,7 +39,7 @@ class OptionTests(SynchronousTestCase):
     def test_noMailboxByDefault(self) -> None:
         options = Options()
         options.parseOptions([])
-        top = makeService(options, MemoryReactor())
+        top = makeService(options, MemoryReactorClock())
         self.assertNotIn("mailbox", [s.name for s in top])  # type: ignore[attr-defined]
 
     def test_configFile(self) -> None:
@@ -56,7 +56,7 @@ class OptionTests(SynchronousTestCase):
         )
         options = Options()
         options.parseOptions(["--config", str(path)])
-        top = makeService(options, MemoryReactor())
+        top = makeService(options, MemoryReactorClock())
         service: Any = top.getServiceNamed("mailbox")  # type: ignore[attr-defined]
         self.assertEqual(service.root, str((folder / "box").absolute()))
         self.assertEqual(
@@ -81,7 +81,7 @@ class OptionTests(SynchronousTestCase):
         os.chmod(folder, 0o777)
         options = Options()
         options.parseOptions(["--mailbox", folder, "--port", "0"])
-        top = makeService(options, MemoryReactor())
+        top = makeService(options, MemoryReactorClock())
         with self.assertRaises(SystemExit) as caught:
             top.privilegedStartService()
         self.assertIn("writable by every user", str(caught.exception))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from twisted.application.service import IServiceMaker
-from twisted.internet.testing import MemoryReactor
+from twisted.internet.testing import MemoryReactorClock
 from twisted.plugin import getPlugins
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
@@ -58,7 +58,7 @@ class OptionsTests(SynchronousTestCase):
         path.write_text("[chain]\nplugins = { nonesuch = 1 }\n")
         options = self.parse("--config", str(path))
         with self.assertRaises(SystemExit) as caught:
-            makeService(options, MemoryReactor())
+            makeService(options, MemoryReactorClock())
         self.assertIn("unknown plugin 'nonesuch'", str(caught.exception))
 
 
@@ -66,7 +66,7 @@ class ServiceTests(SynchronousTestCase):
     def test_listensOnLoopback(self) -> None:
         options = Options()
         options.parseOptions(["--port", "40002"])
-        reactor = MemoryReactor()
+        reactor = MemoryReactorClock()
         service = makeService(options, reactor)
         service.privilegedStartService()
         service.startService()

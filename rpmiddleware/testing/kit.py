@@ -107,7 +107,7 @@ def pluginServices(
         clock,
         config if config is not None else Settings(),
         cards if cards is not None else CardHasher(clock),
-        Timeline(),
+        Timeline(now=clock.seconds),
     )
 
 
