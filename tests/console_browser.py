@@ -252,7 +252,7 @@ class Checks:
     def js(self, expression: str, arg: Any = None) -> Any:
         return self.page.evaluate(expression, arg)
 
-    def until(self, expression: str, arg: Any = None, timeout: int = WAIT_MS) -> Any:
+    def waitFor(self, expression: str, arg: Any = None, timeout: int = WAIT_MS) -> Any:
         """
         Wait until C{expression} (a function, or an expression made into
         one: the console's CSP forbids eval, rightly) is truthy.
@@ -263,8 +263,8 @@ class Checks:
 
     def status(self) -> dict[str, Any]:
         self.page.goto(self.url)
-        self.until("document.getElementById('engine-state').textContent === 'Connected'")
-        self.until("window.rpConsole.status && window.rpConsole.status.capacity.queueLimit > 0")
+        self.waitFor("document.getElementById('engine-state').textContent === 'Connected'")
+        self.waitFor("window.rpConsole.status && window.rpConsole.status.capacity.queueLimit > 0")
         shown = self.js(
             """() => ({
               engine: document.getElementById('engine-state').textContent,
@@ -293,12 +293,12 @@ class Checks:
         same listener: its origin is admitted too).
         """
         self.page.goto(f"http://localhost:{self.port}/")
-        self.until("document.getElementById('engine-state').textContent === 'Connected'")
+        self.waitFor("document.getElementById('engine-state').textContent === 'Connected'")
         return {"ok": True}
 
     def loadCard(self, fixture: str, source: str, name: str) -> dict[str, Any]:
         self.page.set_input_files("#card-file", str(self.fixtures[fixture]))
-        self.until(
+        self.waitFor(
             "([name, source]) => window.rpConsole.card && window.rpConsole.card.name === name "
             "&& window.rpConsole.card.source === source",
             [name, source],
@@ -315,7 +315,7 @@ class Checks:
             "e.hidden = true; e.textContent = ''; }"
         )
         self.page.set_input_files("#card-file", str(self.fixtures[fixture]))
-        self.until("!document.getElementById('card-error').hidden")
+        self.waitFor("!document.getElementById('card-error').hidden")
         text = self.page.inner_text("#card-error")
         assert words in text, text
         after = self.js("window.rpConsole.card && window.rpConsole.card.name")
@@ -324,7 +324,7 @@ class Checks:
 
     def _newTurn(self, known: list[str]) -> str:
         return str(
-            self.until(
+            self.waitFor(
                 "(known) => [...window.rpConsole.replies.keys()].find((id) => !known.includes(id))",
                 known,
             )
@@ -340,7 +340,7 @@ class Checks:
         self.page.fill("#say-text", "Hello there, is the road to Eastwatch open?")
         self.page.click("#say-send")
         turnId = self._newTurn(known)
-        self.until("(id) => window.rpConsole.replies.get(id).done", turnId)
+        self.waitFor("(id) => window.rpConsole.replies.get(id).done", turnId)
         reply = self.js(
             """(id) => {
               const r = window.rpConsole.replies.get(id);
@@ -374,7 +374,7 @@ class Checks:
         underruns = self.js("(id) => window.rpConsole.player.turns.get(id).underruns", turnId)
         assert len(gaps) == underruns, (gaps, underruns)
         # The status's turns table shows it with its timeline and card.
-        self.until(
+        self.waitFor(
             r"""(id) => {
               const row = document.querySelector(`#turns tr[data-request="${id}"]`);
               return row && row.querySelector('.outcome-cell').textContent === 'completed'
@@ -406,9 +406,9 @@ class Checks:
         )
         self.page.click("#say-send")
         turnId = self._newTurn(known)
-        self.until("() => window.__audioProbe.starts.length >= 2")
+        self.waitFor("() => window.__audioProbe.starts.length >= 2")
         self.page.click("#cancel")
-        self.until("(id) => window.rpConsole.replies.get(id).outcome === 'cancelled'", turnId)
+        self.waitFor("(id) => window.rpConsole.replies.get(id).outcome === 'cancelled'", turnId)
         before = self.js(
             """(id) => ({ text: window.rpConsole.replies.get(id).text,
                          starts: window.__audioProbe.starts.length,
@@ -429,7 +429,7 @@ class Checks:
         assert after["starts"] == before["starts"], "no more audio after cancel"
         bubble = self.page.inner_text(f'.bubble.character[data-turn="{turnId}"]')
         assert "cancelled" in bubble, bubble
-        self.until(
+        self.waitFor(
             """(id) => {
               const row = document.querySelector(`#turns tr[data-request="${id}"]`);
               return row && row.querySelector('.outcome-cell').textContent === 'cancelled';
@@ -443,11 +443,11 @@ class Checks:
         button = self.page.locator("#talk")
         button.hover()
         self.page.mouse.down()
-        self.until("document.getElementById('talk').classList.contains('recording')")
+        self.waitFor("document.getElementById('talk').classList.contains('recording')")
         self.page.wait_for_timeout(1500)
         self.page.mouse.up()
         turnId = self._newTurn(known)
-        self.until("(id) => window.rpConsole.replies.get(id).done", turnId, timeout=30_000)
+        self.waitFor("(id) => window.rpConsole.replies.get(id).done", turnId, timeout=30_000)
         result = self.js(
             """(id) => {
               const r = window.rpConsole.replies.get(id);

@@ -259,18 +259,26 @@ def pcmSamples(messages: list[dict[str, Any]]) -> int:
     return sum(len(base64.b64decode(m["data"])) // 2 for m in messages if m["type"] == "tts-chunk")
 
 
-def whenRouted(middleware: Middleware, kind: str, requestId: str | None = None) -> Deferred[Any]:
+def whenRouted(
+    middleware: Middleware,
+    kind: str,
+    requestId: str | None = None,
+    where: Callable[[Any], bool] | None = None,
+) -> Deferred[Any]:
     """
     Fires with the next envelope of type C{kind} (for C{requestId}, if
-    given) that reaches the game end of the chain: proof that RPEngine
-    answered something, without timing anything.
+    given, and for which C{where} holds, if given) that reaches the game
+    end of the chain: proof that RPEngine answered something, without
+    timing anything.
     """
     d: Deferred[Any] = Deferred()
 
     def observer(envelope: Any) -> None:
         if d.called or envelope.type != kind:
             return
-        if requestId is None or envelope.requestId == requestId:
+        if (requestId is None or envelope.requestId == requestId) and (
+            where is None or where(envelope)
+        ):
             stop()
             d.callback(envelope)
 

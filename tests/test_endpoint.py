@@ -20,6 +20,7 @@ from rpmiddleware.engine.protocol import EngineProtocol
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.testing.kit import captureLogEvents
 from rpmiddleware.testing.live import connectClient, startMiddleware
+from tests.test_client_helpers import whenRouted
 
 PRODUCTION = "https://rpengine.gemtavern.com"
 
@@ -44,6 +45,21 @@ class EndpointTests(TestCase):
         client.send(Envelope.build("hello").fields)
         welcome = yield client.next()
         return client, welcome
+
+    def delivered(self, client: Any, session: Any) -> Any:
+        """
+        Send a valid capacity.update after what the test sent: it reaches
+        the game once everything before it on the connection was read
+        (frames are read in order), so nothing is polled.
+        """
+        d = whenRouted(self.live.middleware, "capacity.update")
+        client.send(
+            Envelope.build(
+                "capacity.update", session.sessionId,
+                acceptingRequests=True, queueDepth=0, queueLimit=2,
+            ).fields
+        )  # fmt: skip
+        return d
 
     @inlineCallbacks
     def test_handshake(self) -> Any:
@@ -180,13 +196,8 @@ class EndpointTests(TestCase):
         # The repeated hello is dropped too; a valid message proves we are alive.
         session = self.live.middleware.link.session
         assert session is not None
-        client.send(
-            Envelope.build(
-                "capacity.update", session.sessionId,
-                acceptingRequests=True, queueDepth=0, queueLimit=2,
-            ).fields
-        )  # fmt: skip
-        yield _until(lambda: session.invalidDropped >= 2)
+        yield self.delivered(client, session)
+        self.assertEqual(session.invalidDropped, 2)
         self.assertFalse(client.closed.called)
 
     @inlineCallbacks
@@ -196,23 +207,10 @@ class EndpointTests(TestCase):
         assert session is not None
         client.send(b"{not json")
         client.factory.peer.sendMessage(b"\x00\x01", isBinary=True)
-        yield _until(lambda: session.invalidDropped >= 2)
+        yield self.delivered(client, session)
+        self.assertEqual(session.invalidDropped, 2)
         self.assertFalse(client.closed.called)
         self.assertIs(self.live.middleware.link.session, session)
-
-
-@inlineCallbacks
-def _until(predicate: Any, limit: int = 200) -> Any:
-    """
-    Let the reactor run until C{predicate()} holds (bounded).
-    """
-    from twisted.internet.task import deferLater
-
-    for _ in range(limit):
-        if predicate():
-            return
-        yield deferLater(reactor, 0.01, lambda: None)
-    raise AssertionError("condition never held")
 
 
 class FrameLogTests(SynchronousTestCase):

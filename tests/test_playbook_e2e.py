@@ -101,7 +101,7 @@ class PlaybookCase(LiveClientCase):
         self.engines: list[Any] = []
 
     @inlineCallbacks
-    def until(self, client: TestClient, *needed: str) -> Any:
+    def messagesThrough(self, client: TestClient, *needed: str) -> Any:
         """
         Every message (but capacity) up to the moment each of C{needed} has
         been seen, in order.
@@ -182,7 +182,7 @@ class QuestGiverTests(PlaybookCase):
         # 2. The player asks about work: stage-change, then the quest tool,
         # which this client (the game) runs.
         client.send({"type": "text", "text": "Do you have any work for me?"})
-        messages = yield self.until(client, "tool-call-start")
+        messages = yield self.messagesThrough(client, "tool-call-start")
         self.assertEqual(types(messages), ["transcript", "stage-change", "tool-call-start"])
         turnId = messages[0]["turnId"]
         self.assertEqual(
@@ -210,7 +210,7 @@ class QuestGiverTests(PlaybookCase):
                 "result": {"questId": "cellar-rats", "status": "offered"},
             }
         )
-        messages = yield self.until(client, "tool-call-end", "reply-complete")
+        messages = yield self.messagesThrough(client, "tool-call-end", "reply-complete")
         kinds, book = self.split(messages)
         self.assertEqual(
             book,
@@ -341,10 +341,10 @@ class QuestGiverTests(PlaybookCase):
         yield self.engine()
         client = yield self.client()
         client.send({"type": "text", "text": "Got any work?"})
-        messages = yield self.until(client, "tool-call-start", "reply-complete")
+        messages = yield self.messagesThrough(client, "tool-call-start", "reply-complete")
         start = [m for m in messages if m["type"] == "tool-call-start"][0]
         self.clock.advance(15)
-        messages = yield self.until(client, "stage-change")
+        messages = yield self.messagesThrough(client, "stage-change")
         self.assertEqual(
             messages,
             [
@@ -376,7 +376,7 @@ class QuestGiverTests(PlaybookCase):
             ],
         )
         client.send({"type": "tool-result", "callId": start["callId"], "result": {}})
-        late = yield self.until(client, "error")
+        late = yield self.messagesThrough(client, "error")
         self.assertEqual(late[0]["code"], "INVALID_MESSAGE")
         self.assertIn("no tool call", late[0]["message"])
 
@@ -448,7 +448,7 @@ class EventTests(PlaybookCase):
         yield self.engine()
         client = yield self.client(character=False)
         client.send({"type": "event", "text": "Thunder.", "replyPolicy": "auto"})
-        [error] = yield self.until(client, "error")
+        [error] = yield self.messagesThrough(client, "error")
         self.assertEqual(error["code"], "INVALID_MESSAGE")
         self.assertIn("event: send a character message first", error["message"])
         yield self.settle()
@@ -502,13 +502,15 @@ class ClientPlaybookTests(PlaybookCase):
                 },
             }
         )
-        [state] = yield self.until(client, "playbook-state")
+        [state] = yield self.messagesThrough(client, "playbook-state")
         self.assertEqual(
             state,
             {"type": "playbook-state", "playbook": "shop", "stage": "browse", "source": "client"},
         )
         client.send({"type": "text", "text": "I want to buy a sword."})
-        messages = yield self.until(client, "tool-call-start", "tool-call-end", "tool-call-start")
+        messages = yield self.messagesThrough(
+            client, "tool-call-start", "tool-call-end", "tool-call-start"
+        )
         book = [m for m in messages if m["type"] in PLAYBOOK_TYPES]
         self.assertEqual([m["type"] for m in book], [
             "stage-change", "tool-call-start", "tool-call-end", "tool-call-start",
@@ -527,7 +529,7 @@ class ClientPlaybookTests(PlaybookCase):
             },
         )
         client.send({"type": "tool-result", "callId": book[3]["callId"], "error": "no coin"})
-        messages = yield self.until(client, "tool-call-end", "error")
+        messages = yield self.messagesThrough(client, "tool-call-end", "error")
         book = [m for m in messages if m["type"] in PLAYBOOK_TYPES]
         self.assertEqual(book[0]["error"], "tool sell failed: no coin")
         self.assertEqual(book[1]["code"], "TOOL_ERROR")
@@ -545,7 +547,7 @@ class ClientPlaybookTests(PlaybookCase):
                 "toml": '[stages.a]\n[[stages.a.transitions]]\non = "idle"\nafter = -3\n',
             }
         )
-        [error] = yield self.until(client, "error")
+        [error] = yield self.messagesThrough(client, "error")
         self.assertEqual(error["code"], "PLAYBOOK_ERROR")
         self.assertIn("stage 'a', field transitions[0].after", error["message"])
         self.assertEqual(error["retryable"], False)
@@ -564,7 +566,7 @@ class ClientPlaybookTests(PlaybookCase):
             ({"type": "playbook", "playbook": []}, "must be an object or null"),
         ]:
             client.send(message)
-            [error] = yield self.until(client, "error")
+            [error] = yield self.messagesThrough(client, "error")
             self.assertEqual(error["code"], "INVALID_MESSAGE", message)
             self.assertIn(words, error["message"])
 
@@ -578,12 +580,12 @@ class ClientPlaybookTests(PlaybookCase):
         first = yield self.client()
         sessionId = first.ready["id"]
         first.send({"type": "text", "text": "Any work?"})
-        yield self.until(first, "tool-call-start", "reply-complete")
+        yield self.messagesThrough(first, "tool-call-start", "reply-complete")
         first.drop()
         yield first.closed
         second = yield self.client(character=False)
         second.send({"type": "reconnect", "sessionId": sessionId})
-        resumed = yield self.until(second, "reconnect-ack", "stage-change")
+        resumed = yield self.messagesThrough(second, "reconnect-ack", "stage-change")
         self.assertEqual([m["type"] for m in resumed], ["reconnect-ack", "history", "stage-change"])
         self.assertTrue(resumed[0]["success"])
         self.assertEqual(
