@@ -38,17 +38,31 @@ class PeerTests(AsyncioTestCase):
         self.pcm: list[bytes] = []
         self.closedWith: list[str] = []
         self.opened = 0
+        self._waiting: list[tuple[Any, asyncio.Future[None]]] = []
 
         def channelOpen() -> None:
             self.opened += 1
+            self.changed()
+
+        def message(text: str) -> None:
+            self.messages.append(text)
+            self.changed()
+
+        def audio(pcm: bytes) -> None:
+            self.pcm.append(pcm)
+            self.changed()
+
+        def closed(reason: str) -> None:
+            self.closedWith.append(reason)
+            self.changed()
 
         self.peer = Peer(
             self.loop,
             PeerOptions(iceServers=[{"urls": "stun:stun.example.invalid:3478"}]),
-            onMessage=self.messages.append,
-            onAudio=self.pcm.append,
+            onMessage=message,
+            onAudio=audio,
             onChannelOpen=channelOpen,
-            onClosed=self.closedWith.append,
+            onClosed=closed,
             label="test",
         )
         self.addCleanup(self.peer.close)
@@ -81,15 +95,26 @@ class PeerTests(AsyncioTestCase):
             abs(value - expected) <= tolerance, f"{value} is not within {tolerance} of {expected}"
         )
 
-    async def until(self, condition: Any, timeout: float = 10.0) -> None:
+    def changed(self) -> None:
         """
-        Poll C{condition} every 20 ms, failing after C{timeout} seconds.
+        One of the peer's callbacks ran: wake whoever waits for what now holds.
         """
-        for _ in range(int(timeout / 0.02)):
-            if condition():
-                return
-            await asyncio.sleep(0.02)
-        self.fail("condition not reached in time")
+        for entry in list(self._waiting):
+            condition, future = entry
+            if condition() and not future.done():
+                self._waiting.remove(entry)
+                future.set_result(None)
+
+    async def whenTrue(self, condition: Any, timeout: float = 10.0) -> None:
+        """
+        Once C{condition} holds, checked each time one of the peer's
+        callbacks runs (never polled); failing after C{timeout} seconds.
+        """
+        if condition():
+            return
+        future: asyncio.Future[None] = self.loop.create_future()
+        self._waiting.append((condition, future))
+        await asyncio.wait_for(future, timeout)
 
     def test_answerOffersLoopbackHostCandidatesOnly(self) -> Deferred[Any]:
         """
@@ -135,10 +160,10 @@ class PeerTests(AsyncioTestCase):
         async def go() -> None:
             self.assertFalse(self.peer.send({"type": "pong"}))
             client = await self.connected()
-            await self.until(lambda: self.peer.channelOpen)
+            await self.whenTrue(lambda: self.peer.channelOpen)
             self.assertEqual(self.opened, 1)
             client.send({"type": "attachments", "attachments": []})
-            await self.until(lambda: self.messages)
+            await self.whenTrue(lambda: self.messages)
             self.assertEqual(self.messages, ['{"type": "attachments", "attachments": []}'])
             self.assertTrue(
                 self.peer.send({"type": "transcript", "text": "héllo", "isFinal": True})
@@ -170,7 +195,7 @@ class PeerTests(AsyncioTestCase):
             self.assertTrue(self.peer.speaking)
             await asyncio.wait_for(client.trackArrived, 10)
             wanted = int(recording.seconds * 16000) * 2
-            await self.until(lambda: sum(map(len, self.pcm)) >= wanted, timeout=15)
+            await self.whenTrue(lambda: sum(map(len, self.pcm)) >= wanted, timeout=15)
             pcm = b"".join(self.pcm)
             self.assertEqual(len(pcm) % 2, 0)
             vad = VoiceActivityDetector()
@@ -207,9 +232,12 @@ class PeerTests(AsyncioTestCase):
             speech = self.peer.speech
             speech.feed(tone(0.3))
             speech.feed(tone(0.2))
+            drained = self.loop.create_future()
+            speech.onDrained = lambda turn: drained.done() or drained.set_result(turn)
             speech.finish()
             await asyncio.wait_for(listener.soundHeard.wait(), 10)
-            await self.until(lambda: not speech.playing, timeout=10)
+            await asyncio.wait_for(drained, 10)
+            self.assertFalse(speech.playing)
             self.assertEqual(speech.speechSamples, 24000)  # 0.5 s at 48 kHz
             await asyncio.sleep(0.3)
             self.assertEqual(listener.rate, 48000)
@@ -252,7 +280,7 @@ class PeerTests(AsyncioTestCase):
         async def go() -> None:
             client = await self.connected()
             await client.close()
-            await self.until(lambda: self.peer.closed, timeout=15)
+            await self.whenTrue(lambda: self.peer.closed, timeout=15)
             self.assertEqual(len(self.closedWith), 1)
 
         return self.run_(go())
