@@ -106,6 +106,35 @@ async (port) => {
 """
 
 
+#: A game of this page's origin: a scene of two, and one line to the guard.
+SCENE_SCRIPT = """
+async ({port, cast}) => {
+  const ws = new WebSocket(`ws://127.0.0.1:${port}/client/socket`);
+  const result = {completed: false, lines: []};
+  await new Promise((resolve) => { ws.onopen = resolve; });
+  const done = new Promise((resolve) => {
+    const timer = setTimeout(resolve, 20000);
+    ws.onmessage = (event) => {
+      const message = JSON.parse(event.data);
+      if (message.type === "reply-complete") {
+        result.completed = true;
+        result.lines = (message.lines || []).map((line) => line.speaker.name);
+        clearTimeout(timer);
+        resolve();
+      }
+    };
+  });
+  ws.send(JSON.stringify({type: "character", characterId: "garrick", card: cast[0].card}));
+  ws.send(JSON.stringify({type: "configure", output: {modalities: ["text"]}}));
+  ws.send(JSON.stringify({type: "scene", op: "open", sceneId: "north-gate", cast}));
+  ws.send(JSON.stringify({type: "text", text: "Garrick, may I pass?"}));
+  await done;
+  ws.close();
+  return result;
+}
+"""
+
+
 # Fixtures, made here so no binary files are checked in.
 
 
@@ -484,6 +513,27 @@ class Checks:
         assert not own[1]["opened"], own
         return {"elsewhere": refused, "console": own}
 
+    def scene(self) -> dict[str, Any]:
+        """
+        A game client of this page's origin opens a scene (a guard and an
+        innkeeper) and says a line to the guard: the console's turns table
+        shows the scene's turn with who spoke, in order, and the cast.
+        """
+        self.page.goto(self.url)
+        self.waitFor("document.getElementById('engine-state').textContent === 'Connected'")
+        cast = [
+            {"characterId": "garrick", "card": v2Card("Garrick"), "voice": "M2"},
+            {"characterId": "mara", "card": v2Card("Mara"), "voice": "F3"},
+        ]
+        sent = self.js(SCENE_SCRIPT, {"port": self.port, "cast": cast})
+        assert sent["completed"], sent
+        cell = self.waitFor(
+            "[...document.querySelectorAll('.tag.scene')]"
+            ".map((t) => ({text: t.textContent, title: t.title}))"
+            ".find((t) => t.text === 'Garrick → Mara')"
+        )
+        return {"cell": cell, "lines": sent["lines"]}
+
     def metrics(self) -> dict[str, Any]:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
             text = r.read().decode("utf-8")
@@ -587,6 +637,7 @@ def run(screenshots: Path | None, report: Callable[[dict[str, Any]], None]) -> N
                     check("typed turn", lambda: checks.typedTurn(screenshots))
                     check("cancel", checks.cancel)
                     check("microphone", lambda: checks.microphone(screenshots))
+                    check("scene", checks.scene)
                     check("metrics", checks.metrics)
                     check("other origin", lambda: checks.otherOrigin(other))
                     report({"check": "page errors", "ok": not errors, "detail": errors})

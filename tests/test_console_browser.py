@@ -99,6 +99,15 @@ class ConsoleInBrowserTests(SynchronousTestCase):
         builtIn = ["moderation", "audio-resample", "capacity-gate", "card-cache"]
         self.assertEqual([name for name in detail["plugins"] if name in builtIn], builtIn)
 
+    def test_scene(self) -> None:
+        """
+        A scene's turn shows in the turns table with who spoke, in order
+        (the guard answered, the innkeeper reacted), and the cast on hover.
+        """
+        detail = self.check("scene")
+        self.assertEqual(detail["lines"], ["Garrick", "Mara"])
+        self.assertEqual(detail["cell"]["title"], "scene north-gate: Garrick, Mara")
+
     def test_localhost(self) -> None:
         """
         The console served as http://localhost:PORT connects too.
