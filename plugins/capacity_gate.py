@@ -42,7 +42,7 @@ from rpmiddleware.interfaces import (
     IHeldWork,
     IPluginServices,
 )
-from rpmiddleware.messages import WITHDRAWING
+from rpmiddleware.messages import WITHDRAWING, Capacity
 from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
 
 NAME = "capacity-gate"
@@ -319,8 +319,11 @@ class CapacityGate(ChainPlugin):
     def envelopeToGame(self, envelope: Envelope, context: IChainContext) -> Any:
         self._context = context
         kind = envelope.type
-        if kind == "capacity.update":
-            self._update(envelope)
+        said = Capacity.fromEnvelope(
+            envelope, Capacity(self._accepting is True, self._depth, self._limit)
+        )
+        if said is not None:
+            self._update(said)
             self._release()
             return envelope
         requestId = envelope.requestId
@@ -341,18 +344,10 @@ class CapacityGate(ChainPlugin):
         self._release()
         return envelope
 
-    def _update(self, envelope: Envelope) -> None:
-        accepting, depth, limit = (
-            envelope.get("acceptingRequests"),
-            envelope.get("queueDepth"),
-            envelope.get("queueLimit"),
-        )
-        if isinstance(accepting, bool):
-            self._accepting = accepting
-        if isinstance(depth, int) and not isinstance(depth, bool):
-            self._depth = max(0, depth)
-        if isinstance(limit, int) and not isinstance(limit, bool):
-            self._limit = max(0, limit)
+    def _update(self, said: Capacity) -> None:
+        self._accepting = said.acceptingRequests
+        self._depth = said.queueDepth
+        self._limit = said.queueLimit
         self._assumed = False
         self._cancelTimer()
 

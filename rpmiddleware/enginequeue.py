@@ -33,7 +33,7 @@ from collections.abc import Callable
 from twisted.logger import Logger
 
 from rpmiddleware.envelope import Envelope
-from rpmiddleware.messages import MESSAGES
+from rpmiddleware.messages import MESSAGES, Capacity
 
 #: What RPEngine sends only for the reply or capture it is working on.
 STREAM_TYPES = frozenset(
@@ -81,9 +81,10 @@ class EngineQueue:
 
     def received(self, envelope: Envelope) -> None:
         kind, requestId = envelope.type, envelope.requestId
-        if kind == "capacity.update":
-            depth = envelope.get("queueDepth")
-            self._empty = isinstance(depth, int) and not isinstance(depth, bool) and depth <= 0
+        said = Capacity.fromEnvelope(envelope, Capacity(queueDepth=1))
+        if said is not None:
+            # A depth it did not say is not an empty queue.
+            self._empty = said.queueDepth == 0
             if self._empty:
                 self._changed()
             return

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NotRequired, TypedDict
 
-from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, Direction
+from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, Direction, Envelope
 
 _Type = type
 
@@ -311,6 +311,42 @@ def textOfDelta(fields: Mapping[str, Any]) -> str:
         if isinstance(value, str):
             return value
     return ""
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """
+    RPEngine's room for work, as its C{capacity.update} says it (app.rs
+    publish_capacity): whether it takes requests, how many replies it holds
+    and how many it would.  The default is what a session that has said
+    nothing yet, or no RPEngine, has: no room.
+    """
+
+    acceptingRequests: bool = False
+    queueDepth: int = 0
+    queueLimit: int = 0
+
+    @classmethod
+    def fromEnvelope(cls, envelope: Envelope, previous: Capacity | None = None) -> Capacity | None:
+        """
+        The one reader of C{capacity.update}: what C{envelope} says, or
+        C{None} when it is another type.
+
+        A field that is missing or not of its type (a plugin's own update
+        may be partial; RPEngine's is checked on arrival) keeps its value in
+        C{previous} (default: the empty capacity); a negative count reads as 0.
+        """
+        if envelope.type != "capacity.update":
+            return None
+        base = previous if previous is not None else cls()
+        accepting = envelope.get("acceptingRequests")
+        depth = envelope.get("queueDepth")
+        limit = envelope.get("queueLimit")
+        return cls(
+            accepting if isinstance(accepting, bool) else base.acceptingRequests,
+            max(0, depth) if type(depth) is int else base.queueDepth,
+            max(0, limit) if type(limit) is int else base.queueLimit,
+        )
 
 
 def _typeName(types: tuple[type, ...]) -> str:

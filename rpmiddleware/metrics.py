@@ -1,11 +1,13 @@
 """
 Prometheus metrics of one middleware, served at C{/metrics}.
 
-Every number is gathered by watching, never by asking each plugin: the chain
+Every number is gathered by watching the core's view
+(L{rpmiddleware.coreview.CoreView}), never by asking each plugin: the chain
 tells L{MiddlewareMetrics} about every envelope that leaves it (both
-directions, as an L{IChainObserver}), the game router shows it every
-envelope from RPEngine after the request's timeline is marked, the engine
-link tells it when RPEngine comes and goes, and the audio-resample plugin
+directions, as an L{IChainObserver}), the game end shows it every envelope
+from RPEngine after the request's record is marked, the view tells it when
+RPEngine comes and goes and what its last C{capacity.update} said, and the
+audio-resample plugin
 reports how long each conversion took through its C{timingObservers} hook
 (any plugin providing L{ITimingSource} is heard the same way; any providing
 L{IHeldWork} is counted in C{rpmiddleware_waiting_requests}).
@@ -32,8 +34,9 @@ from twisted.web.resource import Resource
 from twisted.web.server import Request
 from zope.interface import implementer
 
+from rpmiddleware.coreview import CoreView
 from rpmiddleware.envelope import Direction, Envelope
-from rpmiddleware.interfaces import IChainObserver, IHeldWork, IMetricsSource, ITimingSource
+from rpmiddleware.interfaces import IChainObserver, IMetricsSource, ITimingSource
 
 #: Seconds from asking to the first text or audio: a local model answers in
 #: a fraction of a second when idle and in tens of seconds when queued.
@@ -73,22 +76,22 @@ class _Gauges(Collector):
 
     def collect(self) -> Iterable[Metric]:
         m = self._metrics
-        link = m.middleware.link
+        core = m.middleware
         yield GaugeMetricFamily(
             "rpmiddleware_engine_connected",
             "1 while an RPEngine session is live, else 0.",
-            value=1 if link.connected else 0,
+            value=1 if core.engineConnected else 0,
         )
         yield GaugeMetricFamily(
             "rpmiddleware_engine_not_reading",
             "1 while RPEngine is judged gone from the file mailbox (its tab stopped reading the "
             "folder while turns waited), until a session starts again; else 0.",
-            value=1 if link.problem else 0,
+            value=1 if core.engineProblem else 0,
         )
         yield CounterMetricFamily(
             "rpmiddleware_engine_reader_lost",
             "Times RPEngine was judged gone from the file mailbox and its waiting turns ended.",
-            value=link.abandoned,
+            value=core.engineReaderLost,
         )
         clients = GaugeMetricFamily(
             "rpmiddleware_active_clients",
@@ -103,17 +106,17 @@ class _Gauges(Collector):
         yield GaugeMetricFamily(
             "rpmiddleware_engine_accepting_requests",
             "1 while RPEngine's last capacity.update accepted requests.",
-            value=1 if m.acceptingRequests else 0,
+            value=1 if core.capacity.acceptingRequests else 0,
         )
         yield GaugeMetricFamily(
             "rpmiddleware_queue_depth",
             "RPEngine's queue depth from its last capacity.update (0 without RPEngine).",
-            value=m.queueDepth,
+            value=core.capacity.queueDepth,
         )
         yield GaugeMetricFamily(
             "rpmiddleware_queue_limit",
             "RPEngine's queue limit from its last capacity.update.",
-            value=m.queueLimit,
+            value=core.capacity.queueLimit,
         )
         waiting = GaugeMetricFamily(
             "rpmiddleware_waiting_requests",
@@ -121,14 +124,14 @@ class _Gauges(Collector):
             "gate's local queue), or in the engine link while no RPEngine is connected.",
             labels=["where"],
         )
-        waiting.add_metric(["engine_link"], len(link.waiting))
-        for plugin in m.heldWork():
+        held = core.waiting()
+        waiting.add_metric(["engine_link"], held.forEngine)
+        for name, count in held.held:
             # Named after the plugin: capacity-gate is "capacity_gate".
-            waiting.add_metric([_label(plugin.name).replace("-", "_")], len(plugin.held()))
+            waiting.add_metric([_label(name).replace("-", "_")], count)
         yield waiting
-        for plugin in m.middleware.chain.plugins:
-            if IMetricsSource.providedBy(plugin):
-                yield from plugin.collectMetrics()
+        for plugin in core.providers(IMetricsSource):
+            yield from plugin.collectMetrics()
 
 
 @implementer(IChainObserver)
@@ -136,8 +139,8 @@ class MiddlewareMetrics:
     """
     The metrics of one middleware.
 
-    @param middleware: a L{rpmiddleware.middleware.Middleware}; its chain,
-        router and link are watched for as long as it lives.
+    @param middleware: the core's view (a L{rpmiddleware.middleware.Middleware});
+        its chain, game end and engine are watched for as long as it lives.
     @param endpoints: the WebSocket factories by path (for connection counts).
     @ivar registry: the L{CollectorRegistry} holding everything here.
     """
@@ -146,7 +149,7 @@ class MiddlewareMetrics:
 
     def __init__(
         self,
-        middleware: Any,
+        middleware: CoreView,
         endpoints: Mapping[bytes, Any] | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
@@ -201,9 +204,6 @@ class MiddlewareMetrics:
             registry=r,
         )
         r.register(_Gauges(self))
-        self.acceptingRequests = False
-        self.queueDepth = 0
-        self.queueLimit = 0
         self._errorCodes: set[str] = set()
         self._seenText: OrderedDict[str, None] = OrderedDict()
         self._seenAudio: OrderedDict[str, None] = OrderedDict()
@@ -215,15 +215,12 @@ class MiddlewareMetrics:
 
     def _watch(self) -> None:
         middleware = self.middleware
-        middleware.chain.addObserver(self)
-        self._unhooks.append(lambda: middleware.chain.removeObserver(self))
-        self._unhooks.append(middleware.router.observe(self._delivered))
-        middleware.link.observeState(self._engineChanged)
-        for plugin in middleware.chain.plugins:
-            if ITimingSource.providedBy(plugin):
-                observers = plugin.timingObservers
-                observers.append(self._resampled)
-                self._unhooks.append(self._unhookTiming(observers))
+        self._unhooks.append(middleware.observeChain(self))
+        self._unhooks.append(middleware.observeEnvelopes(self._delivered))
+        for plugin in middleware.providers(ITimingSource):
+            observers = plugin.timingObservers
+            observers.append(self._resampled)
+            self._unhooks.append(self._unhookTiming(observers))
 
     def _unhookTiming(self, observers: list[Any]) -> Callable[[], None]:
         def unhook() -> None:
@@ -239,13 +236,6 @@ class MiddlewareMetrics:
         unhooks, self._unhooks = self._unhooks, []
         for unhook in unhooks:
             unhook()
-
-    def heldWork(self) -> list[Any]:
-        """
-        The chain's plugins that hold requests back (L{IHeldWork}: the
-        capacity gate, a third party's), in chain order.
-        """
-        return [p for p in self.middleware.chain.plugins if IHeldWork.providedBy(p)]
 
     # IChainObserver
 
@@ -267,7 +257,7 @@ class MiddlewareMetrics:
         size: Any = None
         requestId = envelope.requestId
         if requestId is not None:
-            entry = self.middleware.timeline.get(requestId)
+            entry = self.middleware.turnRecord(requestId)
             if entry is not None and entry.details.get("cardMode") == card.get("mode"):
                 size = entry.details.get("cardBytes")
         if type(size) is not int:
@@ -285,16 +275,6 @@ class MiddlewareMetrics:
             self._first(envelope, self._seenAudio, "firstAudio", self.firstAudio)
         elif kind == "request.error":
             self.errors.labels(self._code(envelope.get("code"))).inc()
-        elif kind == "capacity.update":
-            accepting = envelope.get("acceptingRequests")
-            depth = envelope.get("queueDepth")
-            limit = envelope.get("queueLimit")
-            if isinstance(accepting, bool):
-                self.acceptingRequests = accepting
-            if type(depth) is int:
-                self.queueDepth = max(0, depth)
-            if type(limit) is int:
-                self.queueLimit = max(0, limit)
 
     def _first(
         self, envelope: Envelope, seen: OrderedDict[str, None], mark: str, histogram: Histogram
@@ -305,7 +285,7 @@ class MiddlewareMetrics:
         seen[requestId] = None
         while len(seen) > SEEN_MEMORY:
             seen.popitem(last=False)
-        entry = self.middleware.timeline.get(requestId)
+        entry = self.middleware.turnRecord(requestId)
         if entry is None or entry.submitted is None:
             return
         when = getattr(entry, mark)
@@ -320,11 +300,6 @@ class MiddlewareMetrics:
                 return "other"
             self._errorCodes.add(code)
         return code
-
-    def _engineChanged(self, session: Any) -> None:
-        # A new session has told nothing yet; a gone one accepts nothing.
-        self.acceptingRequests = False
-        self.queueDepth = 0
 
     def _resampled(self, direction: str, seconds: float) -> None:
         histogram = self._resampleHistograms.get(direction)

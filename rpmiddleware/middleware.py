@@ -7,8 +7,9 @@ and the Python API that in-process integrations and the client endpoint use.
 
 from __future__ import annotations
 
+import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
@@ -27,13 +28,21 @@ from rpmiddleware.chain import PluginChain
 from rpmiddleware.client.errors import INVALID_MESSAGE, errorMessage
 from rpmiddleware.clientext import FROM_CLIENT, toClient
 from rpmiddleware.config import Settings
+from rpmiddleware.coreview import (
+    ChainWatcher,
+    CoreView,
+    EngineSessionView,
+    TurnRecord,
+    Unsubscribe,
+    WaitingWork,
+)
 from rpmiddleware.engine.link import EngineLink
 from rpmiddleware.engine.session import EngineSession, MessageWriter, SessionOptions
 from rpmiddleware.enginequeue import EngineQueue
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.inorder import InOrder
-from rpmiddleware.interfaces import IEnvelopePlugin, IPluginServices
-from rpmiddleware.messages import SPEECH_MODEL
+from rpmiddleware.interfaces import IEnvelopePlugin, IHeldWork, IPluginServices
+from rpmiddleware.messages import SPEECH_MODEL, Capacity
 from rpmiddleware.meta import CLIENT, UNCLAIMED
 from rpmiddleware.router import GameRouter
 from rpmiddleware.timeline import Timeline
@@ -60,10 +69,13 @@ class PluginServices:
         self.timeline = timeline
 
 
-class Middleware:
+class Middleware(CoreView):
     """
     One middleware instance: what C{twistd rpmiddleware} serves and what
     tests and embedding programs drive directly.
+
+    The client endpoint, the console and C{/metrics} see it only as a
+    L{CoreView} (L{rpmiddleware.coreview}).
     """
 
     log = Logger()
@@ -80,16 +92,31 @@ class Middleware:
         self.services = services or PluginServices(
             reactor, self.settings, CardHasher(reactor), Timeline(now=reactor.seconds)
         )
-        self.link = EngineLink(self.settings.engine.waiting_limit)
         self.router = GameRouter(self.services.timeline)
         self.chain = PluginChain(plugins, self._engineEnd, self.router.deliver, reactor)
-        self.link.chain = self.chain
+        # Wired one way: the link is given the chain; the chain's engine end
+        # is this middleware's (_engineEnd), which hands on to the link.
+        self.link = EngineLink(self.chain, self.settings.engine.waiting_limit)
+        #: RPEngine's last capacity.update (the view's capacity), recorded
+        #: before any other observer of the game end hears of it.
+        self._capacity = Capacity()
+        self.router.observe(self._capacitySaid)
+        self.link.observeState(self._capacityReset)
         #: Which request RPEngine works on now (for the client's stall rule).
-        self.engineQueue = EngineQueue()
-        self.router.observe(self.engineQueue.received)
-        self.link.observeState(self.engineQueue.reset)
+        self._engineQueue = EngineQueue()
+        self.router.observe(self._engineQueue.received)
+        self.link.observeState(self._engineQueue.reset)
         self._inOrder = InOrder(self.chain.sendToEngine)
         self.characters: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def _capacitySaid(self, envelope: Envelope) -> None:
+        said = Capacity.fromEnvelope(envelope, self._capacity)
+        if said is not None:
+            self._capacity = said
+
+    def _capacityReset(self, session: object) -> None:
+        # A new session has told nothing yet; a gone one accepts nothing.
+        self._capacity = Capacity(queueLimit=self._capacity.queueLimit)
 
     def _engineEnd(self, envelope: Envelope) -> None:
         """
@@ -132,6 +159,73 @@ class Middleware:
     @property
     def cards(self) -> CardHasher:
         return self.services.cards
+
+    @property
+    def engineQueue(self) -> EngineQueue:
+        return self._engineQueue
+
+    # The core view (rpmiddleware.coreview), for the outer layers.
+
+    @property
+    def engineConnected(self) -> bool:
+        return self.link.connected
+
+    @property
+    def engineSession(self) -> EngineSessionView | None:
+        return self.link.session
+
+    @property
+    def engineProblem(self) -> str | None:
+        return self.link.problem
+
+    @property
+    def engineReaderLost(self) -> int:
+        return self.link.abandoned
+
+    @property
+    def engineMailbox(self) -> str | None:
+        folder = self.settings.engine.mailbox
+        if not folder:
+            return None
+        path = self.settings.relativePath(folder)
+        return os.path.abspath(os.path.expanduser(path))
+
+    @property
+    def capacity(self) -> Capacity:
+        return self._capacity
+
+    def waiting(self) -> WaitingWork:
+        return WaitingWork(
+            len(self.link.waiting),
+            tuple((plugin.name, len(plugin.held())) for plugin in self.providers(IHeldWork)),
+        )
+
+    def observeEnvelopes(self, observer: Callable[[Envelope], None]) -> Unsubscribe:
+        return self.router.observe(observer)
+
+    def observeEngine(self, observer: Callable[[EngineSessionView | None], None]) -> Unsubscribe:
+        return self.link.observeState(observer)
+
+    def observeChain(self, observer: ChainWatcher) -> Unsubscribe:
+        chain = self.chain
+        chain.addObserver(observer)
+        return lambda: chain.removeObserver(observer)
+
+    @property
+    def pluginNames(self) -> list[str]:
+        return self.chain.names
+
+    def providers(self, interface: Any) -> list[Any]:
+        return [plugin for plugin in self.chain.plugins if interface.providedBy(plugin)]
+
+    def recentTurns(self) -> list[TurnRecord]:
+        return list(self.timeline.recent())
+
+    def turnRecord(self, requestId: str) -> TurnRecord | None:
+        return self.timeline.get(requestId)
+
+    def adoptCard(self, card: dict[str, Any]) -> dict[str, Any]:
+        return self.cards.adopt(card)
 
     # The engine side.
 
@@ -365,10 +459,8 @@ class Middleware:
         how a game finds a plugin's Python API (the memory plugin's
         C{IConversationMemory}, say) without knowing its name.
         """
-        for plugin in self.chain.plugins:
-            if interface.providedBy(plugin):
-                return plugin
-        return None
+        found = self.providers(interface)
+        return found[0] if found else None
 
     def _sendInOrder(self, envelope: Envelope) -> None:
         """

@@ -283,6 +283,43 @@ class RefusalTests(SynchronousTestCase):
         self.assertEqual((error["code"], error["field"]), ("invalid_payload", "output.audio"))
         self.assertIs(error["retryable"], False)
 
+    def test_withdrawalRefusedBeforeSending(self) -> None:
+        """
+        A withdrawal RPEngine would refuse (no requestId) is not written,
+        and answers nobody: it has no request to end.
+        """
+        h = Harness()
+        _, writer = h.connect()
+        seen: list[Envelope] = []
+        self.addCleanup(h.middleware.router.observe(seen.append))
+        events = captureLogEvents(self)
+        h.middleware.chain.sendToEngine(Envelope.build("request.cancel"))
+        self.assertEqual(writer.types(), ["welcome"])
+        self.assertEqual(seen, [])
+        self.assertIn("requestId", " ".join(str(e.get("field")) for e in events))
+
+    def test_checkedOnce(self) -> None:
+        """
+        Each envelope that leaves the chain toward RPEngine is checked once,
+        at the engine link; the session only stamps and sizes it.
+        """
+        from rpmiddleware import enginerules
+
+        checked: list[str] = []
+        check = enginerules.checkEnvelope
+
+        def counting(fields: Any) -> None:
+            checked.append(str(fields.get("type")))
+            check(fields)
+
+        self.patch(enginerules, "checkEnvelope", counting)
+        h = Harness()
+        session, writer = h.connect()
+        h.ack(session, writer, "welcome")
+        h.middleware.requestReply("mira", text="Hi")
+        self.assertEqual(writer.types(), ["welcome", "reply.request"])
+        self.assertEqual(checked, ["reply.request"])
+
     def test_invalidCardRefusedBeforeSending(self) -> None:
         """
         A snapshot RPEngine would answer with invalid_character_card (here a

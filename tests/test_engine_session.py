@@ -368,13 +368,17 @@ class RPEngineAnswerTests(SynchronousTestCase):
 
     def test_refusedBeforeSending(self) -> None:
         """
-        What RPEngine would refuse is not written at all.
+        What RPEngine would refuse is not written at all: the session judges
+        the size, once the envelope is stamped and encoded (what it carries
+        is checked once, by the engine link: test_engine_link's
+        RefusalTests).
         """
-        from rpmiddleware.enginerules import EngineRefusal
+        from rpmiddleware.enginerules import MAX_MESSAGE_BYTES, EngineRefusal
 
         h = SessionHarness()
         h.hello()
+        huge = Envelope.build("request.cancel", requestId="x" * MAX_MESSAGE_BYTES)
         with self.assertRaises(EngineRefusal) as caught:
-            h.session.send(Envelope.build("request.cancel"))
-        self.assertEqual(caught.exception.field, "requestId")
+            h.session.send(huge)
+        self.assertEqual(caught.exception.field, "message")
         self.assertEqual(h.writer.types(), ["welcome"])

@@ -167,6 +167,51 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     return found
 
 
+#: The outer layers: the client endpoint, the console and /metrics.  They see
+#: the core through L{rpmiddleware.coreview.CoreView} alone.
+OUTER_LAYERS = ("rpmiddleware.client", "rpmiddleware.console", "rpmiddleware.metrics")
+#: The concrete core (and what assembles it, and the plugins): what the view
+#: stands in front of.
+CONCRETE_CORE = (
+    "rpmiddleware.middleware",
+    "rpmiddleware.chain",
+    "rpmiddleware.engine",
+    "rpmiddleware.router",
+    "rpmiddleware.timeline",
+    "rpmiddleware.enginequeue",
+    "rpmiddleware.inorder",
+    "rpmiddleware.discovery",
+    "rpmiddleware.service",
+    "rpmiddleware.tap",
+    "rpmiddleware.builtin",
+)
+
+
+def within(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def reachesCore(graph: dict[str, dict[str, int]], start: str) -> list[str] | None:
+    """
+    A chain of imports from C{start} to a module of the concrete core, if
+    there is one (breadth first: the shortest).
+    """
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for module in frontier:
+            for target in sorted(graph.get(module, {})):
+                if target in paths:
+                    continue
+                paths[target] = paths[module] + [target]
+                if within(target, CONCRETE_CORE):
+                    return paths[target]
+                following.append(target)
+        frontier = following
+    return None
+
+
 def isPrivate(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
@@ -256,3 +301,36 @@ class ImportGraphTests(SynchronousTestCase):
             or any(isPrivate(part) for part in target.split("."))
         ]
         self.assertEqual(found, [], "\n".join(found))
+
+    def test_outerLayersSeeOnlyTheView(self) -> None:
+        """
+        The client endpoint, the console and C{/metrics} import no module of
+        the concrete core (the middleware, chain, engine link and sessions,
+        router, timeline, engine queue, the plugins), directly or through
+        other modules: they are given a L{rpmiddleware.coreview.CoreView},
+        which imports none of them either.
+        """
+        modules, graph = importGraph()
+        outer = sorted(m for m in modules if within(m, OUTER_LAYERS))
+        self.assertIn("rpmiddleware.client.status", outer)
+        self.assertIn("rpmiddleware.metrics", outer)
+        found = [
+            " -> ".join(path)
+            for start in [*outer, "rpmiddleware.coreview"]
+            if (path := reachesCore(graph, start)) is not None
+        ]
+        self.assertEqual(found, [], "\n".join(found))
+
+    def test_reachesCore(self) -> None:
+        graph = {
+            "rpmiddleware.client.a": {"rpmiddleware.api": 1},
+            "rpmiddleware.api": {"rpmiddleware.engine.link": 3},
+            "rpmiddleware.engine.link": {},
+        }
+        self.assertEqual(
+            reachesCore(graph, "rpmiddleware.client.a"),
+            ["rpmiddleware.client.a", "rpmiddleware.api", "rpmiddleware.engine.link"],
+        )
+        self.assertIsNone(
+            reachesCore({"rpmiddleware.client.a": {"rpmiddleware.api": 1}}, "rpmiddleware.client.a")
+        )

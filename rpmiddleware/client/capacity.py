@@ -1,10 +1,11 @@
 """
 RPEngine's availability as clients see it: the C{capacity} message.
 
-One monitor per endpoint watches the engine link (is an RPEngine connected?)
-and the router (RPEngine's C{capacity.update}), and tells every connection
-when anything a client would show changes.  Clients learn why their turn
-waits: no RPEngine (with the link that opens it), or RPEngine busy.
+One monitor per endpoint watches the core (L{rpmiddleware.coreview.CoreView}:
+is an RPEngine connected? what did its last C{capacity.update} say?), and
+tells every connection when anything a client would show changes.  Clients
+learn why their turn waits: no RPEngine (with the link that opens it), or
+RPEngine busy.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from twisted.logger import Logger
 
 from rpmiddleware.config import PRODUCTION_ORIGIN
+from rpmiddleware.coreview import CoreView, EngineSessionView
 from rpmiddleware.envelope import Envelope
 
 Listener = Callable[[], None]
@@ -33,20 +35,34 @@ def notConnectedMessage(port: int) -> str:
 
 class CapacityMonitor:
     """
-    @param middleware: a L{rpmiddleware.middleware.Middleware} (its C{link}
-        and C{router} are watched for as long as it lives).
+    @param core: the core whose engine and capacity are watched for as long
+        as it lives.
     """
 
     log = Logger()
 
-    def __init__(self, middleware: Any) -> None:
-        self.engineConnected: bool = bool(middleware.link.connected)
-        self.acceptingRequests = False
-        self.queueDepth = 0
-        self.queueLimit = 0
+    def __init__(self, core: CoreView) -> None:
+        self._core = core
+        self._last = self.state()
         self._listeners: list[Listener] = []
-        middleware.router.observe(self._envelope)
-        middleware.link.observeState(self._engineChanged)
+        core.observeEnvelopes(self._envelope)
+        core.observeEngine(self._engineChanged)
+
+    @property
+    def engineConnected(self) -> bool:
+        return self._core.engineConnected
+
+    @property
+    def acceptingRequests(self) -> bool:
+        return self._core.capacity.acceptingRequests
+
+    @property
+    def queueDepth(self) -> int:
+        return self._core.capacity.queueDepth
+
+    @property
+    def queueLimit(self) -> int:
+        return self._core.capacity.queueLimit
 
     def listen(self, listener: Listener) -> Callable[[], None]:
         """
@@ -81,29 +97,17 @@ class CapacityMonitor:
             message["message"] = f"{note} {message.get('message', '')}".strip()
         return message
 
-    def _engineChanged(self, session: Any) -> None:
-        before = self.state()
-        self.engineConnected = session is not None
-        # A new session has told nothing yet; a gone one accepts nothing.
-        self.acceptingRequests = False
-        self.queueDepth = 0
-        if self.state() != before:
-            self._notify()
+    def _engineChanged(self, session: EngineSessionView | None) -> None:
+        self._changed()
 
     def _envelope(self, envelope: Envelope) -> None:
-        if envelope.type != "capacity.update":
-            return
-        before = self.state()
-        accepting = envelope.get("acceptingRequests")
-        depth = envelope.get("queueDepth")
-        limit = envelope.get("queueLimit")
-        if isinstance(accepting, bool):
-            self.acceptingRequests = accepting
-        if type(depth) is int:
-            self.queueDepth = max(0, depth)
-        if type(limit) is int:
-            self.queueLimit = max(0, limit)
-        if self.state() != before:
+        if envelope.type == "capacity.update":
+            self._changed()
+
+    def _changed(self) -> None:
+        now = self.state()
+        if now != self._last:
+            self._last = now
             self._notify()
 
     def _notify(self) -> None:

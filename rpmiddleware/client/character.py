@@ -31,7 +31,7 @@ def handleCharacter(client: ClientSurface, message: dict[str, Any]) -> None:
     assert characterId is not None
     # Parsed for this connection alone and never changed: the hasher may
     # find its hash by identity on every turn.
-    card = client.middleware.cards.adopt(card)
+    card = client.middleware.adoptCard(card)
     client.session.character = Character(characterId, integrationId, card)
     log.info(
         "client {peer} plays character {characterId}",

@@ -43,6 +43,7 @@ from rpmiddleware.client.settings import Character
 from rpmiddleware.client.surface import Opener, Reply
 from rpmiddleware.client.tts import SpeechOutput
 from rpmiddleware.client.turns import AUDIO, Turn
+from rpmiddleware.coreview import CoreView
 
 #: WebSocket close codes this endpoint uses.
 CLOSE_POLICY = 1008
@@ -290,7 +291,7 @@ class ClientConnection:
     # What handlers use (see ClientSurface).
 
     @property
-    def middleware(self) -> Any:
+    def middleware(self) -> CoreView:
         return self.endpoint.middleware
 
     @property
@@ -447,7 +448,7 @@ class ClientConnection:
             sessionId=self.session.id,
         )
         turn.start()
-        if not turn.ended and not self.endpoint.middleware.link.connected:
+        if not turn.ended and not self.endpoint.middleware.engineConnected:
             self.send(
                 self.endpoint.capacity.message(
                     self.writer.port, note="Your turn waits for RPEngine."

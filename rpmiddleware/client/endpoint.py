@@ -31,6 +31,8 @@ from rpmiddleware.client.turnmessages import (
     handleVoiceCapture,
 )
 from rpmiddleware.clientext import extensionTypes, fromClient
+from rpmiddleware.coreview import CoreView
+from rpmiddleware.interfaces import IClientExtension
 
 
 class Writer(Protocol):
@@ -66,7 +68,8 @@ class ClientEndpoint:
         (every type L{rpmiddleware.client.messages.CLIENT_TYPES} names).
     """
 
-    middleware: Any
+    #: The core, as the outer layers see it.
+    middleware: CoreView
     settings: ClientSettings
     sessions: SessionStore
     capacity: CapacityMonitor
@@ -96,14 +99,10 @@ class ClientEndpoint:
             "status": statusHandler(self),
         }
         # What plugins kept for a client session goes when the session does.
-        self.sessions.onEnded = getattr(
-            self.middleware, "clientSessionEnded", self.sessions.onEnded
-        )
-        chain = getattr(self.middleware, "chain", None)
-        plugins = getattr(chain, "plugins", ())
+        self.sessions.onEnded = self.middleware.clientSessionEnded
         self.extensions = {
             kind: name
-            for kind, name in extensionTypes(plugins).items()
+            for kind, name in extensionTypes(self.middleware.providers(IClientExtension)).items()
             if kind not in self.handlers
         }
         for kind in self.extensions:

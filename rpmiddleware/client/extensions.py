@@ -133,7 +133,8 @@ class ExtensionBridge:
 
 def installBridge(factory: Any) -> ExtensionBridge:
     """
-    Observe C{factory}'s middleware router for plugins' messages and turns,
+    Observe what reaches the game end of C{factory}'s core for plugins'
+    messages and turns,
     delivering them to C{factory}'s open connections.
     """
 
@@ -142,5 +143,5 @@ def installBridge(factory: Any) -> ExtensionBridge:
         return [c for c in found if c is not None]
 
     bridge = ExtensionBridge(connections)
-    factory.middleware.router.observe(bridge)
+    factory.middleware.observeEnvelopes(bridge)
     return bridge

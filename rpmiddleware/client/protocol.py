@@ -28,6 +28,7 @@ from rpmiddleware.client.sessions import SessionStore
 from rpmiddleware.client.settings import Character, ClientSettings, loadDefaultCharacter
 from rpmiddleware.client.turns import VOICE
 from rpmiddleware.config import Settings
+from rpmiddleware.coreview import CoreView
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.webrtc.endpoint import WebRTCEndpoint
 from rpmiddleware.websocket import GuardedServerFactory, GuardedServerProtocol
@@ -110,7 +111,7 @@ class ClientFactory(GuardedServerFactory):
     def __init__(
         self,
         reactor: Any,
-        middleware: Any,
+        middleware: CoreView,
         settings: Settings,
         clientSettings: ClientSettings | None = None,
     ) -> None:
@@ -154,7 +155,7 @@ class ClientFactory(GuardedServerFactory):
             answerOffer=WebRTCEndpoint(reactor, settings).offer,
         )
 
-        middleware.router.observe(self._unaddressed)
+        middleware.observeEnvelopes(self._unaddressed)
         installBridge(self)
 
     def _unaddressed(self, envelope: Envelope) -> None:

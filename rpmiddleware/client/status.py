@@ -8,11 +8,12 @@ anything moved), until C{{"type": "status", "subscribe": false}} or the end
 of the connection.  The console page is such a client; it gets nothing a
 game could not ask for.  C{docs/client-protocol.md} documents the message.
 
-One L{StatusHub} per client endpoint watches the engine link (RPEngine comes
-and goes), the router (every envelope from RPEngine: timeline marks, errors),
-the capacity monitor (queue history for a chart), and reads the rest when it
-builds a snapshot: connected clients, the chain, the requests' timelines with
-what plugins noted on them (the card cache's transfer mode and bytes).
+One L{StatusHub} per client endpoint watches the core's view
+(L{rpmiddleware.coreview.CoreView}: RPEngine comes and goes, every envelope
+from RPEngine: timeline marks, errors), the capacity monitor (queue history
+for a chart), and reads the rest when it builds a snapshot: connected
+clients, the chain's plugin names, the requests' records with what plugins
+noted on them (the card cache's transfer mode and bytes).
 
 A snapshot never carries another client's session id: a session id is what
 C{reconnect} takes over a session with.  Clients are named by a short hash of
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
@@ -38,8 +38,8 @@ from rpmiddleware.client.errors import clientCode
 from rpmiddleware.client.messages import InvalidMessage
 from rpmiddleware.client.settings import Character
 from rpmiddleware.client.surface import ClientSurface, Handler
+from rpmiddleware.coreview import CoreView, EngineSessionView
 from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IHeldWork
 
 #: Turns and errors a snapshot carries, newest first.
 STATUS_TURNS = 20
@@ -81,7 +81,7 @@ class HubParts(Protocol):
     (L{rpmiddleware.client.endpoint.ClientEndpoint} provides it).
     """
 
-    middleware: Any
+    middleware: CoreView
     clock: IReactorTime
     capacity: CapacityMonitor
     defaultCharacter: Character | None
@@ -131,10 +131,10 @@ class StatusHub:
         self._tick: IDelayedCall | None = None
         self._stopped = False
         self._stops = [
-            self.middleware.router.observe(self._envelope),
+            self.middleware.observeEnvelopes(self._envelope),
             endpoint.capacity.listen(self._capacityChanged),
+            self.middleware.observeEngine(self._engineChanged),
         ]
-        self.middleware.link.observeState(self._engineChanged)
         self._sample()
 
     def _now(self) -> float:
@@ -228,7 +228,7 @@ class StatusHub:
         self._sample()
         self._changed()
 
-    def _engineChanged(self, session: Any) -> None:
+    def _engineChanged(self, session: EngineSessionView | None) -> None:
         if self._stopped:
             return
         self._sample()
@@ -275,14 +275,11 @@ class StatusHub:
     def _waiting(self) -> tuple[int, int]:
         """
         Requests waiting in the engine link (no RPEngine) and in the
-        plugins that hold work (L{IHeldWork}: the capacity gate's local
-        queue, a third party's).
+        plugins that hold work (L{rpmiddleware.interfaces.IHeldWork}: the
+        capacity gate's local queue, a third party's).
         """
-        gate = 0
-        for plugin in self.middleware.chain.plugins:
-            if IHeldWork.providedBy(plugin):
-                gate += len(plugin.held())
-        return len(self.middleware.link.waiting), gate
+        waiting = self.middleware.waiting()
+        return waiting.forEngine, waiting.heldLocally
 
     def _sample(self) -> None:
         capacity = self.endpoint.capacity
@@ -312,7 +309,7 @@ class StatusHub:
         client of the listener on C{port}.
         """
         middleware = self.middleware
-        session = middleware.link.session
+        session = middleware.engineSession
         capacity = self.endpoint.capacity
         linkWaiting, gateHeld = self._waiting()
         clients = self._clients()
@@ -324,14 +321,13 @@ class StatusHub:
             "link": engineLink(port),
             # Why RPEngine is not connected, when known (file mode: its tab
             # stopped reading the folder); null otherwise.
-            "problem": middleware.link.problem,
+            "problem": middleware.engineProblem,
         }
-        folder = middleware.settings.engine.mailbox
-        if folder:
+        mailbox = middleware.engineMailbox
+        if mailbox:
             # RPEngine's file mailbox is served too: the folder to select in
             # RPEngine, and which way the live session came.
-            path = middleware.settings.relativePath(folder)
-            engine["mailbox"] = os.path.abspath(os.path.expanduser(path))
+            engine["mailbox"] = mailbox
             engine["transport"] = (
                 None if session is None else "mailbox" if session.fileMode else "websocket"
             )
@@ -349,7 +345,7 @@ class StatusHub:
             },
             "queueHistory": [list(p) for p in self._history],
             "clients": clients,
-            "plugins": list(middleware.chain.names),
+            "plugins": list(middleware.pluginNames),
             "turns": self._turns(),
             "errors": list(self._errors),
         }
@@ -391,7 +387,7 @@ class StatusHub:
 
     def _turns(self) -> list[dict[str, Any]]:
         turns = []
-        for entry in reversed(self.middleware.timeline.recent()[-STATUS_TURNS:]):
+        for entry in reversed(self.middleware.recentTurns()[-STATUS_TURNS:]):
             described = entry.asDict()
             marks = described.pop("marks")
             requestId = described.pop("requestId")

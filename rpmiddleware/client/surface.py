@@ -25,6 +25,7 @@ from rpmiddleware.client.decode import DecodedAudio
 from rpmiddleware.client.sessions import ClientConfig, ClientSession
 from rpmiddleware.client.settings import Character, ClientSettings
 from rpmiddleware.client.turns import Turn
+from rpmiddleware.coreview import CoreView
 
 #: Opens a turn's reply stream from the request fields the connection made
 #: (character, card, output, prompt fields, meta); the handler adds its own.
@@ -52,8 +53,8 @@ class ClientSurface(Protocol):
         """The endpoint's C{[client]} settings."""
 
     @property
-    def middleware(self) -> Any:
-        """The Python API (L{rpmiddleware.middleware.Middleware}) turns are asked of."""
+    def middleware(self) -> CoreView:
+        """The core's view, whose Python API turns are asked of."""
 
     @property
     def session(self) -> ClientSession:

@@ -56,7 +56,7 @@ from rpmiddleware.client.errors import LLM_TIMEOUT, TTS_ERROR, engineErrorMessag
 from rpmiddleware.client.messages import turnMessage
 from rpmiddleware.client.tts import SpeechOutput, SpeechTooLong
 from rpmiddleware.clientext import isPluginField, pluginFields
-from rpmiddleware.enginequeue import EngineQueue
+from rpmiddleware.coreview import EngineQueueView
 from rpmiddleware.envelope import ENVELOPE_FIELDS, Envelope
 from rpmiddleware.messages import textOfDelta
 from rpmiddleware.meta import SPEAKER
@@ -143,7 +143,7 @@ class Turn:
         onEnded: Callable[[Turn], None],
         playerText: str | None = None,
         stallTimeout: float = 0.0,
-        queue: EngineQueue | None = None,
+        queue: EngineQueueView | None = None,
     ) -> None:
         self.kind = kind
         self.stream = stream

@@ -15,6 +15,7 @@ from twisted.web.resource import Resource
 
 from rpmiddleware.client.status import StatusHub, attachHub
 from rpmiddleware.console.pages import IndexPage, LoopbackOnly, StaticDirectory
+from rpmiddleware.coreview import CoreView
 from rpmiddleware.metrics import MetricsResource, MiddlewareMetrics
 from rpmiddleware.web import CLIENT_PATH
 
@@ -66,7 +67,7 @@ def _openConnections(factory: Any) -> Any:
 
 
 def mountConsole(
-    middleware: Any, endpoints: Mapping[bytes, Any], parent: service.MultiService
+    middleware: CoreView, endpoints: Mapping[bytes, Any], parent: service.MultiService
 ) -> dict[bytes, Resource]:
     """
     Everything the console needs, with a L{ConsoleService} under C{parent}.

@@ -18,17 +18,35 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from rpmiddleware.engine.session import CLOSE_SUPERSEDED, EngineSession
 from rpmiddleware.enginerules import EngineRefusal, checkOutgoing
 from rpmiddleware.envelope import Direction, Envelope, summarize
+from rpmiddleware.interfaces import IEngineSessionInfo
 from rpmiddleware.messages import MESSAGES, WITHDRAWING
 
-if TYPE_CHECKING:
-    from rpmiddleware.chain import PluginChain
+
+class ChainEnd(Protocol):
+    """
+    What the engine link uses of the chain (L{rpmiddleware.chain.PluginChain}
+    provides it): the link is built after the chain and given it, and the
+    chain knows nothing of the link.
+    """
+
+    def sendToGame(self, envelope: Envelope) -> Deferred[None]:
+        """An envelope from RPEngine (or the link's own answer) enters the chain."""
+
+    def sendToEngine(self, envelope: Envelope) -> Deferred[None]:
+        """A waiting or resent request enters the chain again at the game end."""
+
+    def engineSessionStarted(self, session: IEngineSessionInfo) -> None: ...
+
+    def engineSessionEnded(self, session: IEngineSessionInfo) -> None: ...
+
 
 #: Messages that still mean something in a later session.
 RESENDABLE = frozenset({"reply.request", "voice.capture.start", "character.sync"})
@@ -39,13 +57,16 @@ _CHAIN_META = frozenset({"enteredAt", "decisions", "origin"})
 class EngineLink:
     """
     Holds the live L{EngineSession} and the requests waiting for one.
+
+    @param chain: where envelopes from RPEngine, the link's own answers and
+        the requests that waited go, and who hears of sessions.
     """
 
     log = Logger()
 
-    def __init__(self, waitingLimit: int = 64) -> None:
+    def __init__(self, chain: ChainEnd, waitingLimit: int = 64) -> None:
         self.session: EngineSession | None = None
-        self.chain: PluginChain | None = None
+        self.chain = chain
         self.waitingLimit = waitingLimit
         self._waiting: deque[Envelope] = deque()
         self._open: dict[str, tuple[EngineSession, Envelope]] = {}
@@ -66,11 +87,19 @@ class EngineLink:
     def waiting(self) -> list[Envelope]:
         return list(self._waiting)
 
-    def observeState(self, observer: Callable[[EngineSession | None], None]) -> None:
+    def observeState(self, observer: Callable[[EngineSession | None], None]) -> Callable[[], None]:
         """
         Call C{observer} with the new session (or C{None}) whenever it changes.
+
+        @return: a callable that stops it.
         """
         self._stateObservers.append(observer)
+
+        def stop() -> None:
+            if observer in self._stateObservers:
+                self._stateObservers.remove(observer)
+
+        return stop
 
     def _stateChanged(self) -> None:
         for observer in list(self._stateObservers):
@@ -78,10 +107,6 @@ class EngineLink:
                 observer(self.session)
             except Exception:
                 self.log.failure("engine state observer failed")
-
-    def _chain(self) -> PluginChain:
-        assert self.chain is not None, "EngineLink used before a chain was attached"
-        return self.chain
 
     # The end of the game-to-engine direction.
 
@@ -114,8 +139,10 @@ class EngineLink:
         """
         Refuse here what RPEngine would refuse, so that the turn ends at once
         with the field named, instead of with RPEngine's untied
-        C{invalid_payload} or C{invalid_character_card}.  The head fields
-        the session stamps later are not judged yet.
+        C{invalid_payload} or C{invalid_character_card}.  This is the one
+        check of what leaves the chain: it happens before the envelope is
+        sent or waits for a session, and the session only stamps the head
+        fields (messageId, timestamp, sessionId) and judges the size.
         """
         checkOutgoing(envelope.fields)
 
@@ -186,7 +213,7 @@ class EngineLink:
             fields["requestId"] = request.requestId
         answer = Envelope.build(kind, sessionId, **fields)
         answer.meta["synthetic"] = True
-        self._chain().sendToGame(answer)
+        self.chain.sendToGame(answer)
 
     # Callbacks from EngineSession.
 
@@ -203,7 +230,7 @@ class EngineLink:
             # The old connection's close completes later; its requests are
             # settled now so that the new session can take them.
             self.ended(previous)
-        chain = self._chain()
+        chain = self.chain
         chain.engineSessionStarted(session)
         self._stateChanged()
         waiting, self._waiting = self._waiting, deque()
@@ -225,7 +252,7 @@ class EngineLink:
         spec = MESSAGES[envelope.type]
         if spec.terminal and envelope.requestId:
             self._open.pop(envelope.requestId, None)
-        self._chain().sendToGame(envelope)
+        self.chain.sendToGame(envelope)
 
     def ended(self, session: EngineSession) -> None:
         if session.sessionId is None or session.settled:
@@ -234,7 +261,7 @@ class EngineLink:
         if self.session is session:
             self.session = None
             self._stateChanged()
-        chain = self._chain()
+        chain = self.chain
         chain.engineSessionEnded(session)
         unacked = {e.messageId for e in session.unacknowledged()}
         lost = [
@@ -293,7 +320,7 @@ class EngineLink:
         if self.session is None:
             self._resubmitted.append(again)
         else:
-            self._chain().sendToEngine(again)
+            self.chain.sendToEngine(again)
 
     def openRequests(self) -> list[str]:
         return list(self._open)

@@ -18,7 +18,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from rpmiddleware.enginerules import MAX_MESSAGE_BYTES, EngineRefusal, checkEnvelope
+from rpmiddleware.enginerules import MAX_MESSAGE_BYTES, EngineRefusal
 from rpmiddleware.envelope import (
     Direction,
     Envelope,
@@ -339,8 +339,15 @@ class EngineSession:
         ack is kept until RPEngine acknowledges it, and sent again with the
         same messageId if that takes longer than the ack timeout.
 
-        @raise EngineRefusal: if RPEngine would refuse it (its rules, or
-            larger than it reads); nothing is written then.
+        What it carries is the sender's to check: the engine link checks
+        every envelope that leaves the chain
+        (L{rpmiddleware.enginerules.checkOutgoing}), once, before it holds or
+        sends it, and the session's own messages (acks, C{welcome}, the
+        mailbox's cancels and probes) are built right.  Only the size is
+        judged here, once the envelope is stamped and encoded.
+
+        @raise EngineRefusal: if it is larger than RPEngine reads; nothing
+            is written then.
         """
         fields = envelope.fields
         if self.sessionId is not None:
@@ -348,7 +355,6 @@ class EngineSession:
         if not fields.get("messageId"):
             fields["messageId"] = newMessageId()
         fields["timestamp"] = isoTimestamp()
-        checkEnvelope(fields)
         payload = envelope.toBytes()
         if len(payload) > MAX_MESSAGE_BYTES:
             raise EngineRefusal(
