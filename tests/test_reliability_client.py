@@ -20,7 +20,7 @@ from collections import Counter
 from typing import Any
 
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
@@ -33,7 +33,8 @@ from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import LiveMiddleware, TestClient, connectClient, startMiddleware
 from rpmiddleware.testing.simoptions import defaultReplyText
 from rpmiddleware.testing.simulator import SimulatedEngine, SimulatorOptions, connectSimulator
-from tests.test_reliability_hostile import RawPeer, cancelBucketTimers, rawConnect
+from tests.test_client_helpers import whenRouted
+from tests.test_reliability_hostile import RawPeer, cancelBucketTimers, rawConnect, whenGone
 
 #: See bench.clientfuzzing.KNOWN_CLIENT_FAULTS; test_knownWrongAnswers holds those
 #: frames to the protocol as expected failures.
@@ -123,7 +124,9 @@ class ClientFuzzTests(ClientRig):
             self.assertGreater(report.answered["error"], 1000)
             self.assertGreater(len(report.kinds), 20)
             factory = self.live.listener.factories[b"/client/socket"]
-            await until(lambda: not factory.connections, what="the fuzzer to leave")
+            for connection in list(factory.connections):
+                await whenGone(connection)
+            self.assertEqual(factory.connections, set())
 
         return Deferred.fromCoroutine(run())
 
@@ -167,6 +170,7 @@ class ClientDropTests(ClientRig):
             engine = await self.engine(replyText=story, concurrency=4, queueLimit=32)
             cuts: Counter[str] = Counter()
             turnIds = []
+            cancels = []
             for _ in range(20):
                 client = await self.client()
                 cut = rng.choice(["sent", "llm-chunk", "tts-chunk"])
@@ -177,13 +181,21 @@ class ClientDropTests(ClientRig):
                         message = await client.next()
                         if message["type"] == cut:
                             turnIds.append(message["turnId"])
+                            cancels.append(
+                                whenRouted(self.middleware, "reply.cancelled", message["turnId"])
+                            )
                             break
                 client.drop()
                 await client.closed
-            await until(
-                lambda: all(t in engine.cancelled for t in turnIds) and engine.queueDepth == 0,
-                what="the cancels",
-            )
+            # RPEngine answers each cancel; then its queue empties (it says
+            # so with a capacity.update) unless it already has.
+            await gatherResults(cancels)
+            if engine.queueDepth != 0:
+                await whenRouted(
+                    self.middleware, "capacity.update", where=lambda e: e["queueDepth"] == 0
+                )
+            self.assertTrue(all(t in engine.cancelled for t in turnIds))
+            self.assertEqual(engine.queueDepth, 0)
             self.assertTrue(all(cuts[c] >= 3 for c in cuts), cuts)
             accepted = {m["requestId"] for m in engine.sentOfType("reply.accepted")}
             self.assertTrue(set(turnIds) <= accepted)

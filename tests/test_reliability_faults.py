@@ -13,12 +13,31 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
-from bench.scenarios import CUTS, Attempt, engineDrops, until
+from bench.scenarios import CUTS, Attempt, engineDrops
 from rpmiddleware.config import Settings
 from rpmiddleware.middleware import Middleware
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import LiveMiddleware, startMiddleware
 from rpmiddleware.testing.simulator import SimulatedEngine, SimulatorOptions, connectSimulator
+
+
+def engineGone(middleware: Middleware) -> Deferred[None]:
+    """
+    Fires once no RPEngine session is live (at once if none is), as the
+    middleware tells its observers; bounded by the test's timeout.
+    """
+    gone: Deferred[None] = Deferred()
+    if not middleware.engineConnected:
+        gone.callback(None)
+        return gone
+
+    def changed(session: object) -> None:
+        if session is None and not gone.called:
+            stop()
+            gone.callback(None)
+
+    stop = middleware.observeEngine(changed)
+    return gone
 
 
 class EngineDropTests(TestCase):
@@ -75,10 +94,10 @@ class EngineDropTests(TestCase):
             session.close(4001, "going away")
             attempt = Attempt(0, self.middleware.requestReply("mira", text="hello"))
             await first.closed
-            await until(reactor, lambda: not self.middleware.link.connected, what="the close")
+            await engineGone(self.middleware)
             self.assertIsNone(attempt.outcome)
             second = await self.connect()
-            await until(reactor, lambda: attempt.outcome is not None, what="the resent turn")
+            await attempt.stream.done
             self.assertEqual(attempt.outcome, "completed")
             self.assertEqual(first.processed[attempt.stream.requestId], 0)
             self.assertEqual(second.processed[attempt.stream.requestId], 1)
