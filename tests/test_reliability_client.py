@@ -15,13 +15,11 @@ import os
 import random
 import socket
 import struct
-import time
 from collections import Counter
 from typing import Any
 
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, gatherResults
-from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
 from bench.clientfuzzing import KNOWN_CLIENT_FAULTS, fuzzClient
@@ -39,14 +37,6 @@ from tests.test_reliability_hostile import RawPeer, cancelBucketTimers, rawConne
 #: See bench.clientfuzzing.KNOWN_CLIENT_FAULTS; test_knownWrongAnswers holds those
 #: frames to the protocol as expected failures.
 KNOWN_WRONG = KNOWN_CLIENT_FAULTS
-
-
-async def until(predicate: Any, seconds: float = 20.0, what: str = "a condition") -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await deferLater(reactor, 0.002, lambda: None)
 
 
 def story(request: dict[str, Any]) -> str:
@@ -259,7 +249,7 @@ class SlowClientTests(ClientRig):
             handle = peer.transport.getHandle()  # type: ignore[attr-defined]
             handle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             peer.write(clientUpgrade(self.live.port))
-            await until(lambda: b"\r\n\r\n" in peer.received, what="the upgrade")
+            await peer.whenReceived(b"\r\n\r\n")
             self.assertTrue(peer.received.startswith(b"HTTP/1.1 101"))
             assert peer.transport is not None
             peer.transport.pauseProducing()  # type: ignore[attr-defined]
@@ -267,17 +257,31 @@ class SlowClientTests(ClientRig):
             peer.write(maskedTextFrame(json.dumps(character).encode()))
             peer.write(maskedTextFrame(b'{"type":"text","text":"tell me a story"}'))
             factory = self.live.listener.factories[b"/client/socket"]
-            await until(lambda: bool(factory.connections), what="the connection")
+            # The server opened it before it answered 101.
             [connection] = list(factory.connections)
-            peak = 0
+            # The backlog is highest right after a send (it only drains in
+            # between), so measuring after each send finds its peak.
+            peaks = [0]
+            send, onClose = connection.sendText, connection.onClose
+            closed: Deferred[None] = Deferred()
+
+            def sendAndMeasure(payload: bytes) -> None:
+                send(payload)
+                peaks[0] = max(peaks[0], connection.backlog())
+
+            def closing(*args: Any) -> None:
+                onClose(*args)
+                if not closed.called:
+                    closed.callback(None)
+
+            connection.sendText = sendAndMeasure
+            connection.onClose = closing
             reader = await self.client()
             reader.send({"type": "text", "text": "hello"})
-            deadline = time.monotonic() + 90
             # The peer does not read, so only the server side can tell that
             # the connection was dropped.
-            while connection in factory.connections and time.monotonic() < deadline:
-                peak = max(peak, connection.backlog())
-                await deferLater(reactor, 0.005, lambda: None)
+            await closed.addTimeout(90, reactor)
+            peak = peaks[0]
             self.assertNotIn(connection, factory.connections, "the client was never dropped")
             self.assertTrue(connection.transport.disconnected)
             self.assertLess(peak, 1024 * 1024 + 256 * 1024)
