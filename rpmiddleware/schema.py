@@ -1,7 +1,7 @@
 """
 Declarative schemas (msgspec) and their errors in our words.
 
-A schema is a C{msgspec.Struct}; L{check} converts a decoded value to it
+A schema is a C{msgspec.Struct}; L{conform} converts a decoded value to it
 and, when the value does not fit, L{SchemaProblem} says which field and what
 is wrong, so that each caller can word its error as its reader expects
 (C{reply.text.delta.sequence must be integer, got string} for the log,
@@ -22,7 +22,7 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-__all__ = ["JSON_WORDS", "TOML_WORDS", "SchemaError", "SchemaProblem", "check", "problemOf"]
+__all__ = ["JSON_WORDS", "TOML_WORDS", "SchemaError", "SchemaProblem", "conform", "problemOf"]
 
 T = TypeVar("T")
 
@@ -36,15 +36,20 @@ JSON_WORDS: Mapping[str, str] = {
     "array": "array",
     "null": "null",
 }
-#: msgspec's type names as a TOML file's reader says them.
+#: msgspec's type names as a TOML file's reader says them (C{got NAME}: the
+#: words for a value that came, where they differ from those for one asked).
 TOML_WORDS: Mapping[str, str] = {
     "str": "a string",
     "int": "a whole number",
     "float": "a number",
     "bool": "true or false",
+    "got bool": "a boolean",
     "object": "a table",
     "array": "a list",
     "null": "nothing",
+    "got datetime": "a date and time",
+    "got date": "a date",
+    "got time": "a time of day",
 }
 
 _AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
@@ -114,7 +119,11 @@ def problemOf(
         return SchemaProblem(path, "unknown", "is not a known field")
     wrong = _TYPE.match(what)
     if wrong is not None:
-        expected, got = _words(wrong["expected"], words), words.get(wrong["got"], wrong["got"])
+        got = wrong["got"]
+        expected, got = (
+            _words(wrong["expected"], words),
+            words.get(f"got {got}", words.get(got, got)),
+        )
         return SchemaProblem(path, "type", f"must be {expected}, got {got}")
     constraint = _CONSTRAINT.match(what)
     if constraint is not None:
@@ -123,7 +132,7 @@ def problemOf(
     return SchemaProblem(path, "value", what[:1].lower() + what[1:])
 
 
-def check(value: Any, schema: type[T], words: Mapping[str, str] = JSON_WORDS) -> T:
+def conform(value: Any, schema: type[T], words: Mapping[str, str] = JSON_WORDS) -> T:
     """
     C{value} (decoded JSON or TOML) converted to C{schema}, strictly: no
     string is read as a number, no boolean as an integer; an integer is a

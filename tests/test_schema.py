@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import msgspec
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.schema import TOML_WORDS, SchemaError, SchemaProblem, check
+from rpmiddleware.schema import TOML_WORDS, SchemaError, SchemaProblem, conform
 
 
 class Inner(msgspec.Struct, forbid_unknown_fields=True):
@@ -30,14 +30,14 @@ class Sample(msgspec.Struct, forbid_unknown_fields=True):
 class ProblemTests(SynchronousTestCase):
     def problem(self, value: Any, words: Any = None) -> SchemaProblem:
         with self.assertRaises(SchemaError) as caught:
-            check(value, Sample, *([words] if words else []))
+            conform(value, Sample, *([words] if words else []))
         return caught.exception.problem
 
     def test_fits(self) -> None:
         """
         A fitting value is converted; an integer is a number.
         """
-        self.assertEqual(check({"name": "a", "ratio": 2}, Sample), Sample("a", ratio=2.0))
+        self.assertEqual(conform({"name": "a", "ratio": 2}, Sample), Sample("a", ratio=2.0))
 
     def test_missing(self) -> None:
         self.assertEqual(self.problem({}), SchemaProblem("name", "missing", "is missing"))
