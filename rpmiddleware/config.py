@@ -10,11 +10,14 @@ from __future__ import annotations
 import ipaddress
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from rpmiddleware.messages import MAX_MESSAGE_BYTES, SPEECH_OUTPUT_LANGUAGES, VOICES
+from rpmiddleware.schema import TOML_WORDS, SchemaError, conform
 
 PRODUCTION_ORIGIN = "https://rpengine.gemtavern.com"
 #: RPEngine's other production host name; its own mock game admits it
@@ -33,15 +36,22 @@ class ConfigError(ValueError):
     """
 
 
-@dataclass
-class ServerSettings:
+class Section(msgspec.Struct, forbid_unknown_fields=True):
+    """
+    A section of the TOML file (C{[server]}, ...): its schema, read with
+    L{parseSettings}.  A key it does not name is refused; a whole number
+    is taken where a number is asked for, a boolean never for a number.
+    """
+
+
+class ServerSettings(Section):
     port: int = DEFAULT_PORT
     interface: str = "127.0.0.1"
     dev: bool = False
     #: Extra browser origins allowed on /rp-engine/socket.
-    origins: list[str] = field(default_factory=list)
+    origins: list[str] = msgspec.field(default_factory=list)
     #: Browser origins allowed on /client/socket (clients without Origin always are).
-    client_origins: list[str] = field(default_factory=list)
+    client_origins: list[str] = msgspec.field(default_factory=list)
     server_version: str = ""
     max_message_bytes: int = MAX_MESSAGE_BYTES
     hello_timeout: float = 5.0
@@ -58,8 +68,7 @@ class ServerSettings:
         return f"{PRODUCTION_ORIGIN}/#port={self.port}"
 
 
-@dataclass
-class EngineSettings:
+class EngineSettings(Section):
     ack_timeout: float = 5.0
     max_retransmits: int = 3
     dedup_window: int = 4096
@@ -75,22 +84,20 @@ class EngineSettings:
     mailbox_watch: bool = True
 
 
-@dataclass
-class GameSettings:
+class GameSettings(Section):
     integration_id: str = "rpmiddleware"
     #: Path to the Character Card V2 JSON used when a client names none.
     default_character: str = ""
     default_character_id: str = "default"
 
 
-@dataclass
-class ClientSettings:
+class ClientSettings(Section):
     """
     How the client endpoint behaves; see C{docs/client-protocol.md}; the C{[client]} section.
     """
 
     #: STUN/TURN servers sent in C{ready} (objects with urls, username?, credential?).
-    ice_servers: list[dict[str, Any]] = field(default_factory=list)
+    ice_servers: list[dict[str, Any]] = msgspec.field(default_factory=list)
     #: Seconds a disconnected client's session (and history) is kept for C{reconnect}.
     session_ttl: float = 1800.0
     #: Disconnected sessions kept at most; the oldest expire first beyond it.
@@ -156,8 +163,7 @@ class ClientSettings:
                 raise fail(f"ice_servers[{i}]", "must be a table with urls")
 
 
-@dataclass
-class WebRTCSettings:
+class WebRTCSettings(Section):
     """
     WebRTC for voice clients (the C{webrtc} extra); the C{[webrtc]} section.
     See C{docs/webrtc.md}.
@@ -228,7 +234,7 @@ class Settings:
         return path
 
 
-_SECTIONS = {
+_SECTIONS: dict[str, type[Section]] = {
     "server": ServerSettings,
     "engine": EngineSettings,
     "game": GameSettings,
@@ -237,43 +243,25 @@ _SECTIONS = {
 }
 
 
-def _fill(target: Any, table: Mapping[str, Any], where: str, source: str) -> None:
-    known = {f.name: f for f in fields(target)}
-    for key, value in table.items():
-        name = key.replace("-", "_")
-        if name not in known:
-            options = ", ".join(sorted(known))
-            raise ConfigError(f"{source}: unknown setting {where}.{key} (known: {options})")
-        default = getattr(target, name)
-        if isinstance(default, bool):
-            ok = isinstance(value, bool)
-        elif isinstance(default, float):
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
-            value = float(value) if ok else value
-        elif isinstance(default, int):
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif name == "ice_servers":
-            # Tables; ClientSettings.check looks inside them.
-            ok = isinstance(value, list) and all(isinstance(v, dict) for v in value)
-        elif isinstance(default, list):
-            ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
-        else:
-            ok = isinstance(value, str)
-        if not ok:
-            raise ConfigError(f"{source}: {where}.{key} must be {_kind(default)}, got {value!r}")
-        setattr(target, name, value)
+def _section(schema: type[Section], table: Mapping[str, Any], where: str, source: str) -> Section:
+    """
+    One section's table read with its schema; keys may be written with
+    C{-} for C{_}.
 
-
-def _kind(default: Any) -> str:
-    if isinstance(default, bool):
-        return "true or false"
-    if isinstance(default, float):
-        return "a number"
-    if isinstance(default, int):
-        return "a whole number"
-    if isinstance(default, list):
-        return "a list"
-    return "a string"
+    @raise ConfigError: naming the section and the key as the file wrote it.
+    """
+    written = {key.replace("-", "_"): key for key in table}
+    try:
+        return conform({name: table[key] for name, key in written.items()}, schema, TOML_WORDS)
+    except SchemaError as e:
+        problem = e.problem
+        name = problem.field.partition("[")[0].partition(".")[0]
+        field = written.get(name, name) + problem.field[len(name) :]
+        if problem.kind == "unknown":
+            known = ", ".join(sorted(schema.__struct_fields__))
+            raise ConfigError(f"{source}: unknown setting {where}.{field} (known: {known})")
+        shown = f" ({table[field]!r})" if problem.kind == "type" and field in table else ""
+        raise ConfigError(f"{source}: {where}.{field} {problem.problem}{shown}")
 
 
 def parseSettings(document: Mapping[str, Any], source: str = "<memory>") -> Settings:
@@ -285,7 +273,7 @@ def parseSettings(document: Mapping[str, Any], source: str = "<memory>") -> Sett
         if key in _SECTIONS:
             if not isinstance(value, dict):
                 raise ConfigError(f"{source}: [{key}] must be a table")
-            _fill(getattr(settings, key), value, key, source)
+            setattr(settings, key, _section(_SECTIONS[key], value, key, source))
         elif key == "chain":
             settings.chain = _parseChain(value, source)
         elif key == "plugins":

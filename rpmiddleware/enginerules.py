@@ -11,7 +11,12 @@ checks the same rules first, and a turn that would be refused ends at once
 with an error that names the field.
 
 These are our own words for RPEngine's rules (the facts: field names,
-shapes, limits), not its code.  The simulated RPEngine in
+shapes, limits), not its code.  They are written out rather than declared as
+schemas (L{rpmiddleware.schema}): almost every rule is across fields or
+RPEngine's own semantics (the prompt fields go together, audio output needs
+a voice and the model, a card transfer's fields depend on its mode, a regex
+Rust would refuse), and each refusal must name the field and say it as
+RPEngine's rule does, in the order RPEngine checks.  The simulated RPEngine in
 L{rpmiddleware.testing} applies them too, as RPEngine does.
 """
 

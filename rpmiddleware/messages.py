@@ -1,8 +1,10 @@
 """
 Every message type of RPEngine protocol v3, typed, and the rules that check them.
 
-Two views of one table: the C{TypedDict}s give code static types, and
-L{MESSAGES} drives validation at run time.  This is the one place that names
+Each type's fields are a L{Body} schema (a msgspec Struct): the static type
+of the message and what L{validate} checks it with, in L{MESSAGES}.  The rules
+of the head and those across fields (the session, the ids, the ack's
+reference) are written out in L{validate}.  This is the one place that names
 RPEngine's fields: every name is the one RPEngine's own code writes or reads
 (C{crates/rp-engine-core/src/app.rs}, C{json_core.rs}; docs/protocol-choices.md
 cites each), so the next protocol change is an edit here.
@@ -11,24 +13,234 @@ cites each), so the next protocol change is an edit here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, NotRequired, TypedDict
+from functools import cache
+from types import MappingProxyType, UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+import msgspec
 
 from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, Direction, Envelope
+from rpmiddleware.schema import problemOf
 
 _Type = type
+_BodyType = type["Body"]
 
 TO_ENGINE = frozenset({Direction.TO_ENGINE})
 TO_GAME = frozenset({Direction.TO_GAME})
 BOTH = frozenset({Direction.TO_ENGINE, Direction.TO_GAME})
 
-_STR = (str,)
-_INT = (int,)
-_NUM = (int, float)
-_BOOL = (bool,)
-_DICT = (dict,)
-_LIST = (list,)
+
+class Body(msgspec.Struct, frozen=True):
+    """
+    The fields one message type carries beside the envelope's head: the
+    schema L{validate} checks it with, and its static type.  Fields not
+    named are kept in the envelope and not checked (a newer RPEngine may
+    send more); an optional field may arrive as JSON null, as RPEngine
+    writes absent values.  A C{float} field takes an integer too.
+    """
+
+
+# The message set and every field name below are RPEngine's own
+# (crates/rp-engine-core/src/app.rs, the payloads of its `send` calls;
+# src/socket-adapter.ts for audio chunks).
+
+
+class Hello(Body, frozen=True):
+    clientVersion: str | None = None
+
+
+class Welcome(Body, frozen=True):
+    sessionId: str
+    serverVersion: str
+    # File mode only (docs/file-transport-v1.md): the game process's
+    # identity and the first audio slot RPEngine may write
+    # (src/filesystem-mailbox-adapter.ts consume).
+    peerInstanceId: str | None = None
+    nextAudioSlot: int | None = None
+
+
+class Ack(Body, frozen=True):
+    acknowledgedMessageId: str | None = None
+    duplicate: bool | None = None
+
+
+class CharacterSync(Body, frozen=True):
+    integrationId: str
+    characterId: str
+    #: The card transfer descriptor; its shape is RPEngine's to judge
+    #: (L{rpmiddleware.enginerules.checkCardTransfer}).
+    card: dict[str, Any]
+
+
+class CharacterSynced(Body, frozen=True):
+    sourceMessageId: str | None = None
+    integrationId: str | None = None
+    characterId: str | None = None
+    targetHash: str | None = None
+
+
+class _Turn(Body, frozen=True, kw_only=True):
+    """
+    What opens a turn: C{reply.request} and C{voice.capture.start}.  The
+    objects' insides are RPEngine's rules (L{rpmiddleware.enginerules}).
+    """
+
+    requestId: str
+    integrationId: str
+    characterId: str
+    card: dict[str, Any]
+    eventId: str | None = None
+    output: dict[str, Any] | None = None
+    player: dict[str, Any] | None = None
+    interactionMode: str | None = None
+    promptScene: dict[str, Any] | None = None
+    promptDirective: dict[str, Any] | None = None
+
+
+class ReplyRequest(_Turn, frozen=True, kw_only=True):
+    event: dict[str, Any]
+
+
+class VoiceCaptureStart(_Turn, frozen=True, kw_only=True):
+    returnTranscript: bool | None = None
+    silenceBehavior: str | None = None
+
+
+class RequestRef(Body, frozen=True):
+    """
+    A requestId and nothing more: C{request.cancel}, C{reply.completed}'s
+    head, C{voice.capture.stop} and C{cancel}, the echoed recording.
+    """
+
+    requestId: str
+
+
+class ReplyAccepted(RequestRef, frozen=True):
+    eventId: str | None = None
+    resolvedCardHash: str | None = None
+    queueDepth: int | None = None
+
+
+class ReplyTextDelta(RequestRef, frozen=True):
+    sequence: int
+    delta: str
+
+
+class ReplyTextCompleted(RequestRef, frozen=True):
+    text: str | None = None
+    tokenCount: int | None = None
+    elapsedMs: float | None = None
+    extractedContent: dict[str, Any] | None = None
+
+
+class ReplyAudioStart(RequestRef, frozen=True):
+    format: str | None = None
+    sampleRate: int | None = None
+    channels: int | None = None
+
+
+class ReplyAudioChunk(RequestRef, frozen=True):
+    sequence: int
+    segmentSequence: int
+    data: str
+    segmentChunkSequence: int | None = None
+    segmentChunkCount: int | None = None
+
+
+class ReplyAudioCompleted(RequestRef, frozen=True):
+    chunkCount: int | None = None
+    totalBytes: int | None = None
+    durationSeconds: float | None = None
+    elapsedMs: float | None = None
+    segmentCount: int | None = None
+
+
+class ReplyCompleted(RequestRef, frozen=True):
+    modalities: list[Any] | None = None
+
+
+class ReplyAudioSegment(RequestRef, frozen=True):
+    """
+    File transport v1: one synthesised phrase as a WAV in an audio slot,
+    instead of reply.audio.start and chunks (src/filesystem-mailbox-adapter.ts
+    sendAudioNow; tools/mock-game/server.mjs).
+    """
+
+    segmentSequence: int
+    slotIndex: int
+    path: str
+    format: str
+    sampleRate: int
+    channels: int
+    spokenText: str | None = None
+    durationSeconds: float | None = None
+    byteLength: int | None = None
+    peerInstanceId: str | None = None
+
+
+class ReplyAudioSegmentConsumed(Body, frozen=True):
+    """
+    File transport v1: the game read an audio slot (restoreSilence).
+    """
+
+    slotIndex: int
+    requestId: str | None = None
+    segmentSequence: int | None = None
+    peerInstanceId: str | None = None
+
+
+class ReplyCancelled(RequestRef, frozen=True):
+    reason: str | None = None
+
+
+class CapacityUpdate(Body, frozen=True):
+    acceptingRequests: bool
+    queueDepth: int
+    queueLimit: int
+
+
+class RequestError(Body, frozen=True):
+    code: str
+    requestId: str | None = None
+    sourceMessageId: str | None = None
+    message: str | None = None
+    retryable: bool | None = None
+
+
+class VoiceCaptureLevel(Body, frozen=True):
+    requestId: str | None = None
+    seconds: float | None = None
+    peak: float | None = None
+    rms: float | None = None
+
+
+class VoiceCaptureState(Body, frozen=True):
+    state: str
+    requestId: str | None = None
+    seconds: float | None = None
+    autoEndEnabled: bool | None = None
+    message: str | None = None
+
+
+class VoiceCaptureTranscript(RequestRef, frozen=True):
+    text: str
+    language: str | None = None
+    elapsedMs: float | None = None
+
+
+def _pythonTypes(hint: Any) -> tuple[type, ...]:
+    """
+    The Python types a JSON value of a L{Body} field's type decodes to.
+    """
+    union = get_origin(hint) in (UnionType, Union)
+    kinds = [t for t in get_args(hint) if t is not type(None)] if union else [hint]
+    result: list[type] = []
+    for kind in kinds:
+        origin = get_origin(kind) or kind
+        result.extend((int, float) if origin is float else (origin,))
+    return tuple(result)
 
 
 @dataclass(frozen=True)
@@ -39,8 +251,8 @@ class MessageSpec:
 
     type: str
     directions: frozenset[Direction]
-    required: Mapping[str, tuple[_Type, ...]] = field(default_factory=dict)
-    optional: Mapping[str, tuple[_Type, ...]] = field(default_factory=dict)
+    #: The schema of the fields beside the head.
+    body: _BodyType = Body
     #: Whether this message starts work that ends with a terminal reply.
     opensRequest: bool = False
     #: Whether this message ends the request named by its requestId.
@@ -49,211 +261,75 @@ class MessageSpec:
     #: mailbox); a WebSocket peer that sends it breaks the protocol.
     fileModeOnly: bool = False
 
+    @property
+    def required(self) -> Mapping[str, tuple[_Type, ...]]:
+        """
+        The body's required fields and the Python types each may hold.
+        """
+        return _fieldTypes(self.body)[0]
+
+    @property
+    def optional(self) -> Mapping[str, tuple[_Type, ...]]:
+        """
+        The body's optional fields (null or absent allowed) and their types.
+        """
+        return _fieldTypes(self.body)[1]
+
+
+@cache
+def _fieldTypes(
+    body: type[Body],
+) -> tuple[Mapping[str, tuple[type, ...]], Mapping[str, tuple[type, ...]]]:
+    hints = get_type_hints(body)
+    required: dict[str, tuple[type, ...]] = {}
+    optional: dict[str, tuple[type, ...]] = {}
+    for info in msgspec.structs.fields(body):
+        (required if info.required else optional)[info.name] = _pythonTypes(hints[info.name])
+    return MappingProxyType(required), MappingProxyType(optional)
+
 
 def _spec(type: str, directions: frozenset[Direction], **kw: Any) -> MessageSpec:
     return MessageSpec(type, directions, **kw)
 
 
-_TURN_FIELDS = {
-    "requestId": _STR,
-    "integrationId": _STR,
-    "characterId": _STR,
-    "card": _DICT,
-}
-_TURN_OPTIONAL = {
-    "eventId": _STR,
-    "output": _DICT,
-    "player": _DICT,
-    "interactionMode": _STR,
-    "promptScene": _DICT,
-    "promptDirective": _DICT,
-}
-
 MESSAGES: dict[str, MessageSpec] = {
     s.type: s
     for s in [
-        # The message set and every field name below are RPEngine's own
-        # (crates/rp-engine-core/src/app.rs, the payloads of its `send`
-        # calls; src/socket-adapter.ts for audio chunks).  Optional fields
-        # may arrive as JSON null: RPEngine writes absent values that way.
-        _spec("hello", TO_GAME, optional={"clientVersion": _STR}),
-        _spec(
-            "welcome",
-            TO_ENGINE,
-            required={"sessionId": _STR, "serverVersion": _STR},
-            # File mode only (docs/file-transport-v1.md): the game process's
-            # identity and the first audio slot RPEngine may write
-            # (src/filesystem-mailbox-adapter.ts consume).
-            optional={"peerInstanceId": _STR, "nextAudioSlot": _INT},
-        ),
-        _spec("ack", BOTH, optional={"acknowledgedMessageId": _STR, "duplicate": _BOOL}),
-        _spec(
-            "character.sync",
-            TO_ENGINE,
-            required={"integrationId": _STR, "characterId": _STR, "card": _DICT},
-        ),
-        _spec(
-            "character.synced",
-            TO_GAME,
-            optional={
-                "sourceMessageId": _STR,
-                "integrationId": _STR,
-                "characterId": _STR,
-                "targetHash": _STR,
-            },
-        ),
-        _spec(
-            "reply.request",
-            TO_ENGINE,
-            required={**_TURN_FIELDS, "event": _DICT},
-            optional=_TURN_OPTIONAL,
-            opensRequest=True,
-        ),
-        _spec(
-            "reply.accepted",
-            TO_GAME,
-            required={"requestId": _STR},
-            optional={"eventId": _STR, "resolvedCardHash": _STR, "queueDepth": _INT},
-        ),
-        _spec(
-            "reply.text.delta",
-            TO_GAME,
-            required={"requestId": _STR, "sequence": _INT, "delta": _STR},
-        ),
-        _spec(
-            "reply.text.completed",
-            TO_GAME,
-            required={"requestId": _STR},
-            optional={
-                "text": _STR,
-                "tokenCount": _INT,
-                "elapsedMs": _NUM,
-                "extractedContent": _DICT,
-            },
-        ),
-        _spec(
-            "reply.audio.start",
-            TO_GAME,
-            required={"requestId": _STR},
-            optional={"format": _STR, "sampleRate": _INT, "channels": _INT},
-        ),
-        _spec(
-            "reply.audio.chunk",
-            TO_GAME,
-            required={"requestId": _STR, "sequence": _INT, "segmentSequence": _INT, "data": _STR},
-            optional={"segmentChunkSequence": _INT, "segmentChunkCount": _INT},
-        ),
-        _spec(
-            "reply.audio.completed",
-            TO_GAME,
-            required={"requestId": _STR},
-            optional={
-                "chunkCount": _INT,
-                "totalBytes": _INT,
-                "durationSeconds": _NUM,
-                "elapsedMs": _NUM,
-                "segmentCount": _INT,
-            },
-        ),
-        _spec(
-            "reply.completed",
-            TO_GAME,
-            required={"requestId": _STR},
-            optional={"modalities": _LIST},
-            terminal=True,
-        ),
-        # File transport v1: one synthesised phrase as a WAV in an audio
-        # slot, instead of reply.audio.start and chunks; the game answers
-        # that it read the slot (src/filesystem-mailbox-adapter.ts
-        # sendAudioNow, restoreSilence; tools/mock-game/server.mjs).
-        _spec(
-            "reply.audio.segment",
-            TO_GAME,
-            required={
-                "requestId": _STR,
-                "segmentSequence": _INT,
-                "slotIndex": _INT,
-                "path": _STR,
-                "format": _STR,
-                "sampleRate": _INT,
-                "channels": _INT,
-            },
-            optional={
-                "spokenText": _STR,
-                "durationSeconds": _NUM,
-                "byteLength": _INT,
-                "peerInstanceId": _STR,
-            },
-            fileModeOnly=True,
-        ),
+        _spec("hello", TO_GAME, body=Hello),
+        _spec("welcome", TO_ENGINE, body=Welcome),
+        _spec("ack", BOTH, body=Ack),
+        _spec("character.sync", TO_ENGINE, body=CharacterSync),
+        _spec("character.synced", TO_GAME, body=CharacterSynced),
+        _spec("reply.request", TO_ENGINE, body=ReplyRequest, opensRequest=True),
+        _spec("reply.accepted", TO_GAME, body=ReplyAccepted),
+        _spec("reply.text.delta", TO_GAME, body=ReplyTextDelta),
+        _spec("reply.text.completed", TO_GAME, body=ReplyTextCompleted),
+        _spec("reply.audio.start", TO_GAME, body=ReplyAudioStart),
+        _spec("reply.audio.chunk", TO_GAME, body=ReplyAudioChunk),
+        _spec("reply.audio.completed", TO_GAME, body=ReplyAudioCompleted),
+        _spec("reply.completed", TO_GAME, body=ReplyCompleted, terminal=True),
+        _spec("reply.audio.segment", TO_GAME, body=ReplyAudioSegment, fileModeOnly=True),
         _spec(
             "reply.audio.segment.consumed",
             TO_ENGINE,
-            required={"slotIndex": _INT},
-            optional={"requestId": _STR, "segmentSequence": _INT, "peerInstanceId": _STR},
+            body=ReplyAudioSegmentConsumed,
             fileModeOnly=True,
         ),
-        _spec("request.cancel", TO_ENGINE, required={"requestId": _STR}),
-        _spec(
-            "reply.cancelled",
-            TO_GAME,
-            required={"requestId": _STR},
-            optional={"reason": _STR},
-            terminal=True,
-        ),
-        _spec(
-            "capacity.update",
-            TO_GAME,
-            required={"acceptingRequests": _BOOL, "queueDepth": _INT, "queueLimit": _INT},
-        ),
-        _spec(
-            "request.error",
-            TO_GAME,
-            required={"code": _STR},
-            optional={
-                "requestId": _STR,
-                "sourceMessageId": _STR,
-                "message": _STR,
-                "retryable": _BOOL,
-            },
-            terminal=True,
-        ),
-        _spec(
-            "voice.capture.start",
-            TO_ENGINE,
-            required=_TURN_FIELDS,
-            optional={**_TURN_OPTIONAL, "returnTranscript": _BOOL, "silenceBehavior": _STR},
-            opensRequest=True,
-        ),
-        _spec("voice.capture.stop", TO_ENGINE, required={"requestId": _STR}),
-        _spec("voice.capture.cancel", TO_ENGINE, required={"requestId": _STR}),
-        _spec(
-            "voice.capture.level",
-            TO_GAME,
-            optional={"requestId": _STR, "seconds": _NUM, "peak": _NUM, "rms": _NUM},
-        ),
-        _spec(
-            "voice.capture.state",
-            TO_GAME,
-            required={"state": _STR},
-            optional={
-                "requestId": _STR,
-                "seconds": _NUM,
-                "autoEndEnabled": _BOOL,
-                "message": _STR,
-            },
-        ),
-        _spec(
-            "voice.capture.transcript",
-            TO_GAME,
-            required={"requestId": _STR, "text": _STR},
-            optional={"language": _STR, "elapsedMs": _NUM},
-        ),
+        _spec("request.cancel", TO_ENGINE, body=RequestRef),
+        _spec("reply.cancelled", TO_GAME, body=ReplyCancelled, terminal=True),
+        _spec("capacity.update", TO_GAME, body=CapacityUpdate),
+        _spec("request.error", TO_GAME, body=RequestError, terminal=True),
+        _spec("voice.capture.start", TO_ENGINE, body=VoiceCaptureStart, opensRequest=True),
+        _spec("voice.capture.stop", TO_ENGINE, body=RequestRef),
+        _spec("voice.capture.cancel", TO_ENGINE, body=RequestRef),
+        _spec("voice.capture.level", TO_GAME, body=VoiceCaptureLevel),
+        _spec("voice.capture.state", TO_GAME, body=VoiceCaptureState),
+        _spec("voice.capture.transcript", TO_GAME, body=VoiceCaptureTranscript),
         # RPEngine echoes the recording only to its own mock game (app.rs
         # capture_completed); accepted so that such a frame is not an error.
-        _spec("voice.capture.audio.start", TO_GAME, required={"requestId": _STR}),
-        _spec("voice.capture.audio.chunk", TO_GAME, required={"requestId": _STR}),
-        _spec("voice.capture.audio.completed", TO_GAME, required={"requestId": _STR}),
+        _spec("voice.capture.audio.start", TO_GAME, body=RequestRef),
+        _spec("voice.capture.audio.chunk", TO_GAME, body=RequestRef),
+        _spec("voice.capture.audio.completed", TO_GAME, body=RequestRef),
     ]
 }
 
@@ -349,21 +425,6 @@ class Capacity:
         )
 
 
-def _typeName(types: tuple[type, ...]) -> str:
-    return " or ".join(
-        {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}.get(
-            t.__name__, "object" if t is dict else "array" if t is list else t.__name__
-        )
-        for t in types
-    )
-
-
-def _isA(value: Any, types: tuple[type, ...]) -> bool:
-    if isinstance(value, bool) and bool not in types:
-        return False
-    return isinstance(value, types)
-
-
 def _checkId(fields: Mapping[str, Any], name: str, required: bool) -> None:
     value = fields.get(name)
     if value is None and not required:
@@ -424,14 +485,13 @@ def validate(
                 )
         elif "sessionId" in fields and not unsessioned:
             _checkId(fields, "sessionId", required=False)
-        for name, types in spec.required.items():
-            if name not in fields:
-                raise ProtocolViolation(f"{kind} is missing {name}")
-            if not _isA(fields[name], types):
-                raise ProtocolViolation(f"{kind}.{name} must be {_typeName(types)}")
-        for name, types in spec.optional.items():
-            if fields.get(name) is not None and not _isA(fields[name], types):
-                raise ProtocolViolation(f"{kind}.{name} must be {_typeName(types)}")
+        try:
+            msgspec.convert(fields, spec.body, strict=True)
+        except msgspec.ValidationError as e:
+            problem = problemOf(e)
+            if problem.kind == "missing":
+                raise ProtocolViolation(f"{kind} is missing {problem.field}")
+            raise ProtocolViolation(f"{problem.at(kind)} {problem.problem}")
         for name in ("requestId", "eventId"):
             _checkId(fields, name, required=False)
         if kind == "ack" and ackReference(fields) is None:
@@ -440,206 +500,6 @@ def validate(
     except ProtocolViolation as e:
         e.messageId = messageId
         raise
-
-
-# Static types for code that builds or reads messages.  Every TypedDict is
-# total=False past the common head: unknown fields are kept, so these describe
-# what we read and write, not everything that may be present.
-
-
-class EnvelopeHead(TypedDict):
-    protocol: str
-    protocolVersion: int
-    type: str
-    messageId: str
-    timestamp: str
-    sessionId: NotRequired[str]
-
-
-class CardTransfer(TypedDict, total=False):
-    format: Literal["chara_card_v2"]
-    mode: Literal["snapshot", "patch", "reference"]
-    targetHash: str
-    baseHash: str
-    snapshot: dict[str, Any]
-    patch: list[dict[str, Any]]
-
-
-class AudioInput(TypedDict, total=False):
-    format: Literal["pcm_s16le", "pcm_f32le"]
-    sampleRate: int
-    channels: int
-    language: str
-    data: str
-
-
-class ReplyEvent(TypedDict, total=False):
-    text: str
-    audio: AudioInput
-
-
-class OutputAudio(TypedDict, total=False):
-    model: str
-    voice: str
-    format: str
-    processing: dict[str, Any]
-
-
-class Output(TypedDict, total=False):
-    modalities: list[str]
-    language: str
-    audio: OutputAudio
-    responseProcessing: dict[str, Any]
-
-
-class Hello(EnvelopeHead, total=False):
-    clientVersion: str
-
-
-class Welcome(EnvelopeHead):
-    serverVersion: str
-
-
-class Ack(EnvelopeHead, total=False):
-    acknowledgedMessageId: str
-    duplicate: bool
-
-
-class CharacterSync(EnvelopeHead):
-    integrationId: str
-    characterId: str
-    card: CardTransfer
-
-
-class CharacterSynced(EnvelopeHead, total=False):
-    sourceMessageId: str
-    characterId: str
-    integrationId: str
-    targetHash: str
-
-
-class ReplyRequest(EnvelopeHead):
-    requestId: str
-    eventId: NotRequired[str]
-    integrationId: str
-    characterId: str
-    event: ReplyEvent
-    output: NotRequired[Output]
-    player: NotRequired[dict[str, Any]]
-    card: CardTransfer
-    interactionMode: NotRequired[str]
-    promptScene: NotRequired[dict[str, Any]]
-    promptDirective: NotRequired[dict[str, Any]]
-
-
-class VoiceCaptureStart(EnvelopeHead):
-    requestId: str
-    eventId: NotRequired[str]
-    integrationId: str
-    characterId: str
-    output: NotRequired[Output]
-    player: NotRequired[dict[str, Any]]
-    card: CardTransfer
-    returnTranscript: NotRequired[bool]
-    silenceBehavior: NotRequired[Literal["error", "restart"]]
-
-
-class RequestRef(EnvelopeHead):
-    """reply.accepted, reply.completed, reply.cancelled, request.cancel,
-    voice.capture.stop and voice.capture.cancel: a requestId and nothing more."""
-
-    requestId: str
-
-
-class ReplyTextDelta(EnvelopeHead):
-    requestId: str
-    sequence: int
-    delta: str
-
-
-class ReplyTextCompleted(EnvelopeHead, total=False):
-    requestId: str
-    text: str
-    tokenCount: int
-    elapsedMs: float
-    extractedContent: dict[str, list[str]]
-
-
-class ReplyAudioStart(EnvelopeHead, total=False):
-    requestId: str
-    format: str
-    sampleRate: int
-    channels: int
-
-
-class ReplyAudioChunk(EnvelopeHead):
-    requestId: str
-    sequence: int
-    segmentSequence: int
-    segmentChunkSequence: int
-    segmentChunkCount: int
-    data: str
-
-
-class ReplyAudioSegment(EnvelopeHead, total=False):
-    """File transport v1 only: one phrase as a WAV in an audio slot."""
-
-    requestId: str
-    segmentSequence: int
-    spokenText: str
-    slotIndex: int
-    path: str
-    format: str
-    sampleRate: int
-    channels: int
-    durationSeconds: float
-    byteLength: int
-    peerInstanceId: str
-
-
-class ReplyAudioCompleted(EnvelopeHead, total=False):
-    requestId: str
-    chunkCount: int
-    totalBytes: int
-    durationSeconds: float
-    elapsedMs: float
-    segmentCount: int
-
-
-class CapacityUpdate(EnvelopeHead):
-    acceptingRequests: bool
-    queueDepth: int
-    queueLimit: int
-
-
-class RequestError(EnvelopeHead, total=False):
-    requestId: str
-    sourceMessageId: str
-    code: str
-    message: str
-    retryable: bool
-
-
-class VoiceCaptureLevel(EnvelopeHead, total=False):
-    requestId: str
-    seconds: float
-    peak: float
-    rms: float
-
-
-class VoiceCaptureState(EnvelopeHead, total=False):
-    requestId: str
-    state: Literal["listening", "speech_started", "speech_ended"]
-    seconds: float
-    autoEndEnabled: bool
-    message: str | None
-
-
-class VoiceCaptureTranscript(EnvelopeHead, total=False):
-    requestId: str
-    text: str
-    language: str
-    elapsedMs: float
 
 
 #: Every C{request.error} code RPEngine emits (app.rs preflight,

@@ -100,6 +100,14 @@ class FieldTests(SynchronousTestCase):
             ({"type": "attachments", "attachments": [3]}, "attachments[0] must be an object"),
             ({"type": "attachments", "attachments": [{"alt": "x"}]}, "attachments[0].data"),
             (
+                {"type": "attachments", "attachments": [{"data": "x"}, {"data": ""}]},
+                "attachments.attachments[1].data must be a non-empty string (a data URI or URL)",
+            ),
+            (
+                {"type": "attachments", "attachments": [{"data": "x", "mimeType": ["a"]}]},
+                "attachments.attachments[0].mimeType must be a string or null, got an array",
+            ),
+            (
                 {"type": "attachments", "attachments": [{"data": "x", "alt": 3}]},
                 "attachments[0].alt must be a string",
             ),

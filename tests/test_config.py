@@ -89,6 +89,31 @@ class ConfigTests(SynchronousTestCase):
         self.assertRefused("[server]\nport = 'high'\n", "server.port must be a whole number")
         self.assertRefused("[server]\ndev = 1\n", "true or false")
 
+    def test_wrongTypeNamesKeyAsWritten(self) -> None:
+        """
+        A key written with dashes is named as written; a list item is named
+        by its index; a whole number is taken for a number, a boolean never.
+        """
+        self.assertRefused(
+            "[server]\nhello-timeout = 'soon'\n",
+            "server.hello-timeout must be a number, got a string ('soon')",
+        )
+        self.assertRefused(
+            "[server]\norigins = ['http://a', 3]\n", "server.origins[1] must be a string"
+        )
+        self.assertRefused("[engine]\nack_timeout = true\n", "engine.ack_timeout must be a number")
+        settings = parseSettings({"server": {"hello-timeout": 2}, "client": {"barge-in": False}})
+        self.assertEqual(settings.server.hello_timeout, 2.0)
+        self.assertIsInstance(settings.server.hello_timeout, float)
+        self.assertFalse(settings.client.barge_in)
+
+    def test_unknownSettingListsKnown(self) -> None:
+        self.assertRefused(
+            "[game]\nintegration-idd = 'x'\n",
+            "unknown setting game.integration-idd "
+            "(known: default_character, default_character_id, integration_id)",
+        )
+
     def test_notLoopback(self) -> None:
         """
         Listening on anything but loopback is refused at start-up.

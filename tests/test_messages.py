@@ -158,6 +158,50 @@ class ValidateTests(SynchronousTestCase):
             "queueDepth must be integer",
         )
 
+    def test_wrongOptionalType(self) -> None:
+        """
+        An optional field may be absent or null; any other wrong value is
+        refused, naming the message type and the field.
+        """
+        validate(
+            engineEnvelope("reply.accepted", requestId="r", queueDepth=None),
+            Direction.TO_GAME,
+            "s1",
+        )
+        self.assertViolation(
+            engineEnvelope("reply.accepted", requestId="r", queueDepth="2"),
+            "reply.accepted.queueDepth must be integer or null, got string",
+        )
+        self.assertViolation(
+            engineEnvelope("reply.text.completed", requestId="r", elapsedMs=[1]),
+            "reply.text.completed.elapsedMs must be number or null, got array",
+        )
+
+    def test_numberTakesInteger(self) -> None:
+        """
+        A number field takes an integer; an integer field does not take 1.0.
+        """
+        validate(
+            engineEnvelope("reply.text.completed", requestId="r", elapsedMs=12),
+            Direction.TO_GAME,
+            "s1",
+        )
+        self.assertViolation(
+            engineEnvelope("reply.text.delta", requestId="r", sequence=1.0, delta="a"),
+            "reply.text.delta.sequence must be integer, got number",
+        )
+
+    def test_specFieldsFromSchema(self) -> None:
+        """
+        A spec's required and optional fields, with the Python types each
+        may hold, come from its schema.
+        """
+        spec = MESSAGES["reply.text.completed"]
+        self.assertEqual(dict(spec.required), {"requestId": (str,)})
+        self.assertEqual(spec.optional["elapsedMs"], (int, float))
+        self.assertEqual(spec.optional["extractedContent"], (dict,))
+        self.assertEqual(MESSAGES["reply.completed"].optional["modalities"], (list,))
+
     def test_ackNeedsReference(self) -> None:
         self.assertViolation(engineEnvelope("ack"), "acknowledges")
 

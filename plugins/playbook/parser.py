@@ -8,6 +8,13 @@ through a conversation: after loading, nothing in a playbook can be wrong.
 C{docs/playbooks.md} is the reference for authors; this module is what
 enforces it, and builds the immutable objects of
 L{rpmiddleware.builtin.playbook.model}.
+
+The checks are written out rather than declared as schemas
+(L{rpmiddleware.schema}): most of them reach across the document (a
+transition's target stage, the tools a stage allows, a middleware tool that
+must exist, defaults merged into each stage and then checked whole with
+RPEngine's prompt rules) or answer with what the author should write instead
+(a field that belongs in promptDirective, the stages and tools there are).
 """
 
 from __future__ import annotations

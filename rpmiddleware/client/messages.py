@@ -15,8 +15,9 @@ silently change nothing.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from rpmiddleware.client.settings import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
 from rpmiddleware.enginerules import (
@@ -28,6 +29,7 @@ from rpmiddleware.enginerules import (
 )
 from rpmiddleware.envelope import jsonBytes, loadJson
 from rpmiddleware.messages import AUDIO_INPUT_LANGUAGES, SPEECH_OUTPUT_LANGUAGES, VOICES
+from rpmiddleware.schema import SchemaError, conform
 
 #: The version of the voice-client protocol spoken here.
 PROTOCOL_VERSION = 1
@@ -170,13 +172,25 @@ def obj(message: Mapping[str, Any], name: str) -> dict[str, Any]:
     return value
 
 
-@dataclass(frozen=True)
-class Attachment:
+#: msgspec's type names as L{_jsonName} says them, for schema errors.
+_WORDS = {
+    "str": "a string",
+    "int": "a whole number",
+    "float": "a number",
+    "bool": "a boolean",
+    "object": "an object",
+    "array": "an array",
+    "null": "null",
+}
+
+
+class Attachment(msgspec.Struct, frozen=True):
     """
-    A vision attachment: the seed's C{{data, mimeType?, alt?}}.
+    A vision attachment: the seed's C{{data, mimeType?, alt?}}, and the
+    schema an C{attachments} array is read with (other fields are ignored).
     """
 
-    data: str
+    data: Annotated[str, msgspec.Meta(min_length=1)]
     mimeType: str | None = None
     alt: str | None = None
 
@@ -199,21 +213,17 @@ def attachments(message: Mapping[str, Any], *, required: bool) -> list[Attachmen
         if required:
             raise InvalidMessage(f"{kind} needs attachments")
         return []
-    if not isinstance(value, list):
-        raise InvalidMessage(f"{kind}.attachments must be an array, got {_jsonName(value)}")
-    result = []
-    for i, item in enumerate(value):
-        where = f"{kind}.attachments[{i}]"
-        if not isinstance(item, dict):
-            raise InvalidMessage(f"{where} must be an object, got {_jsonName(item)}")
-        data = item.get("data")
-        if not isinstance(data, str) or not data:
-            raise InvalidMessage(f"{where}.data must be a non-empty string (a data URI or URL)")
-        for name in ("mimeType", "alt"):
-            if item.get(name) is not None and not isinstance(item[name], str):
-                raise InvalidMessage(f"{where}.{name} must be a string")
-        result.append(Attachment(data, item.get("mimeType"), item.get("alt")))
-    return result
+    try:
+        return conform(value, list[Attachment], _WORDS)
+    except SchemaError as e:
+        problem = e.problem
+        where = problem.at(f"{kind}.attachments")
+        if problem.field.endswith(".data"):
+            # Missing, empty or not a string: one answer that says what it is.
+            raise InvalidMessage(
+                f"{where} must be a non-empty string (a data URI or URL)"
+            ) from None
+        raise InvalidMessage(f"{where} {problem.problem}") from None
 
 
 def voiceAction(message: Mapping[str, Any]) -> str:

@@ -1,0 +1,96 @@
+"""
+The declarative schemas' errors: msgspec's words read back into the field
+and the problem, which every validator built on L{rpmiddleware.schema}
+words for its reader.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from twisted.trial.unittest import SynchronousTestCase
+
+from rpmiddleware.schema import TOML_WORDS, SchemaError, SchemaProblem, conform
+
+
+class Inner(msgspec.Struct, forbid_unknown_fields=True):
+    urls: str
+
+
+class Sample(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    count: int = 0
+    ratio: float = 1.0
+    note: str | None = None
+    tag: Annotated[str, msgspec.Meta(min_length=1)] = "x"
+    servers: list[Inner] = []
+
+
+class ProblemTests(SynchronousTestCase):
+    def problem(self, value: Any, words: Any = None) -> SchemaProblem:
+        with self.assertRaises(SchemaError) as caught:
+            conform(value, Sample, *([words] if words else []))
+        return caught.exception.problem
+
+    def test_fits(self) -> None:
+        """
+        A fitting value is converted; an integer is a number.
+        """
+        self.assertEqual(conform({"name": "a", "ratio": 2}, Sample), Sample("a", ratio=2.0))
+
+    def test_missing(self) -> None:
+        self.assertEqual(self.problem({}), SchemaProblem("name", "missing", "is missing"))
+
+    def test_unknown(self) -> None:
+        self.assertEqual(
+            self.problem({"name": "a", "nmae": 1}),
+            SchemaProblem("nmae", "unknown", "is not a known field"),
+        )
+
+    def test_wrongType(self) -> None:
+        """
+        A wrong type names the field, what it must be and what came, in
+        the given words; a boolean is not an integer.
+        """
+        self.assertEqual(
+            self.problem({"name": "a", "count": True}),
+            SchemaProblem("count", "type", "must be integer, got boolean"),
+        )
+        self.assertEqual(
+            self.problem({"name": "a", "count": "1"}, TOML_WORDS),
+            SchemaProblem("count", "type", "must be a whole number, got a string"),
+        )
+        self.assertEqual(
+            self.problem({"name": "a", "note": 3}),
+            SchemaProblem("note", "type", "must be string or null, got integer"),
+        )
+
+    def test_constraint(self) -> None:
+        self.assertEqual(
+            self.problem({"name": "a", "tag": ""}),
+            SchemaProblem("tag", "value", "must be string of length >= 1"),
+        )
+
+    def test_nested(self) -> None:
+        """
+        A problem inside a list names the item and its field.
+        """
+        self.assertEqual(
+            self.problem({"name": "a", "servers": [{"urls": "u"}, {"url": "u"}]}),
+            SchemaProblem("servers[1].url", "unknown", "is not a known field"),
+        )
+        self.assertEqual(
+            self.problem({"name": "a", "servers": [{}]}),
+            SchemaProblem("servers[0].urls", "missing", "is missing"),
+        )
+
+    def test_notAnObject(self) -> None:
+        problem = self.problem([1])
+        self.assertEqual((problem.field, problem.problem), ("", "must be object, got array"))
+        self.assertEqual(problem.at("server"), "server")
+
+    def test_at(self) -> None:
+        self.assertEqual(SchemaProblem("port", "type", "").at("server"), "server.port")
+        self.assertEqual(SchemaProblem("[0].x", "type", "").at("list"), "list[0].x")
+        self.assertEqual(SchemaProblem("port", "type", "").at(""), "port")
