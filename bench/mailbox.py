@@ -40,8 +40,8 @@ from twisted.internet.task import LoopingCall, deferLater
 from bench.common import Section, median, percentile, pin, processCpu, table
 from bench.hop import CHUNK_SAMPLES, Rig, Socket, ofType
 from bench.peers import Peer
-from rpmiddleware.engine.audioslots import pcm16Wav
-from rpmiddleware.engine.mailbox import FROM_ENGINE, TO_ENGINE
+from rpmiddleware.engine.mailbox.audioslots import pcm16Wav
+from rpmiddleware.engine.mailbox.files import FROM_ENGINE, TO_ENGINE
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.testing.kit import exampleCard
 

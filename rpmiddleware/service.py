@@ -16,7 +16,7 @@ from twisted.web.server import Site
 from rpmiddleware.client.protocol import ClientFactory
 from rpmiddleware.config import Settings
 from rpmiddleware.console import mountConsole
-from rpmiddleware.engine.mailboxservice import MailboxOptions, MailboxService
+from rpmiddleware.engine.mailbox.service import MailboxOptions, MailboxService
 from rpmiddleware.engine.protocol import EngineFactory
 from rpmiddleware.middleware import Middleware
 from rpmiddleware.web import CLIENT_PATH, ENGINE_PATH, buildSite

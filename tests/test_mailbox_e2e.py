@@ -23,7 +23,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import DeferredList, inlineCallbacks
 from twisted.internet.task import deferLater
 
-from rpmiddleware.engine.mailboxservice import MailboxOptions, MailboxService
+from rpmiddleware.engine.mailbox.service import MailboxOptions, MailboxService
 from rpmiddleware.testing.kit import captureLogEvents, exampleCard
 from rpmiddleware.testing.simmailbox import MailboxTransport
 from rpmiddleware.testing.simulator import SimulatorOptions, connectSimulator

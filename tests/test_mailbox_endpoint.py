@@ -1,5 +1,5 @@
 """
-The engine endpoint's file mailbox (rpmiddleware/engine/mailbox*.py) against
+The engine endpoint's file mailbox (rpmiddleware/engine/mailbox/) against
 the simulated RPEngine in file mode (rpmiddleware/testing/simmailbox.py,
 which follows RPEngine's src/filesystem-mailbox-adapter.ts), both on one
 L{Clock} and a temporary folder: the layout RPEngine reads, the handshake,
@@ -21,9 +21,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.api import ReplyStream
 from rpmiddleware.config import Settings
-from rpmiddleware.engine.audioslots import parseWav, silentSlot
-from rpmiddleware.engine.mailbox import FROM_ENGINE, TO_ENGINE, writeAtomic
-from rpmiddleware.engine.mailboxservice import MailboxOptions, MailboxService
+from rpmiddleware.engine.mailbox.audioslots import parseWav, silentSlot
+from rpmiddleware.engine.mailbox.files import FROM_ENGINE, TO_ENGINE, writeAtomic
+from rpmiddleware.engine.mailbox.service import MailboxOptions, MailboxService
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.middleware import Middleware
 from rpmiddleware.testing.kit import captureLogEvents, exampleCard

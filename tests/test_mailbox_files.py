@@ -1,5 +1,5 @@
 """
-The file mailbox's files (rpmiddleware/engine/mailbox.py, audioslots.py):
+The file mailbox's files (rpmiddleware/engine/mailbox/files.py, audioslots.py):
 stems, atomic writes, scans, refusals, clean-up, WAV slots and the chunk
 stream a phrase becomes.  Facts from RPEngine's file transport v1
 (docs/file-transport-v1.md, src/filesystem-mailbox-adapter.ts,
@@ -17,8 +17,8 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.engine import mailbox as mb
-from rpmiddleware.engine.audioslots import (
+from rpmiddleware.engine.mailbox import files as mb
+from rpmiddleware.engine.mailbox.audioslots import (
     PCM_CHUNK_BYTES,
     AudioLayout,
     SegmentStream,

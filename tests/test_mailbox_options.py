@@ -18,7 +18,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from rpmiddleware.config import ConfigError, parseSettings
 from rpmiddleware.demo import DemoService
-from rpmiddleware.engine.mailboxservice import MailboxService
+from rpmiddleware.engine.mailbox.service import MailboxService
 from rpmiddleware.tap import Options, makeService
 from rpmiddleware.testing.kit import captureLogEvents
 from rpmiddleware.testing.live import connectClient

@@ -16,8 +16,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from rpmiddleware.api import ReplyStream
 from rpmiddleware.client.errors import LLM_ERROR, LLM_TIMEOUT, engineErrorMessage
 from rpmiddleware.client.turns import Turn
-from rpmiddleware.engine.mailbox import TO_ENGINE
-from rpmiddleware.engine.mailboxwatch import PROBE_PREFIX
+from rpmiddleware.engine.mailbox.files import TO_ENGINE
+from rpmiddleware.engine.mailbox.watch import PROBE_PREFIX
 from rpmiddleware.metrics import MiddlewareMetrics
 from rpmiddleware.testing.kit import captureLogEvents
 from tests.test_client_turns import Recorder

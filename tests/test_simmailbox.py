@@ -14,9 +14,9 @@ from typing import Any
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.engine.audioslots import AudioLayout, createSlots, parseWav, silentSlot
-from rpmiddleware.engine.mailbox import FROM_ENGINE, TO_ENGINE, makeStem, writeEnvelope
-from rpmiddleware.engine.mailboxservice import MailboxOptions, manifest
+from rpmiddleware.engine.mailbox.audioslots import AudioLayout, createSlots, parseWav, silentSlot
+from rpmiddleware.engine.mailbox.files import FROM_ENGINE, TO_ENGINE, makeStem, writeEnvelope
+from rpmiddleware.engine.mailbox.service import MailboxOptions, manifest
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.simcore import AUDIO_TRANSPORT_FAILED_MESSAGE

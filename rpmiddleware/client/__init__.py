@@ -13,12 +13,29 @@ Modules, one job each:
   - L{sessions}: sessions, history and their TTL;
   - L{tts}: one reply's speech at the client's rate, streamed or as a WAV;
   - L{turns}: one turn's reply stream as client messages;
-  - L{flow}: bounding what a slow client costs;
-  - L{capacity}: the C{capacity} message;
+  - L{capacity}: the C{capacity} message (the endpoint's monitor, and each
+    connection's notices at a bounded rate);
   - L{attachments}: images for an RPEngine that takes none;
-  - L{playbook}: the playbook and game-event messages, and the playbook plugin's replies;
-  - L{endpoint}: what a connection is given (its writer, the shared parts);
-  - L{connection}: one client's messages, session and turns;
+  - L{extensions}: plugins' messages to clients, and the turns they ask for;
+
+one connection, composed in L{connection} of
+
+  - L{inbox}: its messages, one at a time in order;
+  - L{flow}: bounding what a slow client costs;
+  - L{turnqueue}: one turn at a time, barge-in or a bounded queue;
+  - L{resume}: taking over a session after a reconnect;
+
+the message handlers, each given a L{surface.ClientSurface}:
+
+  - L{turnmessages}: C{text}, C{audio}, C{voice-capture}, C{cancel};
+  - L{character}: C{character} and C{configure};
+  - L{reconnect}: C{reconnect};
+  - L{status}: the C{status} extension;
+
+and the endpoint:
+
+  - L{endpoint}: what a connection is given (its writer, the shared parts,
+    the dispatch table);
   - L{protocol}: the Autobahn protocol and factory.
 """
 

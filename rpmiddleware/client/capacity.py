@@ -5,7 +5,8 @@ One monitor per endpoint watches the core (L{rpmiddleware.coreview.CoreView}:
 is an RPEngine connected? what did its last C{capacity.update} say?), and
 tells every connection when anything a client would show changes.  Clients
 learn why their turn waits: no RPEngine (with the link that opens it), or
-RPEngine busy.
+RPEngine busy.  Each connection's L{CapacityNotices} sends them its
+messages, the moves of RPEngine's queue depth alone at a bounded rate.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from rpmiddleware.config import PRODUCTION_ORIGIN
@@ -20,6 +22,9 @@ from rpmiddleware.coreview import CoreView, EngineSessionView
 from rpmiddleware.envelope import Envelope
 
 Listener = Callable[[], None]
+
+#: Seconds between capacity messages that only move the queue depth.
+DEPTH_INTERVAL = 0.25
 
 
 def engineLink(port: int) -> str:
@@ -116,3 +121,65 @@ class CapacityMonitor:
                 listener()
             except Exception:
                 self.log.failure("a capacity listener failed")
+
+
+class CapacityNotices:
+    """
+    One connection's C{capacity} messages, from its creation until L{stop}.
+
+    A move of RPEngine's queue depth alone is sent at most every
+    L{DEPTH_INTERVAL} seconds (the latest value always arrives): with many
+    clients playing turns every request moves the depth, and telling every
+    client of every move was most of what they received.  Anything else
+    (engine, accepting, limit) goes at once.
+
+    @param send: sends a message to the client.
+    @param port: the local port the client connected to (for the link).
+    @param closed: whether the connection is gone; then nothing is sent.
+    """
+
+    def __init__(
+        self,
+        monitor: CapacityMonitor,
+        clock: IReactorTime,
+        send: Callable[[dict[str, Any]], object],
+        port: Callable[[], int],
+        closed: Callable[[], bool],
+    ) -> None:
+        self._monitor = monitor
+        self._clock = clock
+        self._send = send
+        self._port = port
+        self._closed = closed
+        self._sent: tuple[bool, bool, int, int] | None = None
+        self._later: IDelayedCall | None = None
+        self._stopListening = monitor.listen(self._changed)
+
+    def send(self) -> None:
+        """
+        Send the client RPEngine's capacity now.
+        """
+        later, self._later = self._later, None
+        if later is not None and later.active():
+            later.cancel()
+        if self._closed():
+            return
+        self._sent = self._monitor.state()
+        self._send(self._monitor.message(self._port()))
+
+    def stop(self) -> None:
+        """
+        Send nothing more (the connection is gone).
+        """
+        self._stopListening()
+        if self._later is not None and self._later.active():
+            self._later.cancel()
+
+    def _changed(self) -> None:
+        state = self._monitor.state()
+        sent = self._sent
+        if sent is not None and state[:2] == sent[:2] and state[3] == sent[3]:
+            if self._later is None:
+                self._later = self._clock.callLater(DEPTH_INTERVAL, self.send)
+            return
+        self.send()

@@ -1,18 +1,22 @@
 """
-One client connection's life: its messages in order, its session, its turns.
+One client connection: the thin composition of its parts, each with one job.
 
-Independent of Autobahn (L{rpmiddleware.client.protocol} adapts it) so that
-the rules are read in one place:
+Independent of Autobahn (L{rpmiddleware.client.protocol} adapts it):
 
-  - messages are handled one at a time, in order; while one waits (audio
-    being decoded in a thread) reading from the socket pauses, so a client
-    cannot queue unbounded work and a C{cancel} never overtakes its turn;
-  - one turn plays at a time: a new one cancels it first (barge-in) or, with
-    barge-in off, waits behind it (bounded);
-  - a malformed message is answered with INVALID_MESSAGE and nothing else
-    happens; the session lives on;
-  - when the connection goes, its turn is cancelled upstream and its session
-    waits for a reconnect.
+  - L{rpmiddleware.client.inbox}: its messages, handled one at a time in
+    order; reading pauses while one is waited for;
+  - L{rpmiddleware.client.flow}: a client that stops reading loses its audio
+    and its turn, then its connection (the reactions are here);
+  - L{rpmiddleware.client.capacity}: RPEngine's capacity, the moves of its
+    queue depth alone at a bounded rate;
+  - L{rpmiddleware.client.turnqueue}: one turn plays at a time: a new one
+    cancels it (barge-in) or waits behind it (bounded);
+  - L{rpmiddleware.client.resume}: taking over a session after a reconnect.
+
+Here: the connection's life (a malformed message is answered with
+INVALID_MESSAGE and nothing else happens, the session lives on; when the
+connection goes, its turn is cancelled upstream and its session waits for a
+reconnect), and what it sends.
 
 What each message means is not here: the endpoint's dispatch table
 (L{rpmiddleware.client.endpoint.ClientEndpoint.handlers}) names the handler
@@ -22,35 +26,33 @@ connection only as a L{rpmiddleware.client.surface.ClientSurface}.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from rpmiddleware.api import ReplyStream
 from rpmiddleware.client import messages as wire
-from rpmiddleware.client.attachments import attachmentContext
+from rpmiddleware.client.capacity import DEPTH_INTERVAL, CapacityNotices
 from rpmiddleware.client.decode import DecodedAudio
 from rpmiddleware.client.endpoint import ClientEndpoint, Writer
-from rpmiddleware.client.errors import INTERNAL_ERROR, INVALID_MESSAGE, RATE_LIMITED, errorMessage
+from rpmiddleware.client.errors import INTERNAL_ERROR, INVALID_MESSAGE, errorMessage
 from rpmiddleware.client.flow import SendGuard
+from rpmiddleware.client.inbox import Inbox
 from rpmiddleware.client.messages import InvalidMessage
+from rpmiddleware.client.resume import resumeSession
 from rpmiddleware.client.sessions import ClientConfig, ClientSession
 from rpmiddleware.client.settings import Character
 from rpmiddleware.client.surface import Opener, Reply
-from rpmiddleware.client.tts import SpeechOutput
-from rpmiddleware.client.turns import AUDIO, Turn
+from rpmiddleware.client.turnqueue import TurnQueue
+from rpmiddleware.client.turns import Turn
 from rpmiddleware.coreview import CoreView
+
+__all__ = ["CLOSE_POLICY", "CLOSE_TAKEN_OVER", "DEPTH_INTERVAL", "ClientConnection"]
 
 #: WebSocket close codes this endpoint uses.
 CLOSE_POLICY = 1008
 CLOSE_TAKEN_OVER = 4001
-
-#: Seconds between capacity messages that only move the queue depth.
-DEPTH_INTERVAL = 0.25
 
 
 class ClientConnection:
@@ -58,7 +60,7 @@ class ClientConnection:
     Provides L{rpmiddleware.client.surface.ClientSurface} to the handlers.
 
     @ivar session: the client's session (replaced by a successful reconnect).
-    @ivar current: the turn playing now, if any.
+    @ivar turns: its turns, the one playing and those waiting.
     """
 
     log = Logger()
@@ -69,16 +71,12 @@ class ClientConnection:
         self.writer = writer
         self.peer = peer
         self.session: ClientSession = endpoint.sessions.create(self)
-        self.current: Turn | None = None
         #: This client's WebRTC (L{rpmiddleware.webrtc.voice.VoiceLink}), from its first offer.
         self.voice: Any = None
-        self.waiting: deque[Callable[[], None]] = deque()
         self.closed = False
         self.closing = False
-        self._inbox: deque[tuple[bytes | str, bool, Reply | None]] = deque()
-        self._busy = False
-        #: How to answer the message being handled, if not on the WebSocket.
-        self._reply: Reply | None = None
+        self.inbox = Inbox(self._handle, self._failed, self, writer)
+        self.turns = TurnQueue(self, endpoint.clock, endpoint.capacity)
         self.guard = SendGuard(
             endpoint.clock,
             writer.backlog,
@@ -89,9 +87,13 @@ class ClientConnection:
             self._relieved,
             self._overflowed,
         )
-        self._capacitySent: tuple[bool, bool, int, int] | None = None
-        self._capacityLater: Any = None
-        self._stopCapacity = endpoint.capacity.listen(self._capacityChanged)
+        self.capacity = CapacityNotices(
+            endpoint.capacity,
+            endpoint.clock,
+            self.send,
+            lambda: self.writer.port,
+            lambda: self.closed,
+        )
 
     # Life.
 
@@ -102,7 +104,7 @@ class ClientConnection:
             sessionId=self.session.id,
         )
         self.send(wire.ready(self.session.id, self.settings.ice_servers))
-        self._sendCapacity()
+        self.capacity.send()
 
     def lost(self) -> None:
         """
@@ -112,14 +114,9 @@ class ClientConnection:
             return
         self.closed = True
         self.guard.stop()
-        self._stopCapacity()
-        if self._capacityLater is not None and self._capacityLater.active():
-            self._capacityLater.cancel()
-        self._inbox.clear()
-        self.waiting.clear()
-        turn, self.current = self.current, None
-        if turn is not None and not turn.ended:
-            turn.cancel("the client disconnected")
+        self.capacity.stop()
+        self.inbox.clear()
+        self.turns.stop("the client disconnected")
         if self.voice is not None:
             self.voice.close()
         if self.session.owner is self:
@@ -140,10 +137,7 @@ class ClientConnection:
             peer=self.peer,
         )
         self.closing = True
-        self.waiting.clear()
-        turn, self.current = self.current, None
-        if turn is not None and not turn.ended:
-            turn.cancel("the session was resumed by another connection")
+        self.turns.stop("the session was resumed by another connection")
         self.writer.closeConnection(CLOSE_TAKEN_OVER, "session resumed by another connection")
 
     # Writing.
@@ -171,10 +165,13 @@ class ClientConnection:
         """
         Answer the message being handled on the channel it came by.
         """
-        if self._reply is not None:
-            self._reply(message)
+        channel = self.inbox.channel
+        if channel is not None:
+            channel(message)
         else:
             self.send(message)
+
+    # Flow control's reactions (L{SendGuard} decides when).
 
     def _congested(self) -> None:
         self.log.warn(
@@ -184,8 +181,7 @@ class ClientConnection:
             queued=self.guard.pending(),
             sessionId=self.session.id,
         )
-        if self.current is not None:
-            self.current.cancel("the client is not reading its messages fast enough")
+        self.turns.cancelCurrent("the client is not reading its messages fast enough")
 
     def _relieved(self) -> None:
         self.log.info("client {peer} is reading again", peer=self.peer)
@@ -198,73 +194,21 @@ class ClientConnection:
             sessionId=self.session.id,
         )
         self.closing = True
-        if self.current is not None:
-            self.current.cancel("the client is not reading its messages")
+        self.turns.cancelCurrent("the client is not reading its messages")
         self.writer.closeConnection(CLOSE_POLICY, "client too slow: it does not read its messages")
 
-    def _capacityChanged(self) -> None:
-        """
-        Tell the client.  A move of RPEngine's queue depth alone is sent at
-        most every L{DEPTH_INTERVAL} seconds (the latest value always
-        arrives): with many clients playing turns every request moves the
-        depth, and telling every client of every move was most of what they
-        received.  Anything else (engine, accepting, limit) goes at once.
-        """
-        state = self.endpoint.capacity.state()
-        sent = self._capacitySent
-        if sent is not None and state[:2] == sent[:2] and state[3] == sent[3]:
-            if self._capacityLater is None:
-                self._capacityLater = self.endpoint.clock.callLater(
-                    DEPTH_INTERVAL, self._sendCapacity
-                )
-            return
-        self._sendCapacity()
-
-    def _sendCapacity(self) -> None:
-        later, self._capacityLater = self._capacityLater, None
-        if later is not None and later.active():
-            later.cancel()
-        if self.closed:
-            return
-        self._capacitySent = self.endpoint.capacity.state()
-        self.send(self.endpoint.capacity.message(self.writer.port))
-
-    # Reading.
+    # Reading (L{Inbox} keeps the order).
 
     def received(self, payload: bytes | str, isBinary: bool, reply: Reply | None = None) -> None:
         """
-        A client message, in order with the others whichever way it came.
-
-        @param reply: for a message that came on the WebRTC data channel,
-            how to send on that channel: a C{ping} there is answered there
-            (an LLMRTC client that pings on its data channel waits for the
-            C{pong} on it).
+        A client message, in order with the others whichever way it came
+        (see L{Inbox.received}).
         """
-        if self.closed or self.closing:
-            return
-        self._inbox.append((payload, isBinary, reply))
-        self._drain()
+        self.inbox.received(payload, isBinary, reply)
 
-    def _drain(self) -> None:
-        while self._inbox and not self._busy and not (self.closed or self.closing):
-            payload, isBinary, self._reply = self._inbox.popleft()
-            try:
-                pending = self._handle(payload, isBinary)
-            finally:
-                self._reply = None
-            if pending is not None:
-                self._busy = True
-                self.writer.pauseReading()
-                pending.addBoth(self._resume)
-
-    def _resume(self, result: object) -> None:
-        self._busy = False
-        if isinstance(result, Failure):
-            self.log.failure("handling a message of client {peer} failed", result, peer=self.peer)
-            self.error(INTERNAL_ERROR, "the middleware failed while handling a message")
-        if not self.closed:
-            self.writer.resumeReading()
-            self._drain()
+    def _failed(self, failure: Failure) -> None:
+        self.log.failure("handling a message of client {peer} failed", failure, peer=self.peer)
+        self.error(INTERNAL_ERROR, "the middleware failed while handling a message")
 
     def _handle(self, payload: bytes | str, isBinary: bool) -> Deferred[None] | None:
         kind = "?"
@@ -303,8 +247,12 @@ class ClientConnection:
         return self.guard.congested
 
     @property
+    def current(self) -> Turn | None:
+        return self.turns.current
+
+    @property
     def queued(self) -> int:
-        return len(self.waiting)
+        return len(self.turns.waiting)
 
     def decode(self, data: str) -> Deferred[DecodedAudio]:
         return self.endpoint.decode(data)
@@ -320,163 +268,20 @@ class ClientConnection:
 
     def resume(self, sessionId: str) -> ClientSession:
         """
-        Take over the session C{sessionId}: its previous connection, if any,
-        is closed, this connection's turns are dropped and its own session
-        forgotten.
+        Take over the session C{sessionId} (see L{resumeSession}).
 
         @raise SessionLookupError: no such session (or it expired).
         """
-        session, previous = self.endpoint.sessions.resume(sessionId, self)
-        if previous is not None and previous is not self:
-            previous.takenOver()
-        self.dropWaiting("a waiting turn was dropped: the connection resumed another session")
-        turn, self.current = self.current, None
-        if turn is not None and not turn.ended:
-            turn.cancel("the connection resumed another session")
-        self.endpoint.sessions.discard(self.session)
-        self.session = session
-        self.log.info(
-            "client {peer} resumed session {sessionId} ({entries} history entries)",
-            peer=self.peer,
-            sessionId=sessionId,
-            entries=len(session.history),
-        )
-        return session
-
-    # Turns.
+        self.session = resumeSession(self.endpoint.sessions, sessionId, self, self.turns)
+        return self.session
 
     def submit(
         self, kind: str, playerText: str | None, open: Opener, config: ClientConfig | None = None
     ) -> None:
-        """
-        L{rpmiddleware.client.surface.ClientSurface.submit}, with barge-in or
-        queueing as configured.  C{config} is the configuration the turn
-        plays with (the session's now when not given).
-        """
-        character = self.character()
-        config = config or self.session.config
-        turn = self.current
-        if turn is not None and not turn.ended:
-            if self.session.config.bargesIn(self.settings):
-                self.dropWaiting("a waiting turn was replaced by a newer one (barge-in)")
-                self.current = None
-                turn.cancel("interrupted by a new turn (barge-in)")
-            elif len(self.waiting) >= self.settings.queued_turns:
-                self.error(
-                    RATE_LIMITED,
-                    f"{len(self.waiting)} turns already wait behind the one playing; "
-                    "wait for reply-complete or send cancel",
-                    retryable=True,
-                )
-                return
-            else:
-                self.waiting.append(lambda: self._start(kind, playerText, open, character, config))
-                return
-        self._start(kind, playerText, open, character, config)
+        self.turns.submit(kind, playerText, open, config)
 
     def submitAudio(self, audio: dict[str, Any], config: ClientConfig | None = None) -> None:
-        """
-        Start a turn from a recording already in RPEngine's C{event.audio}
-        shape (PCM at any rate; the audio-resample plugin converts it), with
-        any pending attachments' alt text as context.  The entry point for
-        audio that arrives other than in an C{audio} message (a WebRTC
-        microphone track).
-
-        @raise InvalidMessage: when the client has no character.
-        """
-        context = attachmentContext(self)
-
-        def open(request: dict[str, Any]) -> ReplyStream:
-            return self.endpoint.middleware.requestReply(text=context, audio=audio, **request)
-
-        self.submit(AUDIO, None, open, config)
-
-    def _start(
-        self,
-        kind: str,
-        playerText: str | None,
-        open: Opener,
-        character: Character,
-        config: ClientConfig,
-    ) -> None:
-        if self.closed:
-            return
-        settings = self.settings
-        # With a WebRTC speech track negotiated, the reply plays on it.
-        track = self.voice.speechOutput() if self.voice and config.wantsAudio() else None
-        rate = track.rate if track is not None else config.outputRate(settings)
-        request: dict[str, Any] = {
-            "characterId": character.characterId,
-            "card": character.card,
-            "integrationId": character.integrationId,
-            "output": config.output(settings),
-            "player": config.player,
-            "meta": {"client": self.session.id, "outputSampleRate": rate},
-            # The turn forwards each chunk as it comes; keeping them all on the
-            # stream too would hold a whole reply's audio per client.
-            "retainAudio": False,
-            **config.promptFields(),
-        }
-        speech = track or (
-            SpeechOutput(rate, config.streams(settings)) if config.wantsAudio() else None
-        )
-        try:
-            stream = open(request)
-        except Exception:
-            self.log.failure("starting a turn for client {peer} failed", peer=self.peer)
-            self.error(INTERNAL_ERROR, "the middleware could not start this turn")
-            self._startWaiting()
-            return
-        turn = Turn(
-            kind,
-            stream,
-            self.send,
-            speech,
-            self.endpoint.clock,
-            settings.accept_timeout,
-            self._turnEnded,
-            playerText,
-            stallTimeout=settings.stall_timeout,
-            queue=self.endpoint.middleware.engineQueue,
-        )
-        self.current = turn
-        self.log.info(
-            "client {peer} started a {kind} turn {turnId}",
-            peer=self.peer,
-            kind=kind,
-            turnId=turn.id,
-            sessionId=self.session.id,
-        )
-        turn.start()
-        if not turn.ended and not self.endpoint.middleware.engineConnected:
-            self.send(
-                self.endpoint.capacity.message(
-                    self.writer.port, note="Your turn waits for RPEngine."
-                )
-            )
-
-    def _turnEnded(self, turn: Turn) -> None:
-        details = {"turnId": turn.id, "source": turn.kind}
-        self.session.remember("player", turn.transcript or "", **details)
-        for line in turn.lines or [{"text": turn.replyText}]:
-            if line["text"]:
-                speaker = {"speaker": line["speaker"]} if "speaker" in line else {}
-                self.session.remember(
-                    "character", line["text"], outcome=turn.outcome, **details, **speaker
-                )
-        if self.current is turn:
-            self.current = None
-            self._startWaiting()
-
-    def _startWaiting(self) -> None:
-        if self.waiting and self.current is None and not self.closed:
-            self.waiting.popleft()()
+        self.turns.submitAudio(audio, config)
 
     def dropWaiting(self, reason: str) -> None:
-        """
-        Forget the turns waiting behind the one playing, telling the client
-        of each (they have no turnId yet).
-        """
-        while self.waiting:
-            self.waiting.popleft()
-            self.send({"type": "tts-cancelled", "reason": reason})
+        self.turns.dropWaiting(reason)

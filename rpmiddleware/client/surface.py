@@ -8,9 +8,9 @@ L{rpmiddleware.client.reconnect}, C{status} and the playbook messages in
 their modules, ...), through the endpoint's dispatch table
 (L{rpmiddleware.client.endpoint.ClientEndpoint.handlers}).  A handler is
 given a L{ClientSurface}, never the concrete
-L{rpmiddleware.client.connection.ClientConnection}: the connection keeps one
-job, a connection's life (reading in order, flow control, one turn at a
-time), and the handlers cannot reach into it.
+L{rpmiddleware.client.connection.ClientConnection} (the composition of a
+connection's parts: its inbox, flow control, capacity notices, turn queue
+and resume), so the handlers cannot reach into it.
 """
 
 from __future__ import annotations

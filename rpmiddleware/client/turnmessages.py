@@ -3,8 +3,9 @@ The messages that ask for a turn or stop one: C{text}, C{audio},
 C{voice-capture} and C{cancel}.
 
 Each is checked here and becomes a request to the middleware's Python API;
-the connection decides when the turn plays (now, cancelling the one playing,
-or queued behind it) and follows it (L{rpmiddleware.client.turns.Turn}).
+the connection's turn queue (L{rpmiddleware.client.turnqueue}) decides when
+the turn plays (now, cancelling the one playing, or queued behind it), and
+L{rpmiddleware.client.turns.Turn} follows it.
 """
 
 from __future__ import annotations

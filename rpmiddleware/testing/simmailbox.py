@@ -46,7 +46,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from rpmiddleware.engine.audioslots import PCM_CHUNK_BYTES, pcm16Wav
+from rpmiddleware.engine.mailbox.audioslots import PCM_CHUNK_BYTES, pcm16Wav
 from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, isoTimestamp
 from rpmiddleware.messages import MAX_MESSAGE_BYTES
 from rpmiddleware.testing.simengine import SimulatedEngine

@@ -46,13 +46,13 @@ from rpmiddleware.envelope import Envelope
 
 if TYPE_CHECKING:
     from rpmiddleware.engine.link import EngineLink
-    from rpmiddleware.engine.mailboxsession import MailboxSession
+    from rpmiddleware.engine.mailbox.session import MailboxSession
 
 
 class Outbox(Protocol):
     """
     What the watch reads of the folder RPEngine reads
-    (L{rpmiddleware.engine.mailboxendpoint.FileOutbox}).
+    (L{rpmiddleware.engine.mailbox.endpoint.FileOutbox}).
     """
 
     def oldestUnread(self) -> tuple[float, str] | None: ...

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
-from rpmiddleware.engine.audioslots import (
+from rpmiddleware.engine.link import RESENDABLE
+from rpmiddleware.engine.mailbox.audioslots import (
     AudioLayout,
     SegmentStream,
     SlotLedger,
@@ -38,8 +39,7 @@ from rpmiddleware.engine.audioslots import (
     readSlot,
     slotNameOf,
 )
-from rpmiddleware.engine.link import RESENDABLE
-from rpmiddleware.engine.mailbox import (
+from rpmiddleware.engine.mailbox.files import (
     READY,
     Refused,
     StemClock,
@@ -50,8 +50,8 @@ from rpmiddleware.engine.mailbox import (
     writeEnvelope,
     writeEnvelopes,
 )
-from rpmiddleware.engine.mailboxsession import MailboxSession, MailboxWriter
-from rpmiddleware.engine.mailboxwatch import ReaderWatch
+from rpmiddleware.engine.mailbox.session import MailboxSession, MailboxWriter
+from rpmiddleware.engine.mailbox.watch import ReaderWatch
 from rpmiddleware.engine.session import EngineSession, decodeText
 from rpmiddleware.enginerules import EngineRefusal
 from rpmiddleware.envelope import Envelope, summarize
@@ -286,7 +286,7 @@ class MailboxEndpoint:
         self._later: list[IDelayedCall] = []
         self.refusedFiles = 0
         self.segmentsRead = 0
-        #: Whether RPEngine still reads the folder (mailboxwatch.py).
+        #: Whether RPEngine still reads the folder (L{rpmiddleware.engine.mailbox.watch}).
         self.watch = ReaderWatch(clock, self.outbox, self.link, self._readerGone)
 
     # Life

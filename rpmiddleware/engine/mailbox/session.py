@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from twisted.internet.interfaces import IReactorTime
 
-from rpmiddleware.engine.audioslots import SlotLedger
+from rpmiddleware.engine.mailbox.audioslots import SlotLedger
 from rpmiddleware.engine.session import EngineSession, SessionOptions
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.messages import ackReference

@@ -2,7 +2,7 @@
 RPEngine's file mailbox (file transport v1) as files: folder checks, stems,
 atomic writes, bounded scans, removal and clean-up.
 
-Nothing here knows the protocol; L{rpmiddleware.engine.mailboxservice} does.
+Nothing here knows the protocol; L{rpmiddleware.engine.mailbox.service} does.
 The facts follow RPEngine's public source: C{docs/file-transport-v1.md} and
 C{src/filesystem-mailbox-adapter.ts} (its reader and writer), and its own
 game side, C{tools/mock-game/server.mjs}.  Every envelope is one immutable

@@ -25,8 +25,9 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from rpmiddleware.engine.audioslots import DEFAULT_SLOT_COUNT, AudioLayout, createSlots
-from rpmiddleware.engine.mailbox import (
+from rpmiddleware.engine.mailbox.audioslots import DEFAULT_SLOT_COUNT, AudioLayout, createSlots
+from rpmiddleware.engine.mailbox.endpoint import Folders, MailboxEndpoint
+from rpmiddleware.engine.mailbox.files import (
     FROM_ENGINE,
     MANIFEST_NAME,
     MANIFEST_SCHEMA,
@@ -44,7 +45,6 @@ from rpmiddleware.engine.mailbox import (
     scanReady,
     writeAtomic,
 )
-from rpmiddleware.engine.mailboxendpoint import Folders, MailboxEndpoint
 
 ACTIVE_INTERVAL = 0.05
 IDLE_INTERVAL = 0.25

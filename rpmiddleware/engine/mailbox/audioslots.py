@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rpmiddleware.audio import encodeBase64, pcm16Wav
-from rpmiddleware.engine.mailbox import FILE_MODE, Refused, readRegularFile
+from rpmiddleware.engine.mailbox.files import FILE_MODE, Refused, readRegularFile
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.messages import OUTPUT_SAMPLE_RATE, PCM_CHUNK_BYTES
 
