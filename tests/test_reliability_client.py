@@ -259,6 +259,11 @@ class SlowClientTests(ClientRig):
             factory = self.live.listener.factories[b"/client/socket"]
             # The server opened it before it answered 101.
             [connection] = list(factory.connections)
+            # And a small send buffer on the server's side: loopback's kernel
+            # buffers grow to megabytes and would otherwise absorb the whole
+            # reply, so the middleware's own backlog might never build.
+            server = connection.transport.getHandle()
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
             # The backlog is highest right after a send (it only drains in
             # between), so measuring after each send finds its peak.
             peaks = [0]
