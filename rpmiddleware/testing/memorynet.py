@@ -1,0 +1,183 @@
+"""
+A loopback network in memory, on a clock: the whole middleware (its HTTP
+site, the WebSocket upgrade and framing, the client and RPEngine endpoints)
+with real Autobahn peers, and no socket and no real time.
+
+L{MemoryNetwork} is a L{MemoryReactorClock} whose TCP connections are
+completed in memory (L{twisted.test.iosim}): everything given its
+C{reactor} listens and connects as on the real reactor, and
+L{MemoryNetwork.run} runs the simulated event loop (deliver the bytes
+written, run the calls due, advance the clock to the next scheduled call)
+until a L{Deferred} has its result, as C{asyncio}'s C{run_until_complete}
+does.  A test is then deterministic: what happens depends on the order of
+events and on simulated time only.
+
+    network = MemoryNetwork()
+    live = startMiddleware(network.reactor, Settings())
+    engine = network.run(connectSimulator(network.reactor, live.port))
+    client = connectClient(network.reactor, live.url("/client/socket"))
+    network.run(client.opened)
+    client.send({"type": "text", "text": "Hello"})
+    reply = network.result(client.nextOfType("reply-complete"))
+
+A test case written with C{inlineCallbacks} runs on the network unchanged
+with L{runOnNetwork}: the case says how to run a Deferred (its C{runDeferred}
+method), and a live case (real reactor) just returns it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Generator
+from typing import Any, TypeVar
+
+from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.internet.testing import MemoryReactorClock
+from twisted.python.failure import Failure
+from twisted.test.iosim import ConnectionCompleter, IOPump
+
+T = TypeVar("T")
+
+#: Simulated seconds L{MemoryNetwork.run} waits for a result by default.
+DEFAULT_LIMIT = 300.0
+#: Rounds of delivery at one instant before the network is deemed stuck in
+#: a loop that never lets time pass.
+MAX_ROUNDS = 100_000
+
+
+class NetworkStuck(AssertionError):
+    """
+    What a test waited for never happened: nothing was left to run, or the
+    simulated time limit passed.
+    """
+
+
+class NetworkReactor(MemoryReactorClock):
+    """
+    A L{MemoryReactorClock} that, like the kernel, gives a listener on port
+    0 a port of its own (so that clients can name it in a URL).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._nextPort = 40000
+
+    def listenTCP(self, port: int, factory: Any, backlog: int = 50, interface: str = "") -> Any:
+        if port == 0:
+            port, self._nextPort = self._nextPort, self._nextPort + 1
+        return super().listenTCP(port, factory, backlog, interface)
+
+
+class MemoryNetwork:
+    """
+    A reactor (L{MemoryReactorClock}) whose TCP connections are joined in
+    memory, and the loop that runs it.
+
+    @ivar reactor: give it to whatever would listen, connect or schedule.
+    @ivar pumps: the open connections' L{IOPump}s.
+    """
+
+    def __init__(self) -> None:
+        self.reactor = NetworkReactor()
+        self.pumps: list[IOPump] = []
+        self._completer = ConnectionCompleter(self.reactor)
+
+    def seconds(self) -> float:
+        return self.reactor.seconds()
+
+    def flush(self) -> None:
+        """
+        Run everything due now: pending connections are accepted, bytes
+        written are delivered (one round trip per round, as the reactor
+        would in successive iterations), disconnections are reported, and
+        the calls due at the current time run, until nothing moves.
+        """
+        for _ in range(MAX_ROUNDS):
+            moved = False
+            while True:
+                pump = self._completer.succeedOnce(greet=False)
+                if pump is None:
+                    break
+                self.pumps.append(pump)
+                moved = True
+            for pump in list(self.pumps):
+                if pump.pump(advanceClock=False):
+                    moved = True
+                elif pump.clientIO.disconnected and pump.serverIO.disconnected:
+                    self.pumps.remove(pump)
+            now = self.reactor.seconds()
+            if any(c.getTime() <= now for c in self.reactor.getDelayedCalls()):
+                self.reactor.advance(0)
+                moved = True
+            if not moved:
+                return
+        raise NetworkStuck(f"still busy after {MAX_ROUNDS} rounds at t={self.seconds():.3f}")
+
+    def advance(self, seconds: float) -> None:
+        """
+        Let C{seconds} of simulated time pass, running every call in order
+        at its time and delivering what each one writes before the next.
+        """
+        end = self.reactor.seconds() + seconds
+        while True:
+            self.flush()
+            due = [c.getTime() for c in self.reactor.getDelayedCalls() if c.getTime() <= end]
+            if not due:
+                break
+            self.reactor.advance(max(0.0, min(due) - self.reactor.seconds()))
+        self.reactor.advance(max(0.0, end - self.reactor.seconds()))
+        self.flush()
+
+    def run(self, d: Deferred[T], limit: float = DEFAULT_LIMIT) -> Deferred[T]:
+        """
+        Run the network until C{d} has a result (at most C{limit} simulated
+        seconds), and return C{d}, which has it.
+
+        @raise NetworkStuck: when nothing is left to run, or C{limit}
+            simulated seconds passed, before C{d} fired.
+        """
+        start = self.reactor.seconds()
+        while True:
+            self.flush()
+            if d.called:
+                return d
+            calls = [c.getTime() for c in self.reactor.getDelayedCalls()]
+            if not calls:
+                raise NetworkStuck(
+                    f"waited for {d!r}, and nothing is left to happen (t={self.seconds():.3f})"
+                )
+            nextCall = min(calls)
+            if nextCall - start > limit:
+                raise NetworkStuck(f"waited {limit} simulated seconds for {d!r}")
+            self.reactor.advance(max(0.0, nextCall - self.reactor.seconds()))
+
+    def result(self, d: Deferred[T], limit: float = DEFAULT_LIMIT) -> T:
+        """
+        L{run} C{d} and return its result, or raise its failure.
+        """
+        box: list[Any] = []
+        self.run(d, limit).addBoth(box.append)
+        outcome = box[0]
+        if isinstance(outcome, Failure):
+            outcome.raiseException()
+        return outcome  # type: ignore[no-any-return]
+
+
+def runOnNetwork(
+    method: Callable[..., Generator[Any, Any, T]],
+) -> Callable[..., Deferred[T]]:
+    """
+    A test method written with C{inlineCallbacks}, whose Deferred the case
+    runs with its C{runDeferred(d)} method: a case on a L{MemoryNetwork} runs
+    the network until it fires (see L{MemoryNetwork.run}), a live case
+    returns it for trial to wait on.  The same test body then runs either
+    way.
+    """
+    inline = inlineCallbacks(method)
+
+    @functools.wraps(method)
+    def test(self: Any, *args: Any, **kwargs: Any) -> Deferred[T]:
+        d: Deferred[T] = self.runDeferred(inline(self, *args, **kwargs))
+        return d
+
+    return test
