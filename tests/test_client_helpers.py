@@ -19,6 +19,7 @@ from twisted.internet.defer import Deferred, fail, inlineCallbacks
 from twisted.internet.task import Clock
 from twisted.logger import ILogObserver, globalLogPublisher
 from twisted.trial.unittest import SkipTest, TestCase
+from twisted.web.client import Agent
 from zope.interface import implementer
 
 from rpmiddleware.cards import CardHasher
@@ -184,6 +185,12 @@ class LiveClientCase(TestCase):
         """
         return d
 
+    def agent(self) -> Any:
+        """
+        An HTTP agent (for C{treq}'s C{agent=}) on this case's network.
+        """
+        return Agent(self.reactor)
+
     def setUp(self) -> None:
         self.reactor = self.makeReactor()
         self.settings = Settings()
@@ -283,6 +290,9 @@ class MemoryClientCase(LiveClientCase):
         self.network = MemoryNetwork()
         return self.network.reactor
 
+    def agent(self) -> Any:
+        return self.network.agent()
+
     def runDeferred(self, d: Deferred[Any]) -> Deferred[Any]:
         """
         Run the network until C{d} has its result.
@@ -300,6 +310,9 @@ class OnRealSockets:
 
     def makeReactor(self) -> Any:
         return reactor
+
+    def agent(self) -> Any:
+        return Agent(reactor)
 
     def runDeferred(self, d: Deferred[Any]) -> Deferred[Any]:
         return d

@@ -32,9 +32,13 @@ from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
 from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.internet.endpoints import TCP4ClientEndpoint
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 from twisted.test.iosim import ConnectionCompleter, IOPump
+from twisted.web.client import Agent
+from twisted.web.iweb import IAgentEndpointFactory
+from zope.interface import implementer
 
 T = TypeVar("T")
 
@@ -45,6 +49,15 @@ READ_SIZE = 65536
 #: Rounds of delivery at one instant before the network is deemed stuck in
 #: a loop that never lets time pass.
 MAX_ROUNDS = 100_000
+
+
+@implementer(IAgentEndpointFactory)
+class _TCPEndpoints:
+    def __init__(self, reactor: Any) -> None:
+        self.reactor = reactor
+
+    def endpointForURI(self, uri: Any) -> TCP4ClientEndpoint:
+        return TCP4ClientEndpoint(self.reactor, uri.host.decode("ascii"), uri.port)
 
 
 class NetworkStuck(AssertionError):
@@ -83,6 +96,13 @@ class MemoryNetwork:
         self.reactor = NetworkReactor()
         self.pumps: list[IOPump] = []
         self._completer = ConnectionCompleter(self.reactor)
+
+    def agent(self) -> Agent:
+        """
+        An HTTP client agent (for C{treq}'s C{agent=}) whose connections go
+        over this network.
+        """
+        return Agent.usingEndpointFactory(self.reactor, _TCPEndpoints(self.reactor))
 
     def seconds(self) -> float:
         return self.reactor.seconds()
@@ -167,9 +187,12 @@ class MemoryNetwork:
 
 def deliver(pump: IOPump) -> bool:
     """
-    One round of L{IOPump.pump}, with each side's bytes delivered in reads
-    of at most L{READ_SIZE}, as a socket would (Autobahn's frame parser is
-    quadratic in the bytes of one read); returns whether anything moved.
+    One round of L{IOPump.pump}, as sockets would do it: each side's bytes
+    delivered in reads of at most L{READ_SIZE} (Autobahn's frame parser is
+    quadratic in the bytes of one read), nothing delivered to a side whose
+    connection is lost, and a side that closes learns it at once (its own
+    C{connectionLost}), its peer one round later (it reads the end of the
+    stream).  Returns whether anything moved.
     """
     server, client = pump.serverIO, pump.clientIO
     toServer = client.getOutBuffer() or b""
@@ -177,21 +200,19 @@ def deliver(pump: IOPump) -> bool:
     client._checkProducer()
     server._checkProducer()
     for data, side in ((toServer, server), (toClient, client)):
+        if side.disconnected:
+            continue
         for start in range(0, len(data), READ_SIZE):
             side.bufferReceived(data[start : start + READ_SIZE])
     if toServer or toClient:
         return True
-    # A side that closed: the other learns it, then it does (as IOPump).
-    if server.disconnecting and not server.disconnected:
-        server.disconnected = True
-        client.disconnecting = True
-        client.reportDisconnect()
-        return True
-    if client.disconnecting and not client.disconnected:
-        client.disconnected = True
-        server.disconnecting = True
-        server.reportDisconnect()
-        return True
+    for side, peer in ((server, client), (client, server)):
+        if side.disconnecting and not side.disconnected:
+            side.disconnected = True
+            side.reportDisconnect()
+            if not peer.disconnected:
+                peer.disconnecting = True
+            return True
     return False
 
 
