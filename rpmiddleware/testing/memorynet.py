@@ -31,11 +31,14 @@ import functools
 from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
-from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred, inlineCallbacks, succeed
 from twisted.internet.endpoints import TCP4ClientEndpoint
+from twisted.internet.error import ConnectionRefusedError
+from twisted.internet.interfaces import IListeningPort
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
-from twisted.test.iosim import ConnectionCompleter, IOPump
+from twisted.test.iosim import FakeTransport, IOPump, connect
 from twisted.web.client import Agent
 from twisted.web.iweb import IAgentEndpointFactory
 from zope.interface import implementer
@@ -67,20 +70,53 @@ class NetworkStuck(AssertionError):
     """
 
 
+@implementer(IListeningPort)
+class _Port:
+    """
+    A listener of L{NetworkReactor}: stopping it stops accepting.
+    """
+
+    def __init__(self, reactor: NetworkReactor, entry: tuple[Any, ...], address: IPv4Address):
+        self.reactor = reactor
+        self.entry = entry
+        self.address = address
+
+    def startListening(self) -> None:
+        pass
+
+    def stopListening(self) -> Deferred[None]:
+        if self.entry in self.reactor.tcpServers:
+            self.reactor.tcpServers.remove(self.entry)
+            self.entry[1].doStop()
+        return succeed(None)
+
+    def getHost(self) -> IPv4Address:
+        return self.address
+
+
 class NetworkReactor(MemoryReactorClock):
     """
     A L{MemoryReactorClock} that, like the kernel, gives a listener on port
-    0 a port of its own (so that clients can name it in a URL).
+    0 a port of its own (so that clients can name it in a URL), and whose
+    listeners start and stop their factories and stop accepting when
+    stopped.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._nextPort = 40000
 
+    def freePort(self) -> int:
+        port, self._nextPort = self._nextPort, self._nextPort + 1
+        return port
+
     def listenTCP(self, port: int, factory: Any, backlog: int = 50, interface: str = "") -> Any:
         if port == 0:
-            port, self._nextPort = self._nextPort, self._nextPort + 1
-        return super().listenTCP(port, factory, backlog, interface)
+            port = self.freePort()
+        entry = (port, factory, backlog, interface)
+        self.tcpServers.append(entry)
+        factory.doStart()
+        return _Port(self, entry, IPv4Address("TCP", interface or "0.0.0.0", port))
 
 
 class MemoryNetwork:
@@ -95,7 +131,6 @@ class MemoryNetwork:
     def __init__(self) -> None:
         self.reactor = NetworkReactor()
         self.pumps: list[IOPump] = []
-        self._completer = ConnectionCompleter(self.reactor)
 
     def agent(self) -> Agent:
         """
@@ -116,11 +151,8 @@ class MemoryNetwork:
         """
         for _ in range(MAX_ROUNDS):
             moved = False
-            while True:
-                pump = self._completer.succeedOnce(greet=False)
-                if pump is None:
-                    break
-                self.pumps.append(pump)
+            while self.reactor.tcpClients:
+                self._accept()
                 moved = True
             for pump in list(self.pumps):
                 if deliver(pump):
@@ -134,6 +166,33 @@ class MemoryNetwork:
             if not moved:
                 return
         raise NetworkStuck(f"still busy after {MAX_ROUNDS} rounds at t={self.seconds():.3f}")
+
+    def _accept(self) -> None:
+        """
+        The first pending C{connectTCP}: joined to the listener on its port,
+        with loopback addresses on both ends, or refused if there is none.
+        """
+        host, port, clientFactory = self.reactor.tcpClients.pop(0)[:3]
+        connector = self.reactor.connectors.pop(0)
+        listeners = [entry for entry in self.reactor.tcpServers if entry[0] == port]
+        if not listeners:
+            clientFactory.clientConnectionFailed(connector, Failure(ConnectionRefusedError()))
+            return
+        serverFactory = listeners[0][1]
+        serverAddress = IPv4Address("TCP", "127.0.0.1", port)
+        clientAddress = IPv4Address("TCP", "127.0.0.1", self.reactor.freePort())
+        clientProtocol = clientFactory.buildProtocol(serverAddress)
+        serverProtocol = serverFactory.buildProtocol(clientAddress)
+        self.pumps.append(
+            connect(
+                serverProtocol,
+                FakeTransport(serverProtocol, True, serverAddress, clientAddress),
+                clientProtocol,
+                FakeTransport(clientProtocol, False, clientAddress, serverAddress),
+                greet=False,
+                clock=self.reactor,
+            )
+        )
 
     def advance(self, seconds: float) -> None:
         """
@@ -159,9 +218,17 @@ class MemoryNetwork:
             simulated seconds passed, before C{d} fired.
         """
         start = self.reactor.seconds()
+        # Not d.called: a Deferred waiting on another one is called, paused.
+        done: list[bool] = []
+
+        def finished(result: object) -> object:
+            done.append(True)
+            return result
+
+        d.addBoth(finished)
         while True:
             self.flush()
-            if d.called:
+            if done:
                 return d
             calls = [c.getTime() for c in self.reactor.getDelayedCalls()]
             if not calls:
