@@ -96,7 +96,7 @@ def makeMiddlewareService(
         CLIENT_PATH: ClientFactory(reactor, middleware, settings),
     }
     top = service.MultiService()
-    site = buildSite(endpoints, mountConsole(middleware, endpoints, top))
+    site = buildSite(endpoints, mountConsole(middleware, endpoints, top), reactor)
     listener = ListenerService(reactor, site, settings, endpoints)
     listener.setName("listener")
     listener.setServiceParent(top)

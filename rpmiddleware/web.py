@@ -100,17 +100,22 @@ def _mount(root: Resource, path: bytes, leaf: Resource) -> None:
     node.putChild(parts[-1], leaf)
 
 
-def buildSite(endpoints: dict[bytes, Any], pages: dict[bytes, Resource] | None = None) -> Site:
+def buildSite(
+    endpoints: dict[bytes, Any],
+    pages: dict[bytes, Resource] | None = None,
+    reactor: Any = None,
+) -> Site:
     """
     A site serving each WebSocket factory in C{endpoints} at its path, and
-    any C{pages} (the console) beside them.
+    any C{pages} (the console) beside them; its HTTP timeouts run on
+    C{reactor} (the global reactor if not given).
     """
     root = Resource()
     for path, factory in endpoints.items():
         _mount(root, path, ExactPathWebSocketResource(factory))  # type: ignore[arg-type]
     for path, page in (pages or {}).items():
         _mount(root, path, page)
-    site = Site(root, timeout=HTTP_TIMEOUT)
+    site = Site(root, timeout=HTTP_TIMEOUT, reactor=reactor)
     # HTTP/1.1 only (HTTP/2 needs TLS, which a loopback listener never has).
     site.protocol = GuardedChannel  # type: ignore[assignment]
     site.headerTimeout = HEADER_TIMEOUT  # type: ignore[attr-defined]

@@ -1,6 +1,11 @@
 """
-Turns end to end: a client over a real loopback WebSocket, the plugin chain
+Turns end to end: a client over the middleware's WebSocket, the plugin chain
 (capacity gate, audio resampling, card cache), and the simulated RPEngine.
+They run in memory on a clock (L{rpmiddleware.testing.memorynet}: the real
+site, upgrade and framing, no socket); L{SlowClientTests}, which is about
+the kernel's socket buffers and a peer that stops reading, runs on real
+loopback sockets, and tests/test_mailbox_e2e.py runs the other suites again
+over real sockets with RPEngine behind the mailbox.
 """
 
 from __future__ import annotations
@@ -12,16 +17,17 @@ import wave
 from collections import defaultdict
 from typing import Any
 
-from twisted.internet import reactor
 from twisted.internet.defer import DeferredList, inlineCallbacks
 from twisted.internet.task import deferLater
 
 from rpmiddleware.audio import exactLength
 from rpmiddleware.envelope import Envelope
+from rpmiddleware.testing.memorynet import runOnNetwork
 from rpmiddleware.testing.simmailbox import spokenChunks
 from rpmiddleware.testing.simoptions import defaultReplyText
 from tests.test_client_helpers import (
-    LiveClientCase,
+    MemoryClientCase,
+    OnRealSockets,
     nextMatching,
     opusBase64,
     pcmSamples,
@@ -85,7 +91,7 @@ def expectedSamples(engine: Any, turnId: str, rate: int) -> int:
     return sum(exactLength(n, 44100, rate) for n in segments.values())
 
 
-class TurnCase(LiveClientCase):
+class TurnCase(MemoryClientCase):
     def assertStreamedTurn(
         self, messages: list[dict[str, Any]], audio: bool = True, transcript: bool = True
     ) -> str:
@@ -129,7 +135,7 @@ class TurnCase(LiveClientCase):
 
 
 class VoiceAndTextTurnTests(TurnCase):
-    @inlineCallbacks
+    @runOnNetwork
     def test_voiceTurn(self) -> Any:
         """
         A recorded turn: decoded here, converted to 16 kHz mono by the
@@ -163,7 +169,7 @@ class VoiceAndTextTurnTests(TurnCase):
         self.assertEqual(messages[-1]["modalities"], ["text", "audio"])
         self.assertEqual(engine.processed[turnId], 1)
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_textTurn(self) -> Any:
         engine = yield self.engine()
         client = yield self.client()
@@ -184,7 +190,7 @@ class VoiceAndTextTurnTests(TurnCase):
         )
         self.assertEqual(pcmSamples(messages), expectedSamples(engine, turnId, 24000))
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_wavRatesInAndOut(self) -> Any:
         """
         WAV at 8, 22.05, 44.1 and 48 kHz and stereo in; speech at 24 and
@@ -213,7 +219,7 @@ class VoiceAndTextTurnTests(TurnCase):
         )
         self.assertEqual(expectedSamples(engine, last, 44100), spoken)
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_opus(self) -> Any:
         """
         WebM/Opus and Ogg/Opus recordings, as browsers' MediaRecorder makes them.
@@ -227,7 +233,7 @@ class VoiceAndTextTurnTests(TurnCase):
             self.assertIn("simulated transcript of 1.00 s of audio", messages[-1]["text"])
         self.assertEqual(len(requestsOf(engine)), 2)
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_nonStreaming(self) -> Any:
         engine = yield self.engine()
         client = yield self.client()
@@ -244,7 +250,7 @@ class VoiceAndTextTurnTests(TurnCase):
             self.assertEqual((reader.getnchannels(), reader.getsampwidth()), (1, 2))
             self.assertEqual(reader.getnframes(), expectedSamples(engine, tts["turnId"], 16000))
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_textOnly(self) -> Any:
         engine = yield self.engine()
         client = yield self.client()
@@ -271,7 +277,7 @@ class VoiceAndTextTurnTests(TurnCase):
         self.assertEqual(request["promptScene"], SCENE)
         self.assertEqual(request["promptDirective"], DIRECTIVE)
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_responseProcessing(self) -> Any:
         """
         Buffered response processing: no streamed text, the whole text and
@@ -300,7 +306,7 @@ class InterruptionTests(TurnCase):
         first = yield client.nextOfType("llm-chunk")
         return first["turnId"]
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_bargeIn(self) -> Any:
         """
         A new turn while one plays cancels it first: tts-cancelled for the
@@ -337,7 +343,7 @@ class InterruptionTests(TurnCase):
         self.assertIn(old, engine.cancelled)
         self.assertEqual(engine.completed, [new[0]["turnId"]])
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_noBargeInQueues(self) -> Any:
         """
         With barge-in off, the new turn waits for the one playing to finish.
@@ -356,7 +362,7 @@ class InterruptionTests(TurnCase):
         self.assertEqual(engine.cancelled, [])
         self.assertEqual(len(engine.completed), 2)
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_cancel(self) -> Any:
         engine = yield self.engine(tokensPerSecond=200.0, replyText=storyteller)
         client = yield self.client()
@@ -374,7 +380,7 @@ class InterruptionTests(TurnCase):
         again = yield self.turn(client)
         self.assertStreamedTurn(again)
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_cancelWithNothingPlaying(self) -> Any:
         yield self.engine()
         client = yield self.client()
@@ -382,7 +388,7 @@ class InterruptionTests(TurnCase):
         client.send({"type": "ping", "timestamp": 1})
         self.assertEqual((yield client.next()), {"type": "pong", "timestamp": 1})
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_disconnectCancelsUpstream(self) -> Any:
         engine = yield self.engine(tokensPerSecond=200.0, replyText=storyteller)
         client = yield self.client()
@@ -394,7 +400,7 @@ class InterruptionTests(TurnCase):
 
 
 class VoiceCaptureTests(TurnCase):
-    @inlineCallbacks
+    @runOnNetwork
     def test_capture(self) -> Any:
         """
         voice-capture start: RPEngine's microphone states as voice-state,
@@ -426,7 +432,7 @@ class VoiceCaptureTests(TurnCase):
         self.assertIs(request["returnTranscript"], True)
         self.assertEqual(request["silenceBehavior"], "error")
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_silenceRestarts(self) -> Any:
         """
         With silenceBehavior "restart", a take with no words is followed by
@@ -453,7 +459,7 @@ class VoiceCaptureTests(TurnCase):
         self.assertEqual(transcript["text"], "Open the gate.")
         self.assertEqual(types(messages)[-1], "reply-complete")
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_silenceFails(self) -> Any:
         from rpmiddleware.testing.simoptions import PlayerTake
 
@@ -469,7 +475,7 @@ class VoiceCaptureTests(TurnCase):
         )
         self.assertEqual(types(messages)[-1], "tts-cancelled")
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_stopAndCancel(self) -> Any:
         engine = yield self.engine(captureSpeechSeconds=60.0)
         client = yield self.client()
@@ -490,7 +496,7 @@ class VoiceCaptureTests(TurnCase):
         self.assertEqual(len(requestsOf(engine, "voice.capture.cancel")), 1)
         self.assertEqual(len(requestsOf(engine, "voice.capture.stop")), 1)
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_reportWithoutRequestId(self) -> Any:
         """
         A microphone report without a requestId reaches the one client
@@ -507,7 +513,7 @@ class VoiceCaptureTests(TurnCase):
         bystander.send({"type": "ping", "timestamp": 1})
         self.assertEqual((yield bystander.nextOfType("pong", "voice-level"))["type"], "pong")
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_nothingToStop(self) -> Any:
         yield self.engine()
         client = yield self.client()
@@ -517,7 +523,7 @@ class VoiceCaptureTests(TurnCase):
             self.assertEqual(error["code"], "INVALID_MESSAGE")
             self.assertIn("no voice capture is in progress", error["message"])
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_microphoneOff(self) -> Any:
         yield self.engine(microphoneEnabled=False)
         client = yield self.client()
@@ -530,7 +536,7 @@ class VoiceCaptureTests(TurnCase):
 
 
 class SharingTests(TurnCase):
-    @inlineCallbacks
+    @runOnNetwork
     def test_twoClients(self) -> Any:
         """
         Two clients' turns share one RPEngine; each hears only its own reply.
@@ -552,7 +558,7 @@ class SharingTests(TurnCase):
         self.assertEqual(pcmSamples(a), expectedSamples(engine, aliceTurn, 24000))
         self.assertEqual(pcmSamples(b), expectedSamples(engine, bobTurn, 24000))
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_engineLossAndRecovery(self) -> Any:
         """
         RPEngine drops mid-turn: that turn ends with a retryable error and
@@ -599,7 +605,7 @@ class SharingTests(TurnCase):
         self.assertEqual(dict(again.processed), {waited[0]: 1, waited[1]: 1})
         self.assertEqual(sorted(r["requestId"] for r in requestsOf(again)), sorted(waited))
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_engineRefusals(self) -> Any:
         """
         RPEngine's refusal reaches the client mapped, with RPEngine's
@@ -618,7 +624,7 @@ class SharingTests(TurnCase):
         )
 
 
-class SlowClientTests(TurnCase):
+class SlowClientTests(OnRealSockets, TurnCase):
     """
     A client that stops reading: its audio stops and its turn is cancelled
     upstream; it is closed if it stays that way; others are not slowed.
@@ -658,7 +664,7 @@ class SlowClientTests(TurnCase):
         server.transport.getHandle().setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
         client.factory.peer.transport.resumeProducing()
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_congestedTurnCancelled(self) -> Any:
         engine = yield self.engine(replyText=self.slowReply)
         slow = yield self.client()
@@ -688,7 +694,7 @@ class SlowClientTests(TurnCase):
         self.assertLess(types(messages).count("tts-chunk"), spoken)
         self.assertFalse(slow.closed.called)
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_bigWavIsNotSlowness(self) -> Any:
         """
         A non-streaming reply's WAV, one message far over the soft bound,
@@ -703,7 +709,7 @@ class SlowClientTests(TurnCase):
         self.assertGreater(len(messages[-3]["data"]), 10 * self.clientSettings.send_buffer_soft)
         self.assertEqual(engine.cancelled, [])
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_closedWhenItStaysSlow(self) -> Any:
         """
         Still not reading after the grace period: closed with 1008 and a
@@ -717,7 +723,7 @@ class SlowClientTests(TurnCase):
         closing = whenLogged(self, lambda e: "closing slow client" in e.get("log_format", ""))
         slow.send({"type": "text", "text": "Speak slowly"})
         event = yield closing
-        yield deferLater(reactor, 0, lambda: None)  # let the close frame be written
+        yield deferLater(self.reactor, 0, lambda: None)  # let the close frame be written
         self.assertIn("has not read its messages for 0.05 s", event["why"])
         self.assertEqual(server.state, server.STATE_CLOSING)
         self.assertEqual(server.localCloseCode, 1008)
@@ -729,7 +735,7 @@ class SlowClientTests(TurnCase):
         messages = yield self.turn(other)
         self.assertStreamedTurn(messages)
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_closeReachesAClientThatReadsLate(self) -> Any:
         """
         Over the hard bound a client is closed at once; reading again, it

@@ -1,5 +1,7 @@
 """
-The client endpoint over a real loopback socket: the handshake, pings,
+The client endpoint over its WebSocket, in memory on a clock (the real site,
+upgrade, origin checks and framing; L{rpmiddleware.testing.memorynet}): the
+handshake, pings,
 refusals (each answered, the session alive), origins, characters,
 configuration, attachments, capacity, and sessions across reconnects.
 """
@@ -11,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import treq
-from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
@@ -19,8 +20,9 @@ from zope.interface import implementer
 from rpmiddleware.interfaces import IEnvelopePlugin
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import connectClient
+from rpmiddleware.testing.memorynet import runOnNetwork
 from tests.test_client_helpers import (
-    LiveClientCase,
+    MemoryClientCase,
     nextMatching,
     requestsOf,
     types,
@@ -31,11 +33,11 @@ PRODUCTION = "https://rpengine.gemtavern.com"
 GAME_PAGE = "http://127.0.0.1:8080"
 
 
-class HandshakeTests(LiveClientCase):
+class HandshakeTests(MemoryClientCase):
     def configure(self, settings: Any, client: Any) -> None:
         client.ice_servers = [{"urls": "stun:stun.example:3478"}]
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_ready(self) -> Any:
         client = yield self.client(character=False)
         ready = client.ready
@@ -47,7 +49,7 @@ class HandshakeTests(LiveClientCase):
         other = yield self.client(character=False)
         self.assertNotEqual(other.ready["id"], ready["id"])
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_capacityWithoutEngine(self) -> Any:
         """
         The first capacity message after ready says RPEngine is missing and
@@ -77,7 +79,7 @@ class HandshakeTests(LiveClientCase):
             },
         )
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_capacityFollowsEngine(self) -> Any:
         engine = yield self.engine(queueLimit=2)
         client = yield self.client(character=False)
@@ -87,7 +89,7 @@ class HandshakeTests(LiveClientCase):
         self.assertFalse(update["acceptingRequests"])
         self.assertNotIn("message", update)
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_ping(self) -> Any:
         client = yield self.client(character=False)
         for timestamp in (1721000000123, 12.5, 0):
@@ -95,7 +97,7 @@ class HandshakeTests(LiveClientCase):
             pong = yield client.next()
             self.assertEqual(pong, {"type": "pong", "timestamp": timestamp})
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_offer(self) -> Any:
         client = yield self.client(character=False)
         client.send({"type": "offer", "signal": {"type": "offer", "sdp": "v=0"}})
@@ -104,8 +106,8 @@ class HandshakeTests(LiveClientCase):
         self.assertIn("audio messages", error["message"])
 
 
-class MalformedTests(LiveClientCase):
-    @inlineCallbacks
+class MalformedTests(MemoryClientCase):
+    @runOnNetwork
     def test_eachAnsweredSessionAlive(self) -> Any:
         """
         Every malformed message gets INVALID_MESSAGE saying what is wrong,
@@ -151,7 +153,7 @@ class MalformedTests(LiveClientCase):
         self.assertEqual(server.connection.session.id, client.ready["id"])
         self.assertEqual(requestsOf(self.engines[0]), [])
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_noCharacter(self) -> Any:
         engine = yield self.engine()
         client = yield self.client(character=False)
@@ -166,7 +168,7 @@ class MalformedTests(LiveClientCase):
             self.assertIn("send a character message first", error["message"])
         self.assertEqual(requestsOf(engine), [])
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_invalidCard(self) -> Any:
         yield self.engine()
         client = yield self.client(character=False)
@@ -182,7 +184,7 @@ class MalformedTests(LiveClientCase):
         error = yield client.next()
         self.assertIn("spec_version", error["message"])
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_badAudio(self) -> Any:
         """
         Audio that cannot be used is refused here with the reason; nothing
@@ -205,8 +207,8 @@ class MalformedTests(LiveClientCase):
         self.assertEqual((yield client.next())["type"], "pong")
 
 
-class CharacterAndConfigureTests(LiveClientCase):
-    @inlineCallbacks
+class CharacterAndConfigureTests(MemoryClientCase):
+    @runOnNetwork
     def test_characterKeptWithExtensions(self) -> Any:
         """
         The client's card reaches RPEngine whole, unknown fields and
@@ -227,7 +229,7 @@ class CharacterAndConfigureTests(LiveClientCase):
         self.assertEqual(request["card"]["mode"], "snapshot")
         self.assertEqual(request["card"]["snapshot"], card)
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_characterCardHashedOnce(self) -> Any:
         """
         The card a client sends is the connection's own: its hash is
@@ -247,7 +249,7 @@ class CharacterAndConfigureTests(LiveClientCase):
         self.assertEqual(first["targetHash"], second["targetHash"])
         self.assertEqual(second["mode"], "reference")
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_configureRefusedChangesNothing(self) -> Any:
         engine = yield self.engine(installedSttLanguages=("en", "ja"))
         client = yield self.client()
@@ -268,14 +270,14 @@ class CharacterAndConfigureTests(LiveClientCase):
         self.assertEqual(request["event"]["audio"]["language"], "ja")
 
 
-class DefaultCharacterTests(LiveClientCase):
+class DefaultCharacterTests(MemoryClientCase):
     def configure(self, settings: Any, client: Any) -> None:
         path = Path(self.mktemp())
         path.write_text(json.dumps(exampleCard(name="Bram")))
         settings.game.default_character = str(path)
         settings.game.default_character_id = "bram"
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_defaultCharacter(self) -> Any:
         engine = yield self.engine()
         client = yield self.client(character=False)
@@ -289,8 +291,8 @@ class DefaultCharacterTests(LiveClientCase):
         self.assertEqual(self.middleware.character("bram")["data"]["name"], "Bram")
 
 
-class AttachmentTests(LiveClientCase):
-    @inlineCallbacks
+class AttachmentTests(MemoryClientCase):
+    @runOnNetwork
     def test_altTextBecomesContext(self) -> Any:
         """
         RPEngine takes no images: the alt text goes with the next turn as
@@ -325,7 +327,7 @@ class AttachmentTests(LiveClientCase):
         # Used once, then gone.
         self.assertEqual(second["event"]["text"], "And now?")
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_withAudio(self) -> Any:
         engine = yield self.engine()
         client = yield self.client()
@@ -345,7 +347,7 @@ class AttachmentTests(LiveClientCase):
         self.assertEqual(request["event"]["text"], "[The player shows an image: a sword]")
         self.assertIn("audio", request["event"])
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_noAlt(self) -> Any:
         client = yield self.client()
         client.send({"type": "attachments", "attachments": [{"data": "x"}]})
@@ -354,24 +356,24 @@ class AttachmentTests(LiveClientCase):
         self.assertIn("nothing of them reaches the character", ack["message"])
 
 
-class OriginTests(LiveClientCase):
+class OriginTests(MemoryClientCase):
     def configure(self, settings: Any, client: Any) -> None:
         settings.server.client_origins = [GAME_PAGE]
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_nativeClientWithoutOrigin(self) -> Any:
         client = yield self.client(origin=None, character=False)
         self.assertEqual(client.ready["type"], "ready")
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_configuredOrigin(self) -> Any:
         client = yield self.client(origin=GAME_PAGE, character=False)
         self.assertEqual(client.ready["type"], "ready")
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_foreignOriginRefused(self) -> Any:
         for origin in ("https://evil.example", PRODUCTION):
-            client = connectClient(reactor, self.live.url("/client/socket"), origin=origin)
+            client = connectClient(self.reactor, self.live.url("/client/socket"), origin=origin)
             self.addCleanup(client.drop)
             yield self.assertFailure(client.opened, ConnectionError, Exception)
         headers: Any = {
@@ -384,15 +386,15 @@ class OriginTests(LiveClientCase):
         response = yield treq.get(
             self.live.url("/client/socket").replace("ws:", "http:"),
             headers=headers,
-            persistent=False,
+            agent=self.agent(),
         )
         self.assertEqual(response.code, 403)
         yield response.content()
         self.assertEqual(self.factory.connections, set())
 
 
-class ReconnectTests(LiveClientCase):
-    @inlineCallbacks
+class ReconnectTests(MemoryClientCase):
+    @runOnNetwork
     def test_withHistory(self) -> Any:
         """
         A client that comes back finds its session: character, history and
@@ -454,14 +456,14 @@ class ReconnectTests(LiveClientCase):
         )
         return second
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_withoutHistory(self) -> Any:
         first = yield self.client()
         second = yield self.reconnectAfterDrop(first, historyRecovered=False)
         second.send({"type": "ping", "timestamp": 1})
         self.assertEqual((yield second.next())["type"], "pong")
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_unknown(self) -> Any:
         client = yield self.client(character=False)
         client.send({"type": "reconnect", "sessionId": "no-such-session"})
@@ -478,7 +480,7 @@ class ReconnectTests(LiveClientCase):
             },
         )
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_ownId(self) -> Any:
         client = yield self.client(character=False)
         client.send({"type": "reconnect", "sessionId": client.ready["id"]})
@@ -486,7 +488,7 @@ class ReconnectTests(LiveClientCase):
         self.assertTrue(ack["success"])
         self.assertEqual(ack["sessionId"], client.ready["id"])
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_takeOver(self) -> Any:
         """
         Resuming a session whose connection is still open closes that one.
@@ -504,11 +506,11 @@ class ReconnectTests(LiveClientCase):
         self.assertIs(server.connection.session.owner, server.connection)
 
 
-class ExpiryTests(LiveClientCase):
+class ExpiryTests(MemoryClientCase):
     def configure(self, settings: Any, client: Any) -> None:
         client.session_ttl = 0.0
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_expired(self) -> Any:
         first = yield self.client()
         sessionId = first.ready["id"]

@@ -1,7 +1,8 @@
 """
 Shared helpers for the client endpoint tests (no tests here): recordings made
-with numpy, C{wave} and PyAV, and a live rig of middleware, simulated RPEngine
-and clients over real loopback sockets.
+with numpy, C{wave} and PyAV, and a rig of middleware, simulated RPEngine
+and clients, in memory on a clock (L{MemoryClientCase}) or over real
+loopback sockets (L{LiveClientCase}).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from twisted.internet.defer import Deferred, fail, inlineCallbacks
 from twisted.internet.task import Clock
 from twisted.logger import ILogObserver, globalLogPublisher
 from twisted.trial.unittest import SkipTest, TestCase
+from twisted.web.client import Agent
 from zope.interface import implementer
 
 from rpmiddleware.cards import CardHasher
@@ -30,6 +32,7 @@ from rpmiddleware.config import Settings
 from rpmiddleware.middleware import Middleware, PluginServices
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import TestClient, connectClient, startMiddleware
+from rpmiddleware.testing.memorynet import MemoryNetwork
 from rpmiddleware.testing.simulator import SimulatorOptions, connectSimulator
 from rpmiddleware.timeline import Timeline
 
@@ -163,22 +166,50 @@ class LiveClientCase(TestCase):
     """
     A middleware with the client endpoint on a real loopback port, the
     plugin chain, and helpers to connect RPEngine and clients.
+
+    Its tests are written with L{runOnNetwork}, so that
+    L{MemoryClientCase} runs the same tests in memory.
     """
 
     timeout = 30
 
+    def makeReactor(self) -> Any:
+        """
+        The reactor everything listens, connects and schedules on.
+        """
+        return reactor
+
+    def runDeferred(self, d: Deferred[Any]) -> Deferred[Any]:
+        """
+        C{d}, for trial to wait on (the real reactor runs it).
+        """
+        return d
+
+    def agent(self) -> Any:
+        """
+        An HTTP agent (for C{treq}'s C{agent=}) on this case's network.
+        """
+        return Agent(self.reactor)
+
     def setUp(self) -> None:
+        self.reactor = self.makeReactor()
         self.settings = Settings()
         self.clientSettings = ClientSettings()
         self.configure(self.settings, self.clientSettings)
         self.settings.client = self.clientSettings
-        threads: Any = reactor
-        services = PluginServices(reactor, self.settings, CardHasher(threads), Timeline())
-        middleware = Middleware(reactor, self.settings, buildChain(services), services)
+        threads: Any = self.reactor
+        services = PluginServices(self.reactor, self.settings, CardHasher(threads), Timeline())
+        middleware = Middleware(self.reactor, self.settings, buildChain(services), services)
         self.middleware = middleware
-        self.live = startMiddleware(reactor, self.settings, middleware=middleware)
-        self.addCleanup(self.live.stop)
+        self.startLive()
         self.engines: list[Any] = []
+
+    def startLive(self) -> None:
+        """
+        Start C{self.middleware}'s listener (stopped at cleanup).
+        """
+        self.live = startMiddleware(self.reactor, self.settings, middleware=self.middleware)
+        self.addCleanup(lambda: self.runDeferred(self.live.stop()))
 
     def configure(self, settings: Settings, client: ClientSettings) -> None:
         """
@@ -194,9 +225,9 @@ class LiveClientCase(TestCase):
         options.setdefault("tokensPerSecond", None)
         options.setdefault("audioRealtime", False)
         options.setdefault("captureSpeechSeconds", 0.0)
-        engine = yield connectSimulator(reactor, self.live.port, SimulatorOptions(**options))
+        engine = yield connectSimulator(self.reactor, self.live.port, SimulatorOptions(**options))
         self.engines.append(engine)
-        self.addCleanup(self._closeEngine, engine)
+        self.addCleanup(lambda: self.runDeferred(self._closeEngine(engine)))
         return engine
 
     @inlineCallbacks
@@ -212,9 +243,9 @@ class LiveClientCase(TestCase):
         has sent the example character (unless told not to).
         """
         client = ClientUnderTest(
-            connectClient(reactor, self.live.url("/client/socket"), origin=origin).factory
+            connectClient(self.reactor, self.live.url("/client/socket"), origin=origin).factory
         )
-        self.addCleanup(self._closeClient, client)
+        self.addCleanup(lambda: self.runDeferred(self._closeClient(client)))
         yield client.opened
         if ready:
             client.ready = yield client.next()
@@ -246,6 +277,45 @@ class LiveClientCase(TestCase):
             seen.append(message)
             if message.get("type") in ends:
                 return seen
+
+
+class MemoryClientCase(LiveClientCase):
+    """
+    L{LiveClientCase} on a L{MemoryNetwork}: the same site, WebSocket
+    framing, Autobahn peers and simulated RPEngine, with no socket and
+    simulated time, so its tests are deterministic.
+    """
+
+    def makeReactor(self) -> Any:
+        self.network = MemoryNetwork()
+        return self.network.reactor
+
+    def agent(self) -> Any:
+        return self.network.agent()
+
+    def runDeferred(self, d: Deferred[Any]) -> Deferred[Any]:
+        """
+        Run the network until C{d} has its result.
+        """
+        return self.network.run(d)
+
+
+class OnRealSockets:
+    """
+    Put first in a L{MemoryClientCase}'s bases, runs its tests on real
+    loopback sockets and the real reactor instead: for what is about the
+    sockets themselves (kernel buffers, a peer that stops reading) or a
+    service that works on the real reactor only.
+    """
+
+    def makeReactor(self) -> Any:
+        return reactor
+
+    def agent(self) -> Any:
+        return Agent(reactor)
+
+    def runDeferred(self, d: Deferred[Any]) -> Deferred[Any]:
+        return d
 
 
 def types(messages: list[dict[str, Any]]) -> list[str]:

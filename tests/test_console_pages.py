@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import treq
-from twisted.internet import reactor
-from twisted.internet.defer import inlineCallbacks
+from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from twisted.web.test.requesthelper import DummyRequest
 
@@ -24,6 +23,7 @@ from rpmiddleware.console.pages import (
     loopbackHost,
 )
 from rpmiddleware.testing.live import connectClient, startMiddleware
+from rpmiddleware.testing.memorynet import MemoryNetwork, runOnNetwork
 from rpmiddleware.websocket import listenerOrigins
 
 
@@ -108,24 +108,27 @@ class PageTests(SynchronousTestCase):
 
 class ListenerTests(TestCase):
     """
-    The console on a real listener: pages, metrics, and who may open which
+    The console on the listener's site, over HTTP and WebSocket in memory
+    on a clock (L{MemoryNetwork}): pages, metrics, and who may open which
     WebSocket.
     """
 
-    timeout = 30
-
     def setUp(self) -> None:
-        self.live = startMiddleware(reactor, Settings())
-        self.addCleanup(self.live.stop)
+        self.network = MemoryNetwork()
+        self.live = startMiddleware(self.network.reactor, Settings())
+        self.addCleanup(lambda: self.network.run(self.live.stop()))
         self.http = f"http://127.0.0.1:{self.live.port}"
+
+    def runDeferred(self, d: Deferred[Any]) -> Deferred[Any]:
+        return self.network.run(d)
 
     @inlineCallbacks
     def get(self, path: str, **kwargs: Any) -> Any:
-        response = yield treq.get(self.http + path, persistent=False, **kwargs)
+        response = yield treq.get(self.http + path, agent=self.network.agent(), **kwargs)
         body = yield response.content()
         return response, body
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_pages(self) -> Any:
         response, body = yield self.get("/")
         self.assertEqual(response.code, 200)
@@ -140,13 +143,13 @@ class ListenerTests(TestCase):
         response, _ = yield self.get("/nothing/here")
         self.assertEqual(response.code, 404)
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_foreignHost(self) -> Any:
         for path in ("/", "/console/app.js", "/metrics"):
             response, _ = yield self.get(path, headers={"Host": f"evil.example:{self.live.port}"})
             self.assertEqual(response.code, 403, path)
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_consoleOriginAdmitted(self) -> Any:
         """
         A page this listener served (http://127.0.0.1:PORT, or localhost)
@@ -161,14 +164,16 @@ class ListenerTests(TestCase):
             },
         )
         for origin in (f"http://127.0.0.1:{self.live.port}", f"http://LOCALHOST:{self.live.port}/"):
-            client = connectClient(reactor, self.live.url("/client/socket"), origin=origin)
+            client = connectClient(
+                self.network.reactor, self.live.url("/client/socket"), origin=origin
+            )
             self.addCleanup(client.drop)
             yield client.opened
             ready = yield client.next()
             self.assertEqual(ready["type"], "ready")
             yield client.close()
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_otherOriginsRefused(self) -> Any:
         """
         Another port on loopback is another origin: refused on both
@@ -182,6 +187,6 @@ class ListenerTests(TestCase):
             ("/rp-engine/socket", f"http://127.0.0.1:{self.live.port}"),
         ]
         for path, origin in attempts:
-            client = connectClient(reactor, self.live.url(path), origin=origin)
+            client = connectClient(self.network.reactor, self.live.url(path), origin=origin)
             self.addCleanup(client.drop)
             yield self.assertFailure(client.opened, ConnectionError, Exception)

@@ -28,10 +28,10 @@ from rpmiddleware.testing.kit import captureLogEvents, exampleCard
 from rpmiddleware.testing.simmailbox import MailboxTransport
 from rpmiddleware.testing.simulator import SimulatorOptions, connectSimulator
 from tests import test_client_e2e as e2e
-from tests.test_client_helpers import pcmSamples, requestsOf, types
+from tests.test_client_helpers import OnRealSockets, pcmSamples, requestsOf, types
 
 
-class MailboxMixin:
+class MailboxMixin(OnRealSockets):
     """
     L{tests.test_client_helpers.LiveClientCase} with the mailbox service
     beside the WebSocket, and C{engine()} connecting RPEngine through it.

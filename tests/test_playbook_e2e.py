@@ -1,6 +1,7 @@
 """
-Playbooks end to end: a client over a real loopback WebSocket, the chain with
-the playbook plugin, and the simulated RPEngine.  Every message the client
+Playbooks end to end: a client over the middleware's WebSocket (in memory,
+on a clock: L{rpmiddleware.testing.memorynet}), the chain with the playbook
+plugin, and the simulated RPEngine.  Every message the client
 sees is checked (stage-change, tool-call-start and tool-call-end exactly as
 the voice-client protocol defines them), as are the prompt fields that reach
 RPEngine at each stage.  The plugin's timers run on a Clock, so idle nudges
@@ -12,9 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from twisted.internet import reactor
-from twisted.internet.defer import inlineCallbacks
-from twisted.internet.task import Clock, deferLater
+from twisted.internet.defer import Deferred, inlineCallbacks, succeed
+from twisted.internet.task import Clock
 from twisted.trial.unittest import TestCase
 
 from rpmiddleware.builtin.playbook import PlaybookPlugin
@@ -24,10 +24,11 @@ from rpmiddleware.cards import CardHasher
 from rpmiddleware.client.settings import ClientSettings
 from rpmiddleware.config import Settings
 from rpmiddleware.middleware import Middleware, PluginServices
-from rpmiddleware.testing.live import TestClient, startMiddleware
+from rpmiddleware.testing.live import TestClient
+from rpmiddleware.testing.memorynet import runOnNetwork
 from rpmiddleware.testing.simoptions import defaultReplyText
 from rpmiddleware.timeline import Timeline
-from tests.test_client_helpers import LiveClientCase, buildChain, requestsOf, types
+from tests.test_client_helpers import MemoryClientCase, buildChain, requestsOf, types
 from tests.test_demo import startFastDemo
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "quest-giver.toml"
@@ -72,7 +73,7 @@ def lookup(arguments: dict[str, Any], call: Any) -> dict[str, Any]:
     return {"found": arguments.get("item"), "stage": call.stage}
 
 
-class PlaybookCase(LiveClientCase):
+class PlaybookCase(MemoryClientCase):
     """
     The live rig of the client tests with the playbook plugin nearest the
     game: the quest-giver for C{mira}, a middleware tool C{lookup}, timers on
@@ -84,8 +85,9 @@ class PlaybookCase(LiveClientCase):
         self.clientSettings = ClientSettings()
         self.settings.client = self.clientSettings
         self.clock = Clock()
-        threads: Any = reactor
-        services = PluginServices(reactor, self.settings, CardHasher(threads), Timeline())
+        self.reactor = self.makeReactor()
+        threads: Any = self.reactor
+        services = PluginServices(self.reactor, self.settings, CardHasher(threads), Timeline())
         self.playbook = PlaybookPlugin(
             {"mira": QUEST},
             {"lookup": FunctionTool("lookup", lookup, "Looks an item up.")},
@@ -95,9 +97,8 @@ class PlaybookCase(LiveClientCase):
         )
         self.addCleanup(self.playbook.stop)
         plugins = [self.playbook, *buildChain(services)]
-        self.middleware = Middleware(reactor, self.settings, plugins, services)
-        self.live = startMiddleware(reactor, self.settings, middleware=self.middleware)
-        self.addCleanup(self.live.stop)
+        self.middleware = Middleware(self.reactor, self.settings, plugins, services)
+        self.startLive()
         self.engines: list[Any] = []
 
     @inlineCallbacks
@@ -136,17 +137,17 @@ class PlaybookCase(LiveClientCase):
         self.assertIn("llm", kinds)
         self.assertEqual(set(kinds) - TURN_TYPES, {"reply-complete"})
 
-    @inlineCallbacks
-    def settle(self) -> Any:
+    def settle(self) -> Deferred[None]:
         """
-        Let the reactor run a few turns (the plugin's sends go one turn later).
+        Let everything due now happen (the plugin's sends go one reactor
+        turn later): every byte written delivered, every call due run.
         """
-        for _ in range(5):
-            yield deferLater(reactor, 0, lambda: None)
+        self.network.flush()
+        return succeed(None)
 
 
 class QuestGiverTests(PlaybookCase):
-    @inlineCallbacks
+    @runOnNetwork
     def test_theWholeQuest(self) -> Any:
         """
         The example playbook, turn by turn: what the client sees and what
@@ -299,7 +300,7 @@ class QuestGiverTests(PlaybookCase):
             {"name": "give_quest", "outcome": "success", "durationMs": 1500},
         )
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_idleNudge(self) -> Any:
         """
         20 s of silence (on the Clock) in the greeting: the character speaks
@@ -332,7 +333,7 @@ class QuestGiverTests(PlaybookCase):
         self.assertEqual(len(requestsOf(engine)), 3)
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_toolTimesOut(self) -> Any:
         """
         A client that never answers its tool: tool-call-end with the error and
@@ -382,7 +383,7 @@ class QuestGiverTests(PlaybookCase):
 
 
 class EventTests(PlaybookCase):
-    @inlineCallbacks
+    @runOnNetwork
     def test_eventsWhileAReplyPlays(self) -> Any:
         """
         Events that come while a reply plays wait; when it ends they are told
@@ -420,7 +421,7 @@ class EventTests(PlaybookCase):
         history = [e for e in reaction if e["type"] == "reply-complete"]
         self.assertEqual(len(history), 1)
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_noneEventIsContext(self) -> Any:
         engine = yield self.engine()
         client = yield self.client()
@@ -439,7 +440,7 @@ class EventTests(PlaybookCase):
         [request] = requestsOf(engine)
         self.assertEqual(request["event"], {"text": "[Event: A bell tolls.]\nWhat was that?"})
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_eventWithoutCharacter(self) -> Any:
         """
         An auto event from a client that has no character cannot become a
@@ -459,7 +460,7 @@ class EventTests(PlaybookCase):
 
 
 class ClientPlaybookTests(PlaybookCase):
-    @inlineCallbacks
+    @runOnNetwork
     def test_ownPlaybookWithBothKindsOfTool(self) -> Any:
         engine = yield self.engine()
         client = yield self.client()
@@ -537,7 +538,7 @@ class ClientPlaybookTests(PlaybookCase):
         self.assertEqual(request["promptDirective"]["directUserGuide"], "Haggle.")
         self.assertEqual(request["output"]["audio"]["voice"], "M4")
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_malformedPlaybook(self) -> Any:
         yield self.engine()
         client = yield self.client()
@@ -552,7 +553,7 @@ class ClientPlaybookTests(PlaybookCase):
         self.assertIn("stage 'a', field transitions[0].after", error["message"])
         self.assertEqual(error["retryable"], False)
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_invalidMessages(self) -> Any:
         client = yield self.client()
         for message, words in [
@@ -570,7 +571,7 @@ class ClientPlaybookTests(PlaybookCase):
             self.assertEqual(error["code"], "INVALID_MESSAGE", message)
             self.assertIn(words, error["message"])
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_stateSurvivesReconnect(self) -> Any:
         """
         The playbook state belongs to the session: a client that comes back
@@ -609,8 +610,8 @@ class ClientPlaybookTests(PlaybookCase):
         self.assertEqual(prompt(requestsOf(engine)[-1]), context("refused"))
 
 
-class WithoutThePluginTests(LiveClientCase):
-    @inlineCallbacks
+class WithoutThePluginTests(MemoryClientCase):
+    @runOnNetwork
     def test_refused(self) -> Any:
         """
         With the playbook plugin out of the chain, its messages are unknown
@@ -629,7 +630,7 @@ class WithoutThePluginTests(LiveClientCase):
             self.assertIn(f"unknown message type {message['type']!r}", error["message"])
 
 
-class DefaultChainTests(LiveClientCase):
+class DefaultChainTests(MemoryClientCase):
     """
     The configured middleware (playbook plugin in the default chain, no
     playbook configured): a client that uses none sees nothing new.
@@ -638,12 +639,12 @@ class DefaultChainTests(LiveClientCase):
     def setUp(self) -> None:
         self.settings = Settings()
         self.settings.client = ClientSettings()
-        self.middleware = Middleware.fromSettings(reactor, self.settings)
-        self.live = startMiddleware(reactor, self.settings, middleware=self.middleware)
-        self.addCleanup(self.live.stop)
+        self.reactor = self.makeReactor()
+        self.middleware = Middleware.fromSettings(self.reactor, self.settings)
+        self.startLive()
         self.engines = []
 
-    @inlineCallbacks
+    @runOnNetwork
     def test_plainTurn(self) -> Any:
         engine = yield self.engine()
         client = yield self.client()
