@@ -3,8 +3,14 @@ Run the benchmarks and write docs/benchmarks.md, or run the stress checks.
 
     python -m bench                 # every benchmark -> docs/benchmarks.md
     python -m bench --quick         # fewer runs, for a look (still writes)
-    python -m bench cards hop       # only these (the file gets only these)
+    python -m bench load            # one section: its part of docs/benchmarks.md is
+                                    # replaced, the other sections' are kept
+    python -m bench --list          # the sections, what each needs and how long it runs
     python -m bench stress          # the long reliability run; exit 1 on a problem
+
+It wants the bench extra (``pip install ".[bench]"``): without it every section
+but resample runs, and asking for resample says what to install before
+anything runs.  The report is written after each section finishes.
 
 Benchmarks: cards (5), memory (6), hop (1 and 2), load (3), resample (4,
 bench/resample.py, run as it is and its table included), mailbox (7, RPEngine's
@@ -15,7 +21,9 @@ the memory plugin's plan and store writes).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import re
 import subprocess
 import sys
 import time
@@ -31,6 +39,36 @@ from bench.peers import discard
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = ("hop", "load", "cards", "memory", "resample", "mailbox", "prompt")
+#: Modules a section needs beyond what ``pip install .`` brings, and the extra
+#: that installs them.
+NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "resample": (("scipy", "bench"),),
+}
+#: Roughly how long each section runs on a 2-CPU machine, full / --quick.
+DURATION = {
+    "hop": "3 min / 1 min",
+    "load": "8 min / 3 min",
+    "cards": "1 min / 30 s",
+    "memory": "1 min / 30 s",
+    "resample": "1 min / 20 s",
+    "mailbox": "3 min / 1 min",
+    "prompt": "30 s / 10 s",
+}
+
+
+def missing(names: list[str]) -> list[str]:
+    """
+    What the chosen sections need and this Python lacks, as sentences.
+    """
+    problems = []
+    for name in names:
+        for module, extra in NEEDS.get(name, ()):
+            if importlib.util.find_spec(module) is None:
+                problems.append(
+                    f"the {name} section needs {module}, which is not installed: "
+                    f'pip install ".[{extra}]" (or leave {name} out)'
+                )
+    return problems
 
 
 def loadAverage() -> str:
@@ -77,11 +115,18 @@ def resampleSection(quick: bool) -> Section:
     return Section("Resampling (benchmark 4)", body, goals)
 
 
-async def benchmarks(reactor: Any, names: list[str], quick: bool) -> list[Section]:
+async def benchmarks(
+    reactor: Any, names: list[str], quick: bool, finished: Any = None
+) -> list[Section]:
+    """
+    Run each section named; C{finished(name, sections)} is called after each,
+    with that section's own L{Section}s.
+    """
     from bench import cards, hop, load, memory
 
     sections: list[Section] = []
     for name in names:
+        before = len(sections)
         started = time.perf_counter()
         print(f"== {name}", flush=True)
         if name == "hop":
@@ -103,6 +148,10 @@ async def benchmarks(reactor: Any, names: list[str], quick: bool) -> list[Sectio
 
             sections.append(await prompting.run(reactor, quick))
         print(f"   {time.perf_counter() - started:.0f} s", flush=True)
+        for section in sections[before:]:
+            section.source = name
+        if finished is not None:
+            finished(name, sections[before:])
     return sections
 
 
@@ -169,28 +218,86 @@ BOUNDS = """
 """
 
 
-def writeReport(sections: list[Section], quick: bool, started: str, loadBefore: str) -> str:
-    goals = [goal for section in sections for goal in section.goals]
+def _previous(output: str) -> tuple[list[tuple[str, str]], list[tuple[str, str, str, str]]]:
+    """
+    The sections (source, markdown) and goal rows (source, goal, measured,
+    met) of an earlier report, so that a run of some sections keeps the rest.
+    """
+    try:
+        with open(output, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return [], []
+    sections = []
+    for chunk in re.split(r"(?m)^(?=## )", text):
+        found = re.match(r"## .*\n<!-- bench: (\w+) -->\n", chunk)
+        if found:
+            sections.append((found.group(1), chunk.rstrip() + "\n"))
+    goals = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 4 and cells[0] in BENCHMARKS:
+            goals.append((cells[0], cells[1], cells[2], cells[3]))
+    return sections, goals
+
+
+def writeReport(
+    sections: list[Section],
+    quick: bool,
+    started: str,
+    loadBefore: str,
+    kept: tuple[list[tuple[str, str]], list[tuple[str, str, str, str]]] = ([], []),
+    running: list[str] | None = None,
+) -> str:
+    """
+    The report: this run's sections, then those kept from an earlier run
+    (C{kept}) that this run did not redo; C{running} names sections still to
+    come while the run goes on.
+    """
+    ran = {section.source for section in sections} | set(running or ())
+    keptSections = [(source, text) for source, text in kept[0] if source not in ran]
+    keptGoals = [row for row in kept[1] if row[0] not in ran]
     lines = [
         "# Benchmarks",
         "",
-        f"Generated by `python -m bench{' --quick' if quick else ''}` on {started} UTC.",
+        f"Generated by `python -m bench{' --quick' if quick else ''}"
+        f"{' ' + ' '.join(sorted(ran)) if keptSections else ''}` on {started} UTC"
+        + (
+            f"; the sections {', '.join(sorted({s for s, _ in keptSections}))} are from an "
+            "earlier run (each says when it was measured)."
+            if keptSections
+            else "."
+        ),
         "",
-        f"Machine: {machine()}. Load average before the run: {loadBefore}; after: "
+        f"Machine: {machine()}. Load average before the run: {loadBefore}; now: "
         f"{loadAverage()} (other work on the machine inflates tails; compare ratios, which are "
         "measured against a baseline in the same run).",
         "",
+    ]
+    if running:
+        lines += [
+            f"**Still running: {', '.join(running)}** (this file is rewritten as each ends).",
+            "",
+        ]
+    lines += [
         "## Goals",
         "",
-        "| goal | measured | met |",
-        "|---|---|---|",
+        "| section | goal | measured | met |",
+        "|---|---|---|---|",
     ]
-    for goal, measured, met in goals:
-        mark = "yes" if met else "**no**"
-        lines.append(f"| {goal} | {measured} | {mark} |")
+    rows = [
+        (section.source, goal, measured, "yes" if met else "**no**")
+        for section in sections
+        for goal, measured, met in section.goals
+    ]
+    for source, goal, measured, met in rows + keptGoals:
+        lines.append(f"| {source} | {goal} | {measured} | {met} |")
     lines.append("")
-    for section in sections:
-        lines.append(section.markdown())
+    # In the order of BENCHMARKS, whichever run each is from.
+    parts = [(section.source, section.markdown()) for section in sections] + keptSections
+    order = {name: index for index, name in enumerate(BENCHMARKS)}
+    for _, text in sorted(parts, key=lambda part: order.get(part[0], len(order))):
+        lines.append(text)
     lines.append(BOUNDS.strip())
     return "\n".join(lines) + "\n"
 
@@ -198,13 +305,23 @@ def writeReport(sections: list[Section], quick: bool, started: str, loadBefore: 
 def runBenchmarks(names: list[str], quick: bool, output: str) -> None:
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
     loadBefore = loadAverage()
+    kept = _previous(output)
+    done: list[Section] = []
 
-    async def go(reactor: Any) -> None:
-        sections = await benchmarks(reactor, names, quick)
-        text = writeReport(sections, quick, started, loadBefore)
+    def finished(name: str, sections: list[Section]) -> None:
+        stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
+        for section in sections:
+            section.measured = stamp
+        done.extend(sections)
+        left = names[names.index(name) + 1 :]
+        text = writeReport(done, quick, started, loadBefore, kept, left)
         with open(output, "w", encoding="utf-8") as f:
             f.write(text)
-        print(text)
+        print(f"   written to {output}", flush=True)
+
+    async def go(reactor: Any) -> None:
+        await benchmarks(reactor, names, quick, finished)
+        print(writeReport(done, quick, started, loadBefore, kept))
 
     task.react(lambda reactor: Deferred.fromCoroutine(go(reactor)))
 
@@ -236,7 +353,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer runs")
     parser.add_argument("--output", default=os.path.join(ROOT, "docs", "benchmarks.md"))
     parser.add_argument("--scale", type=float, default=1.0, help="stress: size multiplier")
+    parser.add_argument("--list", action="store_true", help="the sections and what they need")
     args = parser.parse_args()
+    if args.list:
+        for name in BENCHMARKS:
+            needs = ", ".join(f'{m} (pip install ".[{e}]")' for m, e in NEEDS.get(name, ()))
+            print(f"{name:10} {DURATION[name]:16} needs: {needs or 'pip install . only'}")
+        return
     # Without an observer Twisted keeps the first 64k log events in memory.
     globalLogBeginner.beginLoggingTo([discard], redirectStandardIO=False)
     import txaio
@@ -250,6 +373,11 @@ def main() -> None:
     unknown = set(names) - set(BENCHMARKS)
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}")
+    problems = missing(names)
+    if problems:
+        # Before anything runs: a missing extra found after minutes of
+        # measuring would lose them.
+        parser.exit(2, "python -m bench: " + "\n  ".join(problems) + "\n")
     runBenchmarks(names, args.quick, args.output)
 
 
