@@ -180,6 +180,7 @@ class Middleware:
         player: Mapping[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
         retainAudio: bool = True,
+        retainText: bool = True,
         **extra: Any,
     ) -> ReplyStream:
         """
@@ -193,6 +194,8 @@ class Middleware:
         @param retainAudio: keep audio chunks in the stream's C{envelopes};
             a caller that forwards them as they come passes C{False} so a
             long reply's audio is not held twice.
+        @param retainText: likewise for text deltas once the stream is
+            followed (their text is kept for C{text()}).
         @param extra: further reply.request fields (interactionMode,
             promptScene, promptDirective, eventId, ...), passed as they are.
         """
@@ -213,6 +216,7 @@ class Middleware:
             meta,
             retainAudio,
             {"event": event, **extra},
+            retainText,
         )
 
     def captureVoice(
@@ -225,6 +229,7 @@ class Middleware:
         player: Mapping[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
         retainAudio: bool = True,
+        retainText: bool = True,
         returnTranscript: bool = True,
         silenceBehavior: str = "error",
         **extra: Any,
@@ -248,6 +253,7 @@ class Middleware:
             meta,
             retainAudio,
             {"returnTranscript": returnTranscript, "silenceBehavior": silenceBehavior, **extra},
+            retainText,
         )
 
     def stopVoiceCapture(self, stream: ReplyStream) -> None:
@@ -267,6 +273,7 @@ class Middleware:
         meta: Mapping[str, Any] | None,
         retainAudio: bool,
         fields: dict[str, Any],
+        retainText: bool = True,
     ) -> ReplyStream:
         integrationId = integrationId or self.settings.game.integration_id
         if card is None:
@@ -281,7 +288,7 @@ class Middleware:
             withdraw.meta.update(meta or {})
             self._sendInOrder(withdraw)
 
-        stream = ReplyStream(requestId, cancel, retainAudio=retainAudio)
+        stream = ReplyStream(requestId, cancel, retainAudio=retainAudio, retainText=retainText)
         self.router.route(requestId, stream.received)
         self.timeline.submitted(requestId, characterId=characterId, kind=kind)
         envelope = Envelope.build(

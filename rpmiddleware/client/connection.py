@@ -414,6 +414,7 @@ class ClientConnection:
             # The turn forwards each chunk as it comes; keeping them all on the
             # stream too would hold a whole reply's audio per client.
             "retainAudio": False,
+            "retainText": False,
             **config.promptFields(),
         }
         speech = track or (
