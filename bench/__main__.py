@@ -47,7 +47,7 @@ NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
 #: Roughly how long each section runs on a 2-CPU machine, full / --quick.
 DURATION = {
     "hop": "3 min / 1 min",
-    "load": "8 min / 3 min",
+    "load": "7 min / 3 min",
     "cards": "1 min / 30 s",
     "memory": "1 min / 30 s",
     "resample": "1 min / 20 s",
