@@ -198,12 +198,34 @@ BOUNDS = """
   may share a physical core on this VM). Full (generation 2) garbage collections pass over every
   stored card tree, so the benchmark freezes its own 21 card copies (`gc.freeze`) as belonging to
   the game.
-- **Load.** One core runs everything per chunk above for every stream; sampled with py-spy at 50
-  streams (2026-12-01), soxr's stream took about 12% of the middleware's CPU, PCM16 conversion
-  7%, JSON 10%, Autobahn's framing and a new masker object per received frame about 15%, and the
-  chain, the router and the client endpoint the rest. The driver process (RPEngine and the
-  clients) runs on the other core, and its figures are shown so that a saturated driver is not
-  mistaken for the middleware.
+- **Load.** One core runs everything per chunk above for every stream. Sampled with py-spy at
+  200 heavy streams (2026-12-05, after issue 20's changes; flame graph in
+  `docs/benchmarks/load-200-heavy.svg`): Autobahn's framing 20% of the middleware's CPU (a new
+  masker object per received frame among it), Twisted's reactor and writes 16%, the audio path
+  about 20% (soxr's stream 9%, PCM16 conversion 4%, base64, the plugin), JSON 5% (reading with
+  `json`, writing with orjson), and the session's validation, the chain, the router, metrics and
+  the client endpoint's turn state the rest; a turn's start (the memory plugin's plan, the card,
+  soxr's set-up) about 6% at one turn per 3 s per stream. The relay pays Autobahn, Twisted and
+  JSON too, and Autobahn's UTF-8 validator (12% of its CPU), which the middleware replaces with
+  CPython's decoder. What is left over the relay is the middleware's own work per message, spread
+  over many small steps (no one step is over 3%), and the resampling the relay does not do. The
+  driver process (RPEngine and the clients) runs on the other core, and its figures are shown
+  so that a saturated driver is not mistaken for the middleware.
+- **Reactor pauses and the garbage collector.** A full collection holds the reactor for as long
+  as it takes to pass over every tracked object. At start-up the daemon holds about 73,000 (its
+  modules, classes, functions and plugin chain); frozen out of the collector after start-up
+  (`rpmiddleware/collector.py`, `gc.freeze`), a full pass at 100 heavy streams went from 20-35 ms
+  to 4-6 ms. Reply streams of the client endpoint keep the text of each delta rather than its
+  envelope (60 a turn), which cut the collector's youngest passes by three quarters. A full pass
+  now comes about once a minute and lasts 3-12 ms at 150-200 streams; the longest pauses left at
+  high load are the machine's (the relay shows them too) and the reactor's own batches.
+- **Memory.** Idle, the middleware holds about 76 MB against the bare relay's 53 MB: Autobahn
+  and Twisted are about 52 MB of both, and the middleware adds numpy and soxr (about 15 MB), its
+  plugins and the console. After a load RSS stays higher: glibc's allocator keeps freed heap
+  (about 28 MB after 100 streams: `malloc_trim` gives it back), each departed client's session
+  stays 30 minutes for a `reconnect` (about 45 KB each, at most `client.max_sessions`), and the
+  playbook plugin keeps a small state per client (at most its `max_sessions`). Python's tracked
+  objects grow by about 7 per departed client over rounds, all in those bounded stores.
 - **The machine's own tail.** This is a virtual machine (Firecracker) on a shared host: a thread
   spinning on CPU 0 saw gaps of up to 14 ms while a bursty process ran on CPU 1, and a process
   waiting in `epoll` is now and then woken tens of milliseconds late. Those stalls, not the

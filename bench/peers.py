@@ -158,12 +158,21 @@ class Heartbeat:
 def serveMiddleware(args: argparse.Namespace) -> None:
     from twisted.internet import reactor
 
+    _quietLogs()
+    if args.bare_relay:
+        # Nothing of the middleware imported: the relay's memory is its own.
+        from bench.relay import startRelay
+
+        serve(reactor, startRelay(reactor), args)
+        return
+
     from rpmiddleware.config import Settings, loadSettings
     from rpmiddleware.middleware import Middleware
     from rpmiddleware.testing.live import startMiddleware
 
-    _quietLogs()
     settings = loadSettings(args.config) if args.config else Settings()
+    if args.session_ttl is not None:
+        settings.client.session_ttl = args.session_ttl
     if args.max_connections is not None:
         settings.server.max_connections = args.max_connections
     if args.hello_timeout is not None:
@@ -172,19 +181,20 @@ def serveMiddleware(args: argparse.Namespace) -> None:
         settings.engine.mailbox = args.mailbox
         settings.engine.mailbox_watch = not args.no_watch
         settings.engine.mailbox_audio_slots = args.audio_slots
-    if args.bare_relay:
-        from bench.relay import startRelay
+    middleware = Middleware.fromSettings(reactor, settings)
+    live = startMiddleware(reactor, settings, middleware=middleware)
+    if not args.no_freeze:
+        # As twistd rpmiddleware does (rpmiddleware/tap.py).
+        from rpmiddleware.collector import freezeWhenRunning
 
-        port = startRelay(reactor)
-    else:
-        middleware = Middleware.fromSettings(reactor, settings)
-        live = startMiddleware(reactor, settings, middleware=middleware)
-        port = live.port
-        if not args.no_freeze:
-            # As twistd rpmiddleware does (rpmiddleware/tap.py).
-            from rpmiddleware.collector import freezeWhenRunning
+        freezeWhenRunning(reactor)
+    serve(reactor, live.port, args)
 
-            freezeWhenRunning(reactor)
+
+def serve(reactor: Any, port: int, args: argparse.Namespace) -> None:
+    """
+    Answer on stdin, say the port, and run until stdin closes.
+    """
     extra = {}
     if args.heartbeat:
         import gc
@@ -312,6 +322,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     middleware.add_argument("--max-connections", type=int, default=None)
     middleware.add_argument("--hello-timeout", type=float, default=None)
     middleware.add_argument("--profile", default="", help="write cProfile stats here at exit")
+    middleware.add_argument(
+        "--session-ttl", type=float, default=None, help="[client] session_ttl (seconds)"
+    )
     middleware.add_argument(
         "--no-freeze", action="store_true", help="no gc.freeze() after start-up (to compare)"
     )
