@@ -315,6 +315,23 @@ def writeReport(
     for source, goal, measured, met in rows + keptGoals:
         lines.append(f"| {source} | {goal} | {measured} | {met} |")
     lines.append("")
+    figures = [(name, value) for section in sections for name, value in section.figures.items()]
+    if figures:
+        lines += [
+            "## Against the bare relay (issue 20's table)",
+            "",
+            "From this run's sections; the relay and the middleware measured alternately.",
+            "",
+            "| figure | bare relay | rpmiddleware | ratio |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, (relay, mine, unit) in figures:
+            digits = 0 if unit in ("us", "%") else 1
+            ratio = f"{mine / relay:.2f}x" if relay else "-"
+            lines.append(
+                f"| {name} | {relay:.{digits}f} {unit} | {mine:.{digits}f} {unit} | {ratio} |"
+            )
+        lines.append("")
     # In the order of BENCHMARKS, whichever run each is from.
     parts = [(section.source, section.markdown()) for section in sections] + keptSections
     order = {name: index for index, name in enumerate(BENCHMARKS)}

@@ -73,6 +73,8 @@ class Section:
     source: str = ""
     #: When it was measured (UTC), shown with it.
     measured: str = ""
+    #: Issue 20's summary figures: name -> (the relay's, the middleware's, unit).
+    figures: dict[str, tuple[float, float, str]] = field(default_factory=dict)
 
     def markdown(self) -> str:
         mark = f"<!-- bench: {self.source} -->\n" if self.source else ""
