@@ -406,9 +406,9 @@ COST_HEADERS = [
     "driver CPU",
 ]
 #: Past these a server is saturated and larger N only queue more: its core
-#: full, or half its chunks queued (the tail alone moves with the machine's
-#: other work, a median this far does not).
-SATURATED_CPU, SATURATED_P50 = 0.97, 0.1
+#: full, or half its chunks queued for half a second (the tail alone moves
+#: with the machine's other work; a median this far behind is a backlog).
+SATURATED_CPU, SATURATED_P50 = 0.97, 0.5
 
 
 def _saturated(result: dict[str, float]) -> bool:
@@ -521,15 +521,19 @@ async def run(reactor: Any, quick: bool = False) -> Section:
         )
     )
     relay200, mine200 = _at(heavy, 200)
+    pauseGoal = "no reactor pause over 10 ms at 200 streams (heavy load, 1 ms heartbeat)"
     if mine200 is not None:
         goals.append(
             (
-                "no reactor pause over 10 ms at 200 streams (heavy load, 1 ms heartbeat)",
-                f"{mine200['pause'] * 1000:.1f} ms"
+                pauseGoal,
+                f"{mine200['pause'] * 1000:.1f} ms, GC's longest pass "
+                f"{mine200['gcLongest'] * 1000:.1f} ms"
                 + (f" (relay {relay200['pause'] * 1000:.1f} ms)" if relay200 else ""),
                 mine200["pause"] <= 0.010,
             )
         )
+    else:
+        goals.append((pauseGoal, "not run: saturated below 200 streams", False))
     growth = mySizes[-1] - mySizes[1]
     live = trimSizes[-1] - trimSizes[0]
     goals.append(
