@@ -219,13 +219,23 @@ BOUNDS = """
   envelope (60 a turn), which cut the collector's youngest passes by three quarters. A full pass
   now comes about once a minute and lasts 3-12 ms at 150-200 streams; the longest pauses left at
   high load are the machine's (the relay shows them too) and the reactor's own batches.
-- **Memory.** Idle, the middleware holds about 76 MB against the bare relay's 53 MB: Autobahn
-  and Twisted are about 52 MB of both, and the middleware adds numpy and soxr (about 15 MB), its
-  plugins and the console. After a load RSS stays higher: glibc's allocator keeps freed heap
-  (about 28 MB after 100 streams: `malloc_trim` gives it back), each departed client's session
-  stays 30 minutes for a `reconnect` (about 45 KB each, at most `client.max_sessions`), and the
-  playbook plugin keeps a small state per client (at most its `max_sessions`). Python's tracked
-  objects grow by about 7 per departed client over rounds, all in those bounded stores.
+- **Memory.** Idle, the middleware holds about 76 MB against the bare relay's 53 MB: Autobahn and
+  Twisted are about 52 MB of both, and the middleware adds numpy and soxr (about 15 MB), its
+  plugins and the console. After a load RSS stays higher, for three reasons measured on 2026-12-05
+  (rounds of 100-200 new clients, `bench/load.py`): glibc's allocator keeps freed heap (55-60 MB
+  after 200 heavy streams; `malloc_trim(0)` gives all but about 13 MB of it back); each departed
+  client's session stays 30 minutes for a `reconnect` (at most `client.max_sessions`, 1024; with
+  `session_ttl = 0` rounds 1-5 of 200 clients grew 5-9 MB instead of 21-24 MB, so about 15-25 KB a
+  kept session); and the playbook plugin keeps a state per client it saw (about 2.5 KB of Python
+  objects, at most its `max_sessions`, 1024), the only Python allocation tracemalloc saw growing
+  from one round to the next with `session_ttl = 0`. The rest of the growth after `malloc_trim`
+  (about 1.5 MB a round of 200 clients) is not in Python objects tracemalloc sees; it is not yet
+  accounted for (fragmented heap is the likely owner), so the leak goal stays open.
+- **This machine during the runs of 2026-12-05.** Two other engineers ran test suites on the
+  same two CPUs: the load average was 2-6, and the relay alone showed chunk p99s from 4 ms to
+  3.5 s at the same load in different runs. Delays and pauses of those runs measure the machine
+  more than either server; CPU per real-time stream (CPU time over speech delivered) moved less
+  (the middleware's ratio to the relay was 1.28x-1.83x across runs and loads, mostly 1.4x-1.6x).
 - **The machine's own tail.** This is a virtual machine (Firecracker) on a shared host: a thread
   spinning on CPU 0 saw gaps of up to 14 ms while a bursty process ran on CPU 1, and a process
   waiting in `epoll` is now and then woken tens of milliseconds late. Those stalls, not the
@@ -290,6 +300,10 @@ def writeReport(
             if keptSections
             else "."
         ),
+        "",
+        "Run from a checkout after `pip install \".[bench]\"` (scipy, for the resampling "
+        "section; the others need only `pip install .`); `python -m bench --list` shows the "
+        "sections, `python -m bench load` runs one and replaces only its part of this file.",
         "",
         f"Machine: {machine()}. Load average before the run: {loadBefore}; now: "
         f"{loadAverage()} (other work on the machine inflates tails; compare ratios, which are "
