@@ -301,7 +301,7 @@ def writeReport(
             else "."
         ),
         "",
-        "Run from a checkout after `pip install \".[bench]\"` (scipy, for the resampling "
+        'Run from a checkout after `pip install ".[bench]"` (scipy, for the resampling '
         "section; the others need only `pip install .`); `python -m bench --list` shows the "
         "sections, `python -m bench load` runs one and replaces only its part of this file.",
         "",
