@@ -252,7 +252,7 @@ BOUNDS = """
 """
 
 
-def _previous(output: str) -> tuple[list[tuple[str, str]], list[tuple[str, str, str, str]]]:
+def previousReport(output: str) -> tuple[list[tuple[str, str]], list[tuple[str, str, str, str]]]:
     """
     The sections (source, markdown) and goal rows (source, goal, measured,
     met) of an earlier report, so that a run of some sections keeps the rest.
@@ -360,7 +360,7 @@ def writeReport(
 def runBenchmarks(names: list[str], quick: bool, output: str) -> None:
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
     loadBefore = loadAverage()
-    kept = _previous(output)
+    kept = previousReport(output)
     done: list[Section] = []
 
     def finished(name: str, sections: list[Section]) -> None:
