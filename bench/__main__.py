@@ -342,7 +342,7 @@ def writeReport(
             "|---|---:|---:|---:|",
         ]
         for name, (relay, mine, unit) in figures:
-            digits = 0 if unit in ("us", "%") else 1
+            digits = 0 if unit in ("us", "%") else 2 if unit == "ms/s" else 1
             ratio = f"{mine / relay:.2f}x" if relay else "-"
             lines.append(
                 f"| {name} | {relay:.{digits}f} {unit} | {mine:.{digits}f} {unit} | {ratio} |"

@@ -295,8 +295,9 @@ async def measure(
     seconds: float,
     relay: bool = False,
     heavy: bool = False,
+    options: tuple[str, ...] = (),
 ) -> dict[str, float]:
-    server, port = await startServer(reactor, clients, relay)
+    server, port = await startServer(reactor, clients, relay, options)
     try:
         return await loadRound(reactor, server, port, clients, warmup, seconds, relay, heavy)
     finally:
@@ -447,6 +448,67 @@ async def sweep(
     return results
 
 
+#: The server as C{twistd rpmiddleware} runs it (L{bench.peers}).
+DAEMON = ("--as-daemon",)
+
+
+def webrtcAvailable() -> bool:
+    """
+    Whether twistd rpmiddleware would run on the asyncio reactor here (the
+    webrtc extra is installed).
+    """
+    from rpmiddleware.webrtc.reactor import unavailableReason
+
+    return unavailableReason() is None
+
+
+def daemonText(
+    daemon: list[tuple[int, dict[str, float]]],
+    idle: float | None,
+    heavy: list[tuple[dict[str, float] | None, dict[str, float] | None]],
+    epollIdle: float,
+) -> str:
+    if not daemon:
+        return (
+            "The webrtc extra is not installed here, so `twistd rpmiddleware` runs on the "
+            "default reactor, as measured above."
+        )
+    rows = []
+    for clients, mine in daemon:
+        relay, epoll = _at(heavy, clients)
+        rows.append(
+            (
+                clients,
+                f"{relay['perStream'] * 1000:.2f}" if relay else "-",
+                f"{epoll['perStream'] * 1000:.2f}" if epoll else "-",
+                f"{mine['perStream'] * 1000:.2f}",
+                f"{mine['perStream'] / relay['perStream']:.2f}x" if relay else "-",
+                f"{mine['p99'] * 1000:.1f} / {mine['max'] * 1000:.1f}",
+                f"{mine['pause'] * 1000:.1f}",
+            )
+        )
+    headers = [
+        "streams",
+        "relay (ms/s)",
+        "middleware above (ms/s)",
+        "as the daemon (ms/s)",
+        "daemon / relay",
+        "daemon p99 / max (ms)",
+        "daemon longest pause (ms)",
+    ]
+    return f"""### As `twistd rpmiddleware` runs with the webrtc extra
+
+With aiortc installed (the `webrtc` extra, which the `test` extra installs too) the daemon runs
+on Twisted's asyncio reactor with aiortc loaded; the servers above run on the default (epoll)
+reactor. The same heavy load, CPU per real-time stream (the relay's and the epoll middleware's
+from the table above, measured minutes apart, not interleaved):
+
+{table(headers, rows)}
+
+Idle RSS as the daemon: {idle or float("nan"):.1f} MB (on the default reactor:
+{epollIdle:.1f} MB)."""
+
+
 def _at(
     results: list[tuple[dict[str, float] | None, dict[str, float] | None]], clients: int
 ) -> tuple[dict[str, float] | None, dict[str, float] | None]:
@@ -468,6 +530,23 @@ async def run(reactor: Any, quick: bool = False) -> Section:
 
     light = await sweep(reactor, lightSteps, warmup, seconds, repeats, heavy=False)
     heavy = await sweep(reactor, heavySteps, warmup, seconds, repeats, heavy=True)
+    # As twistd rpmiddleware runs when the webrtc extra is installed: on
+    # Twisted's asyncio reactor, aiortc loaded.
+    daemon: list[tuple[int, dict[str, float]]] = []
+    daemonIdle = None
+    if webrtcAvailable():
+        for clients in (100, 200):
+            daemon.append(
+                (
+                    clients,
+                    await measure(reactor, clients, warmup, seconds, False, True, DAEMON),
+                )
+            )
+        server, _ = await startServer(reactor, 1, False, DAEMON)
+        try:
+            daemonIdle = await rss(server)
+        finally:
+            await server.stop()
     relaySizes = await rounds(reactor, leakClients, leakRounds, leakSeconds, True)
     mySizes = await rounds(reactor, leakClients, leakRounds, leakSeconds, False)
     # The same with disconnected clients' sessions expiring at once instead of
@@ -505,11 +584,18 @@ async def run(reactor: Any, quick: bool = False) -> Section:
     pair = at200 if at200[0] is not None and at200[1] is not None else (both[-1] if both else None)
     if pair is not None and pair[0] is not None and pair[1] is not None:
         ratio = pair[1]["perStream"] / pair[0]["perStream"]
+        asDaemon = ""
+        for clients, mine in daemon:
+            if clients == int(pair[1]["clients"]):
+                asDaemon = (
+                    f"; as the daemon with the webrtc extra (asyncio reactor) "
+                    f"{mine['perStream'] / pair[0]['perStream']:.2f}x"
+                )
         goals.append(
             (
                 "CPU per real-time stream <= 1.3x the relay's (heavy load)",
                 f"{ratio:.2f}x at {int(pair[1]['clients'])} streams "
-                f"({pair[1]['cpu']:.0%} against {pair[0]['cpu']:.0%} of a core)",
+                f"({pair[1]['cpu']:.0%} against {pair[0]['cpu']:.0%} of a core{asDaemon})",
                 ratio <= 1.3,
             )
         )
@@ -598,6 +684,8 @@ not full: **{carried}**. With p99 under {ADDED_P99 * 1000:g} ms absolute: {carri
 
 Largest N with chunk p99 < 20 ms and max < 40 ms: **{heavyCarried}** (the relay: {relayTop}).
 
+{daemonText(daemon, daemonIdle, heavy, mySizes[0])}
+
 ### Memory (RSS, MB)
 
 One server, {leakClients} streams of the heavy load for {leakSeconds:g} s a round, {leakRounds}
@@ -617,6 +705,11 @@ give freed heap back (`malloc_trim(0)`): the last row, what the process still us
             continue
         name = f"{clients} real-time voice streams (heavy)"
         section.figures[f"{name}: CPU, % of a core"] = (relay["cpu"] * 100, mine["cpu"] * 100, "%")
+        section.figures[f"{name}: CPU per real-time stream"] = (
+            relay["perStream"] * 1e3,
+            mine["perStream"] * 1e3,
+            "ms/s",
+        )
         section.figures[f"{name}: chunk delay p99"] = (relay["p99"] * 1e3, mine["p99"] * 1e3, "ms")
         section.figures[f"{name}: chunk delay max"] = (relay["max"] * 1e3, mine["max"] * 1e3, "ms")
         section.figures[f"{name}: longest reactor pause"] = (
@@ -624,7 +717,20 @@ give freed heap back (`malloc_trim(0)`): the last row, what the process still us
             mine["pause"] * 1e3,
             "ms",
         )
+    for clients, mine in daemon:
+        relay, _ = _at(heavy, clients)
+        if relay is not None:
+            section.figures[
+                f"{clients} heavy streams, as the daemon with the webrtc extra: "
+                "CPU per real-time stream"
+            ] = (relay["perStream"] * 1e3, mine["perStream"] * 1e3, "ms/s")
     section.figures["RSS idle"] = (relaySizes[0], mySizes[0], "MB")
+    if daemonIdle is not None:
+        section.figures["RSS idle, as the daemon with the webrtc extra"] = (
+            relaySizes[0],
+            daemonIdle,
+            "MB",
+        )
     section.figures[f"RSS after {leakRounds} rounds of {leakClients} streams"] = (
         relaySizes[-1],
         mySizes[-1],

@@ -176,6 +176,13 @@ def trimmed() -> int:
 
 
 def serveMiddleware(args: argparse.Namespace) -> None:
+    if args.as_daemon:
+        # The reactor twistd rpmiddleware chooses (the asyncio reactor when
+        # WebRTC's extra is installed), before anything touches the reactor.
+        from rpmiddleware.config import Settings
+        from rpmiddleware.webrtc.reactor import chooseDaemonReactor
+
+        chooseDaemonReactor(Settings())
     from twisted.internet import reactor
 
     _quietLogs()
@@ -343,6 +350,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     middleware.add_argument("--max-connections", type=int, default=None)
     middleware.add_argument("--hello-timeout", type=float, default=None)
     middleware.add_argument("--profile", default="", help="write cProfile stats here at exit")
+    middleware.add_argument(
+        "--as-daemon",
+        action="store_true",
+        help="the reactor twistd rpmiddleware would choose (asyncio with the webrtc extra)",
+    )
     middleware.add_argument(
         "--session-ttl", type=float, default=None, help="[client] session_ttl (seconds)"
     )
