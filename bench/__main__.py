@@ -252,27 +252,42 @@ BOUNDS = """
 """
 
 
-def previousReport(output: str) -> tuple[list[tuple[str, str]], list[tuple[str, str, str, str]]]:
+Kept = tuple[list[tuple[str, str]], list[tuple[str, str, str, str]], list[tuple[str, str]]]
+
+
+def previousReport(output: str) -> Kept:
     """
-    The sections (source, markdown) and goal rows (source, goal, measured,
-    met) of an earlier report, so that a run of some sections keeps the rest.
+    The sections (source, markdown), goal rows (source, goal, measured, met)
+    and issue 20's table rows (source, row) of an earlier report, so that a
+    run of some sections keeps the rest.
     """
     try:
         with open(output, encoding="utf-8") as f:
             text = f.read()
     except OSError:
-        return [], []
+        return [], [], []
     sections = []
-    for chunk in re.split(r"(?m)^(?=## )", text):
+    parts = re.split(r"(?m)^(?=## )", text)
+    for chunk in parts:
         found = re.match(r"## .*\n<!-- bench: (\w+) -->\n", chunk)
         if found:
             sections.append((found.group(1), chunk.rstrip() + "\n"))
-    goals = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and len(cells) == 4 and cells[0] in BENCHMARKS:
-            goals.append((cells[0], cells[1], cells[2], cells[3]))
-    return sections, goals
+    goals, figures = [], []
+    for chunk in parts:
+        if chunk.startswith("## Goals"):
+            for line in chunk.splitlines():
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if line.startswith("| ") and len(cells) == 4 and cells[0] in BENCHMARKS:
+                    goals.append((cells[0], cells[1], cells[2], cells[3]))
+        elif chunk.startswith(FIGURES_TITLE):
+            for line in chunk.splitlines():
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if line.startswith("| ") and len(cells) == 5 and cells[0] in BENCHMARKS:
+                    figures.append((cells[0], line))
+    return sections, goals, figures
+
+
+FIGURES_TITLE = "## Against the bare relay (issue 20's table)"
 
 
 def writeReport(
@@ -280,7 +295,7 @@ def writeReport(
     quick: bool,
     started: str,
     loadBefore: str,
-    kept: tuple[list[tuple[str, str]], list[tuple[str, str, str, str]]] = ([], []),
+    kept: Kept = ([], [], []),
     running: list[str] | None = None,
 ) -> str:
     """
@@ -331,22 +346,30 @@ def writeReport(
     for source, goal, measured, met in rows + keptGoals:
         lines.append(f"| {source} | {goal} | {measured} | {met} |")
     lines.append("")
-    figures = [(name, value) for section in sections for name, value in section.figures.items()]
-    if figures:
-        lines += [
-            "## Against the bare relay (issue 20's table)",
-            "",
-            "From this run's sections; the relay and the middleware measured alternately.",
-            "",
-            "| figure | bare relay | rpmiddleware | ratio |",
-            "|---|---:|---:|---:|",
-        ]
-        for name, (relay, mine, unit) in figures:
+    figures = []
+    for section in sections:
+        for name, (relay, mine, unit) in section.figures.items():
             digits = 0 if unit in ("us", "%") else 2 if unit == "ms/s" else 1
             ratio = f"{mine / relay:.2f}x" if relay else "-"
-            lines.append(
-                f"| {name} | {relay:.{digits}f} {unit} | {mine:.{digits}f} {unit} | {ratio} |"
+            figures.append(
+                (
+                    section.source,
+                    f"| {section.source} | {name} | {relay:.{digits}f} {unit} | "
+                    f"{mine:.{digits}f} {unit} | {ratio} |",
+                )
             )
+    figures += [row for row in kept[2] if row[0] not in ran]
+    if figures:
+        order = {name: index for index, name in enumerate(BENCHMARKS)}
+        lines += [
+            FIGURES_TITLE,
+            "",
+            "Each row from its section's run (the relay and the middleware measured alternately).",
+            "",
+            "| section | figure | bare relay | rpmiddleware | ratio |",
+            "|---|---|---:|---:|---:|",
+        ]
+        lines += [row for _, row in sorted(figures, key=lambda f: order.get(f[0], len(order)))]
         lines.append("")
     # In the order of BENCHMARKS, whichever run each is from.
     parts = [(section.source, section.markdown()) for section in sections] + keptSections

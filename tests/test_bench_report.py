@@ -61,14 +61,32 @@ class ReportTests(SynchronousTestCase):
         hop = section("hop", "Hop", "hop goal")
         hop.figures = {"text hop p50": (200.0, 230.0, "us")}
         text = self.written([hop], output)
-        self.assertIn("| text hop p50 | 200 us | 230 us | 1.15x |", text)
+        self.assertIn("| hop | text hop p50 | 200 us | 230 us | 1.15x |", text)
+        load = section("load", "Load", "load goal")
+        load.figures = {"CPU": (20.0, 30.0, "%")}
+        text = self.written([load], output)
+        self.assertIn("| hop | text hop p50 | 200 us | 230 us | 1.15x |", text)
+        self.assertIn("| load | CPU | 20 % | 30 % | 1.50x |", text)
+
+    def test_tablesOfSectionsAreNotGoals(self) -> None:
+        """
+        A section's own four-column table whose first cell names a benchmark
+        is not taken for a goal.
+        """
+        output = self.mktemp()
+        mailbox = section("mailbox", "Mailbox", "mailbox goal")
+        mailbox.body = "| hop | WebSocket p50 | inotify | polling |\n|---|---:|---:|---:|"
+        self.written([mailbox], output)
+        text = self.written([section("prompt", "Prompt", "prompt goal")], output)
+        goals = text[text.index("## Goals") : text.index("## Mailbox")]
+        self.assertNotIn("WebSocket p50", goals)
 
     def test_runningSectionsNamed(self) -> None:
         """
         While a run goes on, the report names the sections still to come.
         """
         text = cli.writeReport(
-            [section("hop", "Hop", "g")], False, "now", "0.00", ([], []), ["load", "cards"]
+            [section("hop", "Hop", "g")], False, "now", "0.00", ([], [], []), ["load", "cards"]
         )
         self.assertIn("**Still running: load, cards**", text)
 
