@@ -213,14 +213,16 @@ BOUNDS = """
   over many small steps (no one step is over 3%), and the resampling the relay does not do. The
   driver process (RPEngine and the clients) runs on the other core, and its figures are shown
   so that a saturated driver is not mistaken for the middleware.
-- **Reactor pauses and the garbage collector.** A full collection holds the reactor for as long
-  as it takes to pass over every tracked object. At start-up the daemon holds about 73,000 (its
+- **Reactor pauses and the garbage collector.** A full collection holds the reactor for as long as
+  it takes to pass over every tracked object. At start-up the daemon holds about 73,000 (its
   modules, classes, functions and plugin chain); frozen out of the collector after start-up
   (`rpmiddleware/collector.py`, `gc.freeze`), a full pass at 100 heavy streams went from 20-35 ms
   to 4-6 ms. Reply streams of the client endpoint keep the text of each delta rather than its
   envelope (60 a turn), which cut the collector's youngest passes by three quarters. A full pass
-  now comes about once a minute and lasts 3-12 ms at 150-200 streams; the longest pauses left at
-  high load are the machine's (the relay shows them too) and the reactor's own batches.
+  is now rare (none in most 10 s windows) and took 4-12 ms at 150-200 streams and 24 ms once at
+  250 (the machine busy, so a pass may include time the process was not running); the collector's
+  passes are not yet under 10 ms at every load; the longest pauses left at high load are the
+  machine's (the relay shows them too) and the reactor's own batches.
 - **Memory.** Idle, the middleware holds about 76 MB against the bare relay's 53 MB: Autobahn and
   Twisted are about 52 MB of both, and the middleware adds numpy and soxr (about 15 MB), its
   plugins and the console. After a load RSS stays higher, for three reasons measured on 2026-12-05
