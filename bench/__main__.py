@@ -3,8 +3,16 @@ Run the benchmarks and write docs/benchmarks.md, or run the stress checks.
 
     python -m bench                 # every benchmark -> docs/benchmarks.md
     python -m bench --quick         # fewer runs, for a look (still writes)
-    python -m bench cards hop       # only these (the file gets only these)
+    python -m bench load            # one section: its part of docs/benchmarks.md is
+                                    # replaced, the other sections' are kept
+    python -m bench --list          # the sections, what each needs and how long it runs
     python -m bench stress          # the long reliability run; exit 1 on a problem
+
+It wants the bench extra (``pip install ".[bench]"``): without it every section
+but resample runs (``python -m bench`` says at once that it skips resample, and
+the report keeps resample's part from an earlier run), and asking for resample
+by name says what to install before anything runs.  The report is written
+after each section finishes.
 
 Benchmarks: cards (5), memory (6), hop (1 and 2), load (3), resample (4,
 bench/resample.py, run as it is and its table included), mailbox (7, RPEngine's
@@ -16,7 +24,9 @@ lines and what buffering for actions costs).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import re
 import subprocess
 import sys
 import time
@@ -32,6 +42,37 @@ from bench.peers import discard
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = ("hop", "load", "cards", "memory", "resample", "mailbox", "prompt", "scenes")
+#: Modules a section needs beyond what ``pip install .`` brings, and the extra
+#: that installs them.
+NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "resample": (("scipy", "bench"),),
+}
+#: Roughly how long each section runs on a 2-CPU machine, full / --quick.
+DURATION = {
+    "hop": "3 min / 1 min",
+    "load": "7 min / 3 min",
+    "cards": "1 min / 30 s",
+    "memory": "1 min / 30 s",
+    "resample": "1 min / 20 s",
+    "mailbox": "3 min / 1 min",
+    "prompt": "30 s / 10 s",
+    "scenes": "30 s / 10 s",
+}
+
+
+def missing(names: list[str]) -> list[str]:
+    """
+    What the chosen sections need and this Python lacks, as sentences.
+    """
+    problems = []
+    for name in names:
+        for module, extra in NEEDS.get(name, ()):
+            if importlib.util.find_spec(module) is None:
+                problems.append(
+                    f"the {name} section needs {module}, which is not installed: "
+                    f'pip install ".[{extra}]" (or leave {name} out)'
+                )
+    return problems
 
 
 def loadAverage() -> str:
@@ -78,11 +119,18 @@ def resampleSection(quick: bool) -> Section:
     return Section("Resampling (benchmark 4)", body, goals)
 
 
-async def benchmarks(reactor: Any, names: list[str], quick: bool) -> list[Section]:
+async def benchmarks(
+    reactor: Any, names: list[str], quick: bool, finished: Any = None
+) -> list[Section]:
+    """
+    Run each section named; C{finished(name, sections)} is called after each,
+    with that section's own L{Section}s.
+    """
     from bench import cards, hop, load, memory
 
     sections: list[Section] = []
     for name in names:
+        before = len(sections)
         started = time.perf_counter()
         print(f"== {name}", flush=True)
         if name == "hop":
@@ -108,6 +156,10 @@ async def benchmarks(reactor: Any, names: list[str], quick: bool) -> list[Sectio
 
             sections.append(await scenes.run(reactor, quick))
         print(f"   {time.perf_counter() - started:.0f} s", flush=True)
+        for section in sections[before:]:
+            section.source = name
+        if finished is not None:
+            finished(name, sections[before:])
     return sections
 
 
@@ -154,12 +206,46 @@ BOUNDS = """
   may share a physical core on this VM). Full (generation 2) garbage collections pass over every
   stored card tree, so the benchmark freezes its own 21 card copies (`gc.freeze`) as belonging to
   the game.
-- **Load.** One core runs everything per chunk above for every stream; sampled with py-spy at 50
-  streams (2026-12-01), soxr's stream took about 12% of the middleware's CPU, PCM16 conversion
-  7%, JSON 10%, Autobahn's framing and a new masker object per received frame about 15%, and the
-  chain, the router and the client endpoint the rest. The driver process (RPEngine and the
-  clients) runs on the other core, and its figures are shown so that a saturated driver is not
-  mistaken for the middleware.
+- **Load.** One core runs everything per chunk above for every stream. Sampled with py-spy at
+  200 heavy streams (2026-12-05, after issue 20's changes; flame graph in
+  `docs/benchmarks/load-200-heavy.svg`): Autobahn's framing 20% of the middleware's CPU (a new
+  masker object per received frame among it), Twisted's reactor and writes 16%, the audio path
+  about 20% (soxr's stream 9%, PCM16 conversion 4%, base64, the plugin), JSON 5% (reading with
+  `json`, writing with orjson), and the session's validation, the chain, the router, metrics and
+  the client endpoint's turn state the rest; a turn's start (the memory plugin's plan, the card,
+  soxr's set-up) about 6% at one turn per 3 s per stream. The relay pays Autobahn, Twisted and
+  JSON too, and Autobahn's UTF-8 validator (12% of its CPU), which the middleware replaces with
+  CPython's decoder. What is left over the relay is the middleware's own work per message, spread
+  over many small steps (no one step is over 3%), and the resampling the relay does not do. The
+  driver process (RPEngine and the clients) runs on the other core, and its figures are shown
+  so that a saturated driver is not mistaken for the middleware.
+- **Reactor pauses and the garbage collector.** A full collection holds the reactor for as long as
+  it takes to pass over every tracked object. At start-up the daemon holds about 73,000 (its
+  modules, classes, functions and plugin chain); frozen out of the collector after start-up
+  (`rpmiddleware/collector.py`, `gc.freeze`), a full pass at 100 heavy streams went from 20-35 ms
+  to 4-6 ms. Reply streams of the client endpoint keep the text of each delta rather than its
+  envelope (60 a turn), which cut the collector's youngest passes by three quarters. A full pass
+  is now rare (none in most 10 s windows) and took 4-12 ms at 150-200 streams and 24 ms once at
+  250 (the machine busy, so a pass may include time the process was not running); the collector's
+  passes are not yet under 10 ms at every load; the longest pauses left at high load are the
+  machine's (the relay shows them too) and the reactor's own batches.
+- **Memory.** Idle, the middleware holds about 76 MB against the bare relay's 53 MB: Autobahn and
+  Twisted are about 52 MB of both, and the middleware adds numpy and soxr (about 15 MB), its
+  plugins and the console. After a load RSS stays higher, for three reasons measured on 2026-12-05
+  (rounds of 100-200 new clients, `bench/load.py`): glibc's allocator keeps freed heap (55-60 MB
+  after 200 heavy streams; `malloc_trim(0)` gives all but about 13 MB of it back); each departed
+  client's session stays 30 minutes for a `reconnect` (at most `client.max_sessions`, 1024; with
+  `session_ttl = 0` rounds 1-5 of 200 clients grew 5-9 MB instead of 21-24 MB, so about 15-25 KB a
+  kept session); and the playbook plugin keeps a state per client it saw (about 2.5 KB of Python
+  objects, at most its `max_sessions`, 1024), the only Python allocation tracemalloc saw growing
+  from one round to the next with `session_ttl = 0`. The rest of the growth after `malloc_trim`
+  (about 1.5 MB a round of 200 clients) is not in Python objects tracemalloc sees; it is not yet
+  accounted for (fragmented heap is the likely owner), so the leak goal stays open.
+- **This machine during the runs of 2026-12-05.** Two other engineers ran test suites on the
+  same two CPUs: the load average was 2-6, and the relay alone showed chunk p99s from 4 ms to
+  3.5 s at the same load in different runs. Delays and pauses of those runs measure the machine
+  more than either server; CPU per real-time stream (CPU time over speech delivered) moved less
+  (the middleware's ratio to the relay was 1.28x-1.83x across runs and loads, mostly 1.4x-1.6x).
 - **The machine's own tail.** This is a virtual machine (Firecracker) on a shared host: a thread
   spinning on CPU 0 saw gaps of up to 14 ms while a bursty process ran on CPU 1, and a process
   waiting in `epoll` is now and then woken tens of milliseconds late. Those stalls, not the
@@ -174,28 +260,130 @@ BOUNDS = """
 """
 
 
-def writeReport(sections: list[Section], quick: bool, started: str, loadBefore: str) -> str:
-    goals = [goal for section in sections for goal in section.goals]
+Kept = tuple[list[tuple[str, str]], list[tuple[str, str, str, str]], list[tuple[str, str]]]
+
+
+def previousReport(output: str) -> Kept:
+    """
+    The sections (source, markdown), goal rows (source, goal, measured, met)
+    and issue 20's table rows (source, row) of an earlier report, so that a
+    run of some sections keeps the rest.
+    """
+    try:
+        with open(output, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return [], [], []
+    sections = []
+    parts = re.split(r"(?m)^(?=## )", text)
+    for chunk in parts:
+        found = re.match(r"## .*\n<!-- bench: (\w+) -->\n", chunk)
+        if found:
+            sections.append((found.group(1), chunk.rstrip() + "\n"))
+    goals, figures = [], []
+    for chunk in parts:
+        if chunk.startswith("## Goals"):
+            for line in chunk.splitlines():
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if line.startswith("| ") and len(cells) == 4 and cells[0] in BENCHMARKS:
+                    goals.append((cells[0], cells[1], cells[2], cells[3]))
+        elif chunk.startswith(FIGURES_TITLE):
+            for line in chunk.splitlines():
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if line.startswith("| ") and len(cells) == 5 and cells[0] in BENCHMARKS:
+                    figures.append((cells[0], line))
+    return sections, goals, figures
+
+
+FIGURES_TITLE = "## Against the bare relay (issue 20's table)"
+
+
+def writeReport(
+    sections: list[Section],
+    quick: bool,
+    started: str,
+    loadBefore: str,
+    kept: Kept = ([], [], []),
+    running: list[str] | None = None,
+) -> str:
+    """
+    The report: this run's sections, then those kept from an earlier run
+    (C{kept}) that this run did not redo; C{running} names sections still to
+    come while the run goes on.
+    """
+    ran = {section.source for section in sections} | set(running or ())
+    keptSections = [(source, text) for source, text in kept[0] if source not in ran]
+    keptGoals = [row for row in kept[1] if row[0] not in ran]
     lines = [
         "# Benchmarks",
         "",
-        f"Generated by `python -m bench{' --quick' if quick else ''}` on {started} UTC.",
+        f"Generated by `python -m bench{' --quick' if quick else ''}"
+        f"{' ' + ' '.join(sorted(ran)) if keptSections else ''}` on {started} UTC"
+        + (
+            f"; the sections {', '.join(sorted({s for s, _ in keptSections}))} are from an "
+            "earlier run (each says when it was measured)."
+            if keptSections
+            else "."
+        ),
         "",
-        f"Machine: {machine()}. Load average before the run: {loadBefore}; after: "
+        'Run from a checkout after `pip install ".[bench]"` (scipy, for the resampling '
+        "section; the others need only `pip install .`); `python -m bench --list` shows the "
+        "sections, `python -m bench load` runs one and replaces only its part of this file.",
+        "",
+        f"Machine: {machine()}. Load average before the run: {loadBefore}; now: "
         f"{loadAverage()} (other work on the machine inflates tails; compare ratios, which are "
         "measured against a baseline in the same run).",
         "",
+    ]
+    if running:
+        lines += [
+            f"**Still running: {', '.join(running)}** (this file is rewritten as each ends).",
+            "",
+        ]
+    lines += [
         "## Goals",
         "",
-        "| goal | measured | met |",
-        "|---|---|---|",
+        "| section | goal | measured | met |",
+        "|---|---|---|---|",
     ]
-    for goal, measured, met in goals:
-        mark = "yes" if met else "**no**"
-        lines.append(f"| {goal} | {measured} | {mark} |")
+    rows = [
+        (section.source, goal, measured, "yes" if met else "**no**")
+        for section in sections
+        for goal, measured, met in section.goals
+    ]
+    for source, goal, measured, met in rows + keptGoals:
+        lines.append(f"| {source} | {goal} | {measured} | {met} |")
     lines.append("")
+    figures = []
     for section in sections:
-        lines.append(section.markdown())
+        for name, (relay, mine, unit) in section.figures.items():
+            digits = 0 if unit in ("us", "%") else 2 if unit == "ms/s" else 1
+            ratio = f"{mine / relay:.2f}x" if relay else "-"
+            figures.append(
+                (
+                    section.source,
+                    f"| {section.source} | {name} | {relay:.{digits}f} {unit} | "
+                    f"{mine:.{digits}f} {unit} | {ratio} |",
+                )
+            )
+    figures += [row for row in kept[2] if row[0] not in ran]
+    if figures:
+        order = {name: index for index, name in enumerate(BENCHMARKS)}
+        lines += [
+            FIGURES_TITLE,
+            "",
+            "Each row from its section's run (the relay and the middleware measured alternately).",
+            "",
+            "| section | figure | bare relay | rpmiddleware | ratio |",
+            "|---|---|---:|---:|---:|",
+        ]
+        lines += [row for _, row in sorted(figures, key=lambda f: order.get(f[0], len(order)))]
+        lines.append("")
+    # In the order of BENCHMARKS, whichever run each is from.
+    parts = [(section.source, section.markdown()) for section in sections] + keptSections
+    order = {name: index for index, name in enumerate(BENCHMARKS)}
+    for _, text in sorted(parts, key=lambda part: order.get(part[0], len(order))):
+        lines.append(text)
     lines.append(BOUNDS.strip())
     return "\n".join(lines) + "\n"
 
@@ -203,13 +391,23 @@ def writeReport(sections: list[Section], quick: bool, started: str, loadBefore: 
 def runBenchmarks(names: list[str], quick: bool, output: str) -> None:
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
     loadBefore = loadAverage()
+    kept = previousReport(output)
+    done: list[Section] = []
 
-    async def go(reactor: Any) -> None:
-        sections = await benchmarks(reactor, names, quick)
-        text = writeReport(sections, quick, started, loadBefore)
+    def finished(name: str, sections: list[Section]) -> None:
+        stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
+        for section in sections:
+            section.measured = stamp
+        done.extend(sections)
+        left = names[names.index(name) + 1 :]
+        text = writeReport(done, quick, started, loadBefore, kept, left)
         with open(output, "w", encoding="utf-8") as f:
             f.write(text)
-        print(text)
+        print(f"   written to {output}", flush=True)
+
+    async def go(reactor: Any) -> None:
+        await benchmarks(reactor, names, quick, finished)
+        print(writeReport(done, quick, started, loadBefore, kept))
 
     task.react(lambda reactor: Deferred.fromCoroutine(go(reactor)))
 
@@ -241,7 +439,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer runs")
     parser.add_argument("--output", default=os.path.join(ROOT, "docs", "benchmarks.md"))
     parser.add_argument("--scale", type=float, default=1.0, help="stress: size multiplier")
+    parser.add_argument("--list", action="store_true", help="the sections and what they need")
     args = parser.parse_args()
+    if args.list:
+        for name in BENCHMARKS:
+            needs = ", ".join(f'{m} (pip install ".[{e}]")' for m, e in NEEDS.get(name, ()))
+            print(f"{name:10} {DURATION[name]:16} needs: {needs or 'pip install . only'}")
+        return
     # Without an observer Twisted keeps the first 64k log events in memory.
     globalLogBeginner.beginLoggingTo([discard], redirectStandardIO=False)
     import txaio
@@ -255,6 +459,15 @@ def main() -> None:
     unknown = set(names) - set(BENCHMARKS)
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}")
+    problems = missing(names)
+    if problems and args.what:
+        # Asked for by name: say so before anything runs, not after minutes
+        # of measuring.
+        parser.exit(2, "python -m bench: " + "\n  ".join(problems) + "\n")
+    if problems:
+        # Everything was asked for: run what can run, and say what will not.
+        names = [name for name in names if not missing([name])]
+        print("python -m bench: skipping " + "; ".join(problems), file=sys.stderr, flush=True)
     runBenchmarks(names, args.quick, args.output)
 
 

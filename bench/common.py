@@ -69,9 +69,17 @@ class Section:
     body: str
     #: (goal, measured, met) for the summary at the top.
     goals: list[tuple[str, str, bool]] = field(default_factory=list)
+    #: The benchmark (``python -m bench NAME``) that made it.
+    source: str = ""
+    #: When it was measured (UTC), shown with it.
+    measured: str = ""
+    #: Issue 20's summary figures: name -> (the relay's, the middleware's, unit).
+    figures: dict[str, tuple[float, float, str]] = field(default_factory=dict)
 
     def markdown(self) -> str:
-        return f"## {self.title}\n\n{self.body.strip()}\n"
+        mark = f"<!-- bench: {self.source} -->\n" if self.source else ""
+        when = f"*Measured {self.measured} UTC.*\n\n" if self.measured else ""
+        return f"## {self.title}\n{mark}\n{when}{self.body.strip()}\n"
 
 
 def pin(cpu: int) -> None:

@@ -13,7 +13,9 @@ serves the middleware (the default plugin chain) on a free loopback port
 (and RPEngine's file mailbox in DIR, woken by inotify unless told not to),
 or the bare Autobahn relay the hop benchmark measures against, and prints
 C{PORT n} once listening.  C{rss} on stdin answers C{RSS n} (kilobytes);
-stdin closing ends it.
+with C{--heartbeat}, C{beat} answers the longest reactor pause and the
+garbage collector's passes since the last C{beat} (L{Heartbeat}); stdin
+closing ends it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from twisted.internet import stdio
@@ -97,15 +99,107 @@ def _quietLogs() -> None:
     txaio.set_global_log_level("info")  # type: ignore[attr-defined]
 
 
+class Heartbeat:
+    """
+    A 1 ms heartbeat on the reactor and the garbage collector's passes, for
+    the load benchmark: the longest gap between beats is the longest time
+    the reactor was held, and each collection is counted and timed
+    (C{gc.callbacks}).  C{report} answers and starts a new window.
+    """
+
+    def __init__(self, reactor: Any, interval: float = 0.001) -> None:
+        import gc
+        import time
+
+        from twisted.internet.task import LoopingCall
+
+        self.clock = time.perf_counter
+        self.last = self.clock()
+        self.reset()
+        self.gcStarted = 0.0
+        gc.callbacks.append(self.collected)
+        self.loop = LoopingCall(self.beat)
+        self.loop.clock = reactor
+        self.loop.start(interval, now=False)
+
+    def reset(self) -> None:
+        self.longest = 0.0
+        self.passes = [0, 0, 0]
+        self.gcTotal = 0.0
+        self.gcLongest = 0.0
+
+    def beat(self) -> None:
+        now = self.clock()
+        self.longest = max(self.longest, now - self.last)
+        self.last = now
+
+    def collected(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self.gcStarted = self.clock()
+            return
+        took = self.clock() - self.gcStarted
+        self.passes[info["generation"]] += 1
+        self.gcTotal += took
+        self.gcLongest = max(self.gcLongest, took)
+
+    def report(self) -> str:
+        """
+        C{longest-gap-ms gen0 gen1 gen2 gc-total-ms gc-longest-ms}, then a
+        new window.
+        """
+        answer = (
+            f"{self.longest * 1000:.3f} {self.passes[0]} {self.passes[1]} {self.passes[2]} "
+            f"{self.gcTotal * 1000:.3f} {self.gcLongest * 1000:.3f}"
+        )
+        self.reset()
+        return answer
+
+
+def trimmed() -> int:
+    """
+    Collect, ask glibc's allocator to give freed heap back to the system
+    (C{malloc_trim}; nothing elsewhere), and answer the resident size in
+    kilobytes: what a process holds beyond what it uses.
+    """
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if name and sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(name).malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
+    return rssKilobytes()
+
+
 def serveMiddleware(args: argparse.Namespace) -> None:
+    if args.as_daemon:
+        # The reactor twistd rpmiddleware chooses (the asyncio reactor when
+        # WebRTC's extra is installed), before anything touches the reactor.
+        from rpmiddleware.config import Settings
+        from rpmiddleware.webrtc.reactor import chooseDaemonReactor
+
+        chooseDaemonReactor(Settings())
     from twisted.internet import reactor
+
+    _quietLogs()
+    if args.bare_relay:
+        # Nothing of the middleware imported: the relay's memory is its own.
+        from bench.relay import startRelay
+
+        serve(reactor, startRelay(reactor), args)
+        return
 
     from rpmiddleware.config import Settings, loadSettings
     from rpmiddleware.middleware import Middleware
     from rpmiddleware.testing.live import startMiddleware
 
-    _quietLogs()
     settings = loadSettings(args.config) if args.config else Settings()
+    if args.session_ttl is not None:
+        settings.client.session_ttl = args.session_ttl
     if args.max_connections is not None:
         settings.server.max_connections = args.max_connections
     if args.hello_timeout is not None:
@@ -114,15 +208,30 @@ def serveMiddleware(args: argparse.Namespace) -> None:
         settings.engine.mailbox = args.mailbox
         settings.engine.mailbox_watch = not args.no_watch
         settings.engine.mailbox_audio_slots = args.audio_slots
-    if args.bare_relay:
-        from bench.relay import startRelay
+    middleware = Middleware.fromSettings(reactor, settings)
+    live = startMiddleware(reactor, settings, middleware=middleware)
+    if not args.no_freeze:
+        # As twistd rpmiddleware does (rpmiddleware/tap.py).
+        from rpmiddleware.collector import freezeWhenRunning
 
-        port = startRelay(reactor)
-    else:
-        middleware = Middleware.fromSettings(reactor, settings)
-        live = startMiddleware(reactor, settings, middleware=middleware)
-        port = live.port
-    stdio.StandardIO(_Control(reactor))
+        freezeWhenRunning(reactor)
+    serve(reactor, live.port, args)
+
+
+def serve(reactor: Any, port: int, args: argparse.Namespace) -> None:
+    """
+    Answer on stdin, say the port, and run until stdin closes.
+    """
+    extra: dict[str, Callable[[], object]] = {}
+    if args.heartbeat:
+        import gc
+
+        extra["beat"] = Heartbeat(reactor).report
+        # Objects the collector tracks, and how many are frozen out of its passes.
+        extra["objects"] = lambda: f"{len(gc.get_objects())} {gc.get_freeze_count()}"
+        extra["trim"] = trimmed
+
+    stdio.StandardIO(_Control(reactor, extra))
     print(f"PORT {port}", flush=True)
     if args.profile:
         import cProfile
@@ -241,6 +350,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     middleware.add_argument("--max-connections", type=int, default=None)
     middleware.add_argument("--hello-timeout", type=float, default=None)
     middleware.add_argument("--profile", default="", help="write cProfile stats here at exit")
+    middleware.add_argument(
+        "--as-daemon",
+        action="store_true",
+        help="the reactor twistd rpmiddleware would choose (asyncio with the webrtc extra)",
+    )
+    middleware.add_argument(
+        "--session-ttl", type=float, default=None, help="[client] session_ttl (seconds)"
+    )
+    middleware.add_argument(
+        "--no-freeze", action="store_true", help="no gc.freeze() after start-up (to compare)"
+    )
+    middleware.add_argument(
+        "--heartbeat", action="store_true", help="a 1 ms heartbeat and GC timing; 'beat' reports"
+    )
     middleware.add_argument("--mailbox", default="", help="also serve RPEngine's file mailbox here")
     middleware.add_argument(
         "--no-watch", action="store_true", help="mailbox: poll only, no inotify"

@@ -98,7 +98,8 @@ class RelayFactory(WebSocketServerFactory):
         if kind == "reply.completed":
             del self.turns[requestId]
         message["turnId"] = requestId
-        client.sendMessage(_dumps(message), isBinary=False)
+        if client.state == client.STATE_OPEN:  # not one leaving at the end of a run
+            client.sendMessage(_dumps(message), isBinary=False)
 
     def fromClient(self, client: RelayProtocol, message: dict[str, Any]) -> None:
         if self.engine is None:

@@ -51,11 +51,22 @@ class ReplyStream:
     log = Logger()
 
     def __init__(
-        self, requestId: str, cancel: Callable[[ReplyStream], None], retainAudio: bool = True
+        self,
+        requestId: str,
+        cancel: Callable[[ReplyStream], None],
+        retainAudio: bool = True,
+        retainText: bool = True,
     ) -> None:
         self.requestId = requestId
         self.retainAudio = retainAudio
+        #: Whether text deltas stay in C{envelopes} once someone follows the
+        #: stream.  Without, only their text is kept (for L{text}): a reply
+        #: of 60 deltas is 60 envelopes the garbage collector passes over
+        #: while the turn lasts.
+        self.retainText = retainText
         self.envelopes: list[Envelope] = []
+        #: The text of deltas not kept as envelopes, in order.
+        self._deltaText: list[str] = []
         self.done: Deferred[Envelope] = Deferred()
         self._observers: list[StreamObserver] = []
         self._cancel = cancel
@@ -88,6 +99,11 @@ class ReplyStream:
         completed = self._last("reply.text.completed")
         if completed is not None and isinstance(completed.get("text"), str):
             return str(completed["text"])
+        if self._deltaText:
+            # Deltas kept as envelopes came before the first follower, so
+            # before any kept only as text.
+            kept = [textOfDelta(e.fields) for e in self.envelopes if e.type == "reply.text.delta"]
+            return "".join(kept + self._deltaText)
         return "".join(
             textOfDelta(e.fields) for e in self.envelopes if e.type == "reply.text.delta"
         )
@@ -112,20 +128,26 @@ class ReplyStream:
     def received(self, envelope: Envelope) -> None:
         if self.finished:
             return
-        if self.retainAudio or envelope.type != "reply.audio.chunk":
+        kind = envelope.type
+        if kind == "reply.audio.chunk":
+            if self.retainAudio:
+                self.envelopes.append(envelope)
+        elif kind == "reply.text.delta" and not self.retainText and self._observers:
+            self._deltaText.append(textOfDelta(envelope.fields))
+        else:
             self.envelopes.append(envelope)
         for observer in list(self._observers):
             try:
                 observer(envelope)
             except Exception:
                 self.log.failure("reply stream observer failed on {type}", type=envelope.type)
-        spec = MESSAGES.get(envelope.type)
+        spec = MESSAGES.get(kind)
         if spec is None or not spec.terminal:
             return
         self.finished = True
-        if envelope.type == "reply.completed":
+        if kind == "reply.completed":
             self.done.callback(envelope)
-        elif envelope.type == "reply.cancelled":
+        elif kind == "reply.cancelled":
             self.done.errback(ReplyCancelled(envelope))
         else:
             self.done.errback(ReplyFailed(envelope))

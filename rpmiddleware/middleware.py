@@ -297,6 +297,7 @@ class Middleware(CoreView):
         player: Mapping[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
         retainAudio: bool = True,
+        retainText: bool = True,
         **extra: Any,
     ) -> ReplyStream:
         """
@@ -310,6 +311,8 @@ class Middleware(CoreView):
         @param retainAudio: keep audio chunks in the stream's C{envelopes};
             a caller that forwards them as they come passes C{False} so a
             long reply's audio is not held twice.
+        @param retainText: likewise for text deltas once the stream is
+            followed (their text is kept for C{text()}).
         @param extra: further reply.request fields (interactionMode,
             promptScene, promptDirective, eventId, ...), passed as they are.
         """
@@ -330,6 +333,7 @@ class Middleware(CoreView):
             meta,
             retainAudio,
             {"event": event, **extra},
+            retainText,
         )
 
     def captureVoice(
@@ -342,6 +346,7 @@ class Middleware(CoreView):
         player: Mapping[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
         retainAudio: bool = True,
+        retainText: bool = True,
         returnTranscript: bool = True,
         silenceBehavior: str = "error",
         **extra: Any,
@@ -365,6 +370,7 @@ class Middleware(CoreView):
             meta,
             retainAudio,
             {"returnTranscript": returnTranscript, "silenceBehavior": silenceBehavior, **extra},
+            retainText,
         )
 
     def stopVoiceCapture(self, stream: ReplyStream) -> None:
@@ -384,6 +390,7 @@ class Middleware(CoreView):
         meta: Mapping[str, Any] | None,
         retainAudio: bool,
         fields: dict[str, Any],
+        retainText: bool = True,
     ) -> ReplyStream:
         integrationId = integrationId or self.settings.game.integration_id
         if card is None:
@@ -398,7 +405,7 @@ class Middleware(CoreView):
             withdraw.meta.update(meta or {})
             self._sendInOrder(withdraw)
 
-        stream = ReplyStream(requestId, cancel, retainAudio=retainAudio)
+        stream = ReplyStream(requestId, cancel, retainAudio=retainAudio, retainText=retainText)
         self.router.route(requestId, stream.received)
         asker = (meta or {}).get("client", "api")
         self.timeline.submitted(

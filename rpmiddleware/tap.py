@@ -78,6 +78,7 @@ def makeService(options: Options, reactor: Any = None) -> service.IService:
         reactor = installed
     import txaio
 
+    from rpmiddleware.collector import freezeWhenRunning
     from rpmiddleware.service import makeMiddlewareService
 
     # Autobahn logs through txaio, whose level defaults to everything; its
@@ -93,6 +94,8 @@ def makeService(options: Options, reactor: Any = None) -> service.IService:
         top, middleware = makeMiddlewareService(reactor, options.settings)
     except ConfigError as e:
         raise SystemExit(f"rpmiddleware: {e}")
+    # Start-up's objects out of the collector's later passes (collector.py).
+    freezeWhenRunning(reactor)
     if options["demo"]:
         from rpmiddleware.demo import DemoService
 

@@ -90,6 +90,29 @@ class ReplyStreamTests(SynchronousTestCase):
         self.assertEqual(seen, ["reply.audio.chunk", "reply.completed"])
         self.assertEqual([e.type for e in stream.envelopes], ["reply.completed"])
 
+    def test_textNotRetained(self) -> None:
+        """
+        A stream asked not to retain text keeps the deltas that came before
+        anyone followed it (a follower is shown them) and only the text of
+        those after; its text is the same.
+        """
+        stream = ReplyStream("r1", lambda s: None, retainText=False)
+
+        def delta(i: int, text: str) -> Envelope:
+            return Envelope.build("reply.text.delta", requestId="r1", sequence=i, delta=text)
+
+        stream.received(delta(0, "Well "))
+        seen: list[str] = []
+        stream.subscribe(lambda e: seen.append(e.get("delta", e.type)))
+        stream.received(delta(1, "met, "))
+        stream.received(delta(2, "traveller."))
+        self.assertEqual(stream.text(), "Well met, traveller.")
+        stream.received(Envelope.build("reply.completed", requestId="r1"))
+        self.assertEqual(seen, ["Well ", "met, ", "traveller.", "reply.completed"])
+        self.assertEqual(
+            [e.type for e in stream.envelopes], ["reply.text.delta", "reply.completed"]
+        )
+
     def test_failed(self) -> None:
         stream, _ = self.stream()
         stream.received(

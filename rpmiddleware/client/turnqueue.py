@@ -151,6 +151,7 @@ class TurnQueue:
             # The turn forwards each chunk as it comes; keeping them all on the
             # stream too would hold a whole reply's audio per client.
             "retainAudio": False,
+            "retainText": False,
             **config.promptFields(),
         }
         speech = track or (
