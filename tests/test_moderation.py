@@ -6,13 +6,14 @@ mode against a real HTTP server on 127.0.0.1.
 from __future__ import annotations
 
 import json
-from collections.abc import Generator
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from treq.testing import StubTreq
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Site
@@ -288,7 +289,7 @@ class LocalTests(SynchronousTestCase):
 class ModerationResource(Resource):
     """
     A stand-in /v1/moderations: flags inputs containing "forbidden"; other
-    modes answer 500 or never answer.
+    modes answer 500, never answer, or answer when told ("held").
     """
 
     isLeaf = True
@@ -298,6 +299,7 @@ class ModerationResource(Resource):
         self.mode = mode
         self.bodies: list[dict[str, Any]] = []
         self.unanswered: list[Deferred[None]] = []
+        self.held: list[tuple[Any, str]] = []
 
     def render_POST(self, request: Any) -> Any:
         self.bodies.append(json.loads(request.content.read()))
@@ -307,9 +309,22 @@ class ModerationResource(Resource):
         if self.mode == "hang":
             self.unanswered.append(request.notifyFinish())
             return NOT_DONE_YET
-        flagged = "forbidden" in self.bodies[-1]["input"]
+        if self.mode == "held":
+            self.held.append((request, self.bodies[-1]["input"]))
+            return NOT_DONE_YET
+        return self.verdict(request, self.bodies[-1]["input"])
+
+    def verdict(self, request: Any, text: str) -> bytes:
         request.setHeader(b"content-type", b"application/json")
+        flagged = "forbidden" in text
         return json.dumps({"id": "m", "results": [{"flagged": flagged}]}).encode()
+
+    def answerHeld(self) -> None:
+        """Answer the requests held so far (mode "held")."""
+        held, self.held = self.held, []
+        for request, text in held:
+            request.write(self.verdict(request, text))
+            request.finish()
 
 
 class TrackingSite(Site):
@@ -356,21 +371,28 @@ def theReactor() -> Any:
     return reactor
 
 
-class RemoteTests(TestCase):
-    def serve(self, mode: str = "normal") -> tuple[ModerationResource, str]:
-        resource = ModerationResource(mode)
-        site = TrackingSite(resource)
-        port = theReactor().listenTCP(0, site, interface="127.0.0.1")
-        self.addCleanup(site.allClosed)
-        self.addCleanup(port.stopListening)
-        return resource, f"http://127.0.0.1:{port.getHost().port}/v1/moderations"
+URL = "http://moderation.test/v1/moderations"
 
-    def remote(self, url: str, **config: Any) -> tuple[PluginHarness, Moderation]:
-        reactor = theReactor()
+
+class RemoteTests(SynchronousTestCase):
+    """
+    The remote mode against a stand-in service through C{StubTreq}, on a
+    Clock: no socket, no real time.
+    """
+
+    def remote(
+        self, mode: str = "held", **config: Any
+    ) -> tuple[PluginHarness, ModerationResource, StubTreq]:
+        resource = self.resource = ModerationResource(mode)
+        http = StubTreq(resource)
         config.setdefault("remote_timeout", 10.0)
-        harness, plugin = makeHarness(reactor, remote_url=url, remote_model="test-model", **config)
-        self.addCleanup(plugin.close)
-        return harness, plugin
+        settings = ModerationSettings.fromMapping(
+            {"remote_url": URL, "remote_model": "test-model", **config}
+        )
+        plugin = Moderation(settings, Clock(), http)
+        harness = PluginHarness(plugin, clock=plugin.reactor)
+        harness.startSession()
+        return harness, resource, http
 
     def sendRequest(self, harness: PluginHarness, text: str) -> tuple[Envelope, Deferred[None]]:
         envelope = harness.envelope(
@@ -383,13 +405,19 @@ class RemoteTests(TestCase):
         )
         return envelope, harness.toEngine(envelope)
 
-    @defer.inlineCallbacks
-    def test_flagged(self) -> Generator[Deferred[Any], Any, None]:
-        resource, url = self.serve()
-        harness, _ = self.remote(url, action="block")
+    def answered(self, http: StubTreq, left: Deferred[Any]) -> Any:
+        """The service answers; what was held goes on."""
+        http.flush()
+        self.assertNoResult(left)
+        self.resource.answerHeld()
+        http.flush()
+        return self.successResultOf(left)
+
+    def test_flagged(self) -> None:
+        harness, resource, http = self.remote(action="block")
         envelope, left = self.sendRequest(harness, "something forbidden")
         self.assertEqual(harness.sentToEngine, [])
-        yield left
+        self.answered(http, left)
         self.assertEqual(resource.bodies, [{"input": "something forbidden", "model": "test-model"}])
         self.assertEqual(harness.sentToEngine, [])
         [error] = harness.sentToGame
@@ -399,78 +427,73 @@ class RemoteTests(TestCase):
         self.assertIn("flagged by the moderation service", error["message"])
         self.assertNotIn("forbidden", error["message"])
 
-    @defer.inlineCallbacks
-    def test_flagged_masks_whole_text(self) -> Generator[Deferred[Any], Any, None]:
-        _, url = self.serve()
-        harness, _ = self.remote(url)
+    def test_flagged_masks_whole_text(self) -> None:
+        harness, _, http = self.remote()
         _, left = self.sendRequest(harness, "so forbidden")
-        yield left
+        self.answered(http, left)
         self.assertEqual(harness.sentToEngine[0]["event"]["text"], "** *********")
 
-    @defer.inlineCallbacks
-    def test_not_flagged(self) -> Generator[Deferred[Any], Any, None]:
-        resource, url = self.serve()
-        harness, _ = self.remote(url, action="block")
+    def test_not_flagged(self) -> None:
+        harness, resource, http = self.remote(action="block")
         envelope, left = self.sendRequest(harness, "hello there")
-        yield left
+        self.answered(http, left)
         self.assertEqual(harness.sentToEngine, [envelope])
         self.assertEqual(envelope["event"]["text"], "hello there")
         self.assertEqual(harness.sentToGame, [])
         self.assertEqual(len(resource.bodies), 1)
 
-    @defer.inlineCallbacks
-    def test_cancel_while_checking(self) -> Generator[Deferred[Any], Any, None]:
-        _, url = self.serve()
-        harness, _ = self.remote(url)
+    def test_cancel_while_checking(self) -> None:
+        harness, _, http = self.remote()
         _, left = self.sendRequest(harness, "hello")
         harness.toEngine("request.cancel", requestId="r1")
-        yield left
+        self.answered(http, left)
         self.assertEqual(harness.sentToEngine, [])
         self.assertEqual(harness.typesToGame(), ["reply.cancelled"])
 
-    @defer.inlineCallbacks
-    def test_timeout_fail_open(self) -> Generator[Deferred[Any], Any, None]:
-        resource, url = self.serve("hang")
-        harness, _ = self.remote(url, remote_timeout=0.2, fail_policy="open", action="block")
+    def test_timeout_fail_open(self) -> None:
+        harness, resource, http = self.remote(
+            "hang", remote_timeout=0.2, fail_policy="open", action="block"
+        )
         envelope, left = self.sendRequest(harness, "something forbidden")
-        yield left
+        http.flush()
+        self.assertNoResult(left)
+        harness.clock.advance(0.2)
+        self.successResultOf(left)
         self.assertEqual(harness.sentToEngine, [envelope])
         self.assertEqual(len(resource.bodies), 1)
-        yield defer.DeferredList(resource.unanswered, consumeErrors=True)
 
-    @defer.inlineCallbacks
-    def test_timeout_fail_closed(self) -> Generator[Deferred[Any], Any, None]:
-        resource, url = self.serve("hang")
-        harness, _ = self.remote(url, remote_timeout=0.2, fail_policy="closed", action="block")
+    def test_timeout_fail_closed(self) -> None:
+        harness, _, http = self.remote(
+            "hang", remote_timeout=0.2, fail_policy="closed", action="block"
+        )
         _, left = self.sendRequest(harness, "hello")
-        yield left
+        http.flush()
+        harness.clock.advance(0.2)
+        self.successResultOf(left)
         self.assertEqual(harness.sentToEngine, [])
         [error] = harness.sentToGame
         self.assertEqual(error["code"], "content_blocked")
         self.assertIn("could not check it (no answer within 0.2 s)", error["message"])
-        yield defer.DeferredList(resource.unanswered, consumeErrors=True)
 
-    @defer.inlineCallbacks
-    def test_server_error(self) -> Generator[Deferred[Any], Any, None]:
-        _, url = self.serve("error")
-        harness, _ = self.remote(url, fail_policy="closed", action="block")
+    def test_server_error(self) -> None:
+        harness, _, http = self.remote("error", fail_policy="closed", action="block")
         _, left = self.sendRequest(harness, "hello")
-        yield left
+        http.flush()
+        self.successResultOf(left)
         self.assertEqual(harness.typesToGame(), ["request.error"])
         self.assertIn("(HTTP 500)", harness.sentToGame[0]["message"])
-        harness, _ = self.remote(url, fail_policy="open", action="block")
+        harness, _, http = self.remote("error", fail_policy="open", action="block")
         envelope, left = self.sendRequest(harness, "hello")
-        yield left
+        http.flush()
+        self.successResultOf(left)
         self.assertEqual(harness.sentToEngine, [envelope])
 
-    @defer.inlineCallbacks
-    def test_completed_text_keeps_order(self) -> Generator[Deferred[Any], Any, None]:
+    def test_completed_text_keeps_order(self) -> None:
         """
         While the completed text is being checked, the rest of the reply
         waits behind it instead of overtaking it.
         """
-        _, url = self.serve()
-        harness, _ = self.remote(url)
+        harness, _, http = self.remote()
         held = [
             harness.toGame("reply.text.completed", requestId="r1", text="all fine"),
             harness.toGame(
@@ -479,35 +502,57 @@ class RemoteTests(TestCase):
             harness.toGame("reply.completed", requestId="r1"),
         ]
         self.assertEqual(harness.sentToGame, [])
-        yield defer.gatherResults(held)
+        self.answered(http, defer.gatherResults(held))
         self.assertEqual(
             harness.typesToGame(), ["reply.text.completed", "reply.audio.chunk", "reply.completed"]
         )
 
-    @defer.inlineCallbacks
-    def test_completed_text_flagged(self) -> Generator[Deferred[Any], Any, None]:
-        _, url = self.serve()
-        harness, _ = self.remote(url, output_action="cancel")
+    def test_completed_text_flagged(self) -> None:
+        harness, _, http = self.remote(output_action="cancel")
         held = [
             harness.toGame("reply.text.completed", requestId="r1", text="a forbidden tale"),
             harness.toGame(
                 "reply.audio.chunk", requestId="r1", sequence=0, segmentSequence=0, data=""
             ),
         ]
-        yield defer.gatherResults(held)
+        self.answered(http, defer.gatherResults(held))
         harness.toGame("reply.cancelled", requestId="r1")
         self.assertEqual(harness.typesToGame(), ["request.error"])
         self.assertEqual(harness.typesToEngine(), ["request.cancel"])
         self.assertIn("flagged by the moderation service", harness.sentToGame[0]["message"])
 
-    @defer.inlineCallbacks
-    def test_transcript_flagged(self) -> Generator[Deferred[Any], Any, None]:
-        _, url = self.serve()
-        harness, _ = self.remote(url, action="block")
+    def test_transcript_flagged(self) -> None:
+        harness, _, http = self.remote(action="block")
         held = [
             harness.toGame("reply.accepted", requestId="r1", transcript="forbidden words"),
             harness.toGame("reply.text.delta", requestId="r1", sequence=0, delta="Well"),
         ]
-        yield defer.gatherResults(held)
+        self.answered(http, defer.gatherResults(held))
         self.assertEqual(harness.typesToGame(), ["request.error"])
         self.assertEqual(harness.typesToEngine(), ["request.cancel"])
+
+
+class RemoteOverHttpTests(TestCase):
+    """
+    One check end to end over a real loopback HTTP connection, with the
+    plugin's own treq client and connection pool.
+    """
+
+    def test_flaggedOverHttp(self) -> Deferred[None]:
+        resource = ModerationResource()
+        site = TrackingSite(resource)
+        port = theReactor().listenTCP(0, site, interface="127.0.0.1")
+        self.addCleanup(site.allClosed)
+        self.addCleanup(port.stopListening)
+        url = f"http://127.0.0.1:{port.getHost().port}/v1/moderations"
+        harness, plugin = makeHarness(
+            theReactor(), remote_url=url, remote_model="test-model", action="block"
+        )
+        self.addCleanup(plugin.close)
+
+        async def run() -> None:
+            await harness.toEngine(harness.replyRequest("r1", text="something forbidden"))
+            self.assertEqual(resource.bodies[0]["input"], "something forbidden")
+            self.assertEqual(harness.typesToGame(), ["request.error"])
+
+        return Deferred.fromCoroutine(run())

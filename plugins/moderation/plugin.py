@@ -67,13 +67,19 @@ class Moderation(ChainPlugin):
     failClosed = True
     log = Logger()
 
-    def __init__(self, settings: ModerationSettings | None = None, reactor: Any = None) -> None:
+    def __init__(
+        self, settings: ModerationSettings | None = None, reactor: Any = None, http: Any = None
+    ) -> None:
+        """
+        @param http: what the remote service's requests go through
+            (L{ModerationService}); treq on C{reactor} by default.
+        """
         self.settings = s = settings or ModerationSettings()
         self.rules = Rules(s.words, s.patterns, s.max_hold_chars)
         self.reactor = reactor
         self._replies: dict[str, _Reply] = {}
         #: The remote service, when C{remote_url} names one.
-        self.service = ModerationService(s, reactor) if s.remote_url else None
+        self.service = ModerationService(s, reactor, http) if s.remote_url else None
 
     def close(self) -> Deferred[Any]:
         """

@@ -17,7 +17,7 @@ from typing import Any
 
 import treq
 from treq.client import HTTPClient
-from twisted.internet.defer import Deferred, TimeoutError
+from twisted.internet.defer import Deferred, TimeoutError, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.client import Agent, HTTPConnectionPool
@@ -36,6 +36,14 @@ def _timedOut(result: Any, timeout: float) -> Failure:
     return Failure(TimeoutError(f"no answer within {timeout:g} s"))
 
 
+class _Treq:
+    """treq's API (C{post}, C{content}) over one L{HTTPClient}."""
+
+    def __init__(self, client: HTTPClient) -> None:
+        self.post = client.post
+        self.content = treq.content
+
+
 class ModerationService:
     """
     The remote service of one moderation plugin.
@@ -43,19 +51,30 @@ class ModerationService:
 
     log = Logger()
 
-    def __init__(self, settings: ModerationSettings, reactor: Any) -> None:
+    def __init__(self, settings: ModerationSettings, reactor: Any, http: Any = None) -> None:
+        """
+        @param http: what makes the HTTP requests, treq's API (C{post},
+            C{content}); by default treq over persistent connections on
+            C{reactor}.  Tests give C{treq.testing.StubTreq} of a stand-in
+            resource, so no socket is opened.
+        """
         if reactor is None:
             raise ValueError("remote_url needs a reactor")
         self.settings = settings
         self.reactor = reactor
-        # Persistent connections: a check should not pay a TCP handshake.
-        self._pool = HTTPConnectionPool(reactor, persistent=True)
-        self._client = HTTPClient(Agent(reactor, pool=self._pool))
+        self._pool: HTTPConnectionPool | None = None
+        if http is None:
+            # Persistent connections: a check should not pay a TCP handshake.
+            self._pool = HTTPConnectionPool(reactor, persistent=True)
+            http = _Treq(HTTPClient(Agent(reactor, pool=self._pool)))
+        self._http = http
 
     def close(self) -> Deferred[Any]:
         """
         Close the connections kept open to the service.
         """
+        if self._pool is None:
+            return succeed(None)
         return self._pool.closeCachedConnections()
 
     def check(self, text: str) -> Deferred[Verdict]:
@@ -65,7 +84,7 @@ class ModerationService:
         """
         s = self.settings
         body = {"input": text, "model": s.remote_model}
-        d: Deferred[Any] = self._client.post(s.remote_url, json=body)
+        d: Deferred[Any] = self._http.post(s.remote_url, json=body)
         d.addCallback(self._readVerdict)
         d.addTimeout(s.remote_timeout, self.reactor, onTimeoutCancel=_timedOut)
         return d.addErrback(self._failed)
@@ -82,7 +101,8 @@ class ModerationService:
                 raise ValueError("results[0].flagged is not a boolean")
             return "it was flagged by the moderation service" if flagged else None
 
-        return treq.content(response).addCallback(parse)
+        content: Deferred[bytes] = self._http.content(response)
+        return content.addCallback(parse)
 
     def _failed(self, failure: Failure) -> Verdict:
         if failure.check(TimeoutError):
