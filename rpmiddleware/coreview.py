@@ -240,6 +240,7 @@ class CoreView(Protocol):
         player: Mapping[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
         retainAudio: bool = True,
+        retainText: bool = True,
         **extra: Any,
     ) -> ReplyStream: ...
 
