@@ -1150,6 +1150,21 @@ class SessionTests(SynchronousTestCase):
         self.assertIsNone(rig.plugin.state("stranger"))
         self.assertNotIn(pw.RESUMED, rig.harness.typesToEngine())
 
+    def test_endedSessionIsForgotten(self) -> None:
+        """
+        A client session that is over takes its playbook state with it,
+        timers included: the idle nudge due later never comes.
+        """
+        rig = Rig()
+        rig.turn(client="a", reply="Hi.")
+        rig.turn(client="b", reply="Hi.")
+        rig.out()
+        rig.harness.endClientSession("a")
+        self.assertIsNone(rig.plugin.state("a"))
+        self.assertEqual([s["clientId"] for s in rig.plugin.states()], ["b"])
+        rig.clock.advance(60)
+        self.assertEqual({m["clientId"] for m in rig.out()}, {"b"}, "only b is nudged")
+
     def test_boundedSessions(self) -> None:
         rig = Rig(maxSessions=2)
         for client in ("a", "b", "c"):

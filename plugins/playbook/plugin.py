@@ -393,6 +393,14 @@ class PlaybookPlugin(ChainPlugin):
         state = self.sessions.get(clientOf(result))
         return state is not None and result.get("callId") in state.clientCalls
 
+    def clientSessionEnded(self, clientId: str, context: IChainContext) -> None:
+        """
+        A client session is over (past its reconnect TTL): its stage, waiting
+        events and timers go, instead of staying until 1024 other sessions
+        push them out.
+        """
+        self.sessions.forget(clientId)
+
     def clientSessionResumed(self, clientId: str, context: IChainContext) -> None:
         self._context = context
         self._resumed(wire.toPlugin(wire.RESUMED, clientId))

@@ -156,6 +156,17 @@ class Sessions:
                 )
             )
 
+    def forget(self, clientId: str) -> bool:
+        """
+        Drop C{clientId}'s state (its client session is over), its timers
+        cancelled; whether there was one.
+        """
+        state = self._states.pop(clientId, None)
+        if state is None:
+            return False
+        state.stop()
+        return True
+
     def stop(self) -> None:
         for state in self._states.values():
             state.stop()
