@@ -121,6 +121,56 @@ class ReactorChoiceTests(SynchronousTestCase):
         )
         self.assertEqual(out.splitlines(), ["None", "AsyncioSelectorReactor"])
 
+    def test_aiortcImportedAtTheFirstOffer(self) -> None:
+        """
+        The daemon's choice finds the extra without importing aiortc (28 MB
+        of an idle daemon); L{availability}, asked at an offer, imports it.
+        """
+        from tests.webrtc_support import missingExtra
+
+        missing = missingExtra()
+        if missing is not None:
+            self.skipTest(missing)
+        out = child(
+            "import sys\n"
+            "from rpmiddleware.config import Settings\n"
+            "from rpmiddleware.webrtc.reactor import availability, chooseDaemonReactor\n"
+            "print(chooseDaemonReactor(Settings()))\n"
+            "print('aiortc' in sys.modules, 'av' in sys.modules)\n"
+            "from twisted.internet import reactor\n"
+            "print(availability(reactor))\n"
+            "print('aiortc' in sys.modules)\n"
+        )
+        self.assertEqual(out.splitlines(), ["None", "False False", "None", "True"])
+
+    def test_brokenExtra(self) -> None:
+        """
+        An aiortc that is there but does not import: the daemon still
+        chooses the asyncio reactor, and offers are refused with the import's
+        error.
+        """
+        from tests.webrtc_support import missingExtra
+
+        if missingExtra() is not None:
+            self.skipTest("needs webrtcvad, so that only aiortc is broken")
+        out = child(
+            "import os, sys, tempfile\n"
+            "top = tempfile.mkdtemp()\n"
+            "os.mkdir(os.path.join(top, 'aiortc'))\n"
+            "with open(os.path.join(top, 'aiortc', '__init__.py'), 'w') as f:\n"
+            "    f.write('raise ImportError(\"broken build\")')\n"
+            "sys.path.insert(0, top)\n"
+            "from rpmiddleware.config import Settings\n"
+            "from rpmiddleware.webrtc.reactor import availability, chooseDaemonReactor\n"
+            "print(chooseDaemonReactor(Settings()))\n"
+            "from twisted.internet import reactor\n"
+            "print(availability(reactor))\n"
+        )
+        chosen, reason = out.splitlines()
+        self.assertEqual(chosen, "None")
+        self.assertIn("aiortc is missing: broken build", reason)
+        self.assertIn('pip install "rpmiddleware[webrtc]"', reason)
+
 
 class ProblemTests(SynchronousTestCase):
     def test_reactorProblem(self) -> None:

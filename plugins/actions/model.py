@@ -22,9 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
 from rpmiddleware.enginerules import MAX_RESPONSE_RULES
 
 #: The response-processing rule's id (RPEngine: ^[a-z][a-z0-9_.-]{0,63}$).
@@ -105,6 +102,11 @@ def action(raw: Any, at: str) -> Action:
     parameters = raw.get("parameters", {"type": "object"})
     if not isinstance(parameters, Mapping) or parameters.get("type", "object") != "object":
         raise ActionError(f"{at}.parameters must be a JSON Schema of an object")
+    # jsonschema (about 2 MB and 27 ms) is imported at the first declaration,
+    # not when the daemon starts: most games declare no actions.
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(parameters)
     except SchemaError as e:
@@ -220,6 +222,8 @@ def readCall(captured: str, offered: Mapping[str, Action]) -> Call:
         raise BadCall(name, f"its arguments are not JSON ({e})")
     if not isinstance(arguments, dict):
         raise BadCall(name, "its arguments are not a JSON object")
+    from jsonschema import Draft202012Validator
+
     errors = sorted(Draft202012Validator(declared.parameters).iter_errors(arguments), key=str)
     if errors:
         where = "/".join(str(p) for p in errors[0].absolute_path) or "arguments"

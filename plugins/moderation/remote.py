@@ -13,16 +13,17 @@ C{fail_policy}.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import treq
-from treq.client import HTTPClient
 from twisted.internet.defer import Deferred, TimeoutError, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.client import Agent, HTTPConnectionPool
 
 from rpmiddleware.builtin.moderation.settings import ModerationSettings
+
+if TYPE_CHECKING:
+    from treq.client import HTTPClient
+    from twisted.web.client import HTTPConnectionPool
 
 #: C{None}: the text may pass; else why it may not.
 Verdict = str | None
@@ -40,6 +41,8 @@ class _Treq:
     """treq's API (C{post}, C{content}) over one L{HTTPClient}."""
 
     def __init__(self, client: HTTPClient) -> None:
+        import treq
+
         self.post = client.post
         self.content = treq.content
 
@@ -64,6 +67,11 @@ class ModerationService:
         self.reactor = reactor
         self._pool: HTTPConnectionPool | None = None
         if http is None:
+            # treq and Twisted's HTTP client are imported only here: a
+            # moderation plugin without remote_url (or none) never needs them.
+            from treq.client import HTTPClient
+            from twisted.web.client import Agent, HTTPConnectionPool
+
             # Persistent connections: a check should not pay a TCP handshake.
             self._pool = HTTPConnectionPool(reactor, persistent=True)
             http = _Treq(HTTPClient(Agent(reactor, pool=self._pool)))

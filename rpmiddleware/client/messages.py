@@ -27,7 +27,7 @@ from rpmiddleware.enginerules import (
     EngineRefusal,
     checkResponseProcessing,
 )
-from rpmiddleware.envelope import jsonBytes, loadJson
+from rpmiddleware.envelope import jsonBytes, loadJson, loadJsonUtf8
 from rpmiddleware.messages import AUDIO_INPUT_LANGUAGES, SPEECH_OUTPUT_LANGUAGES, VOICES
 from rpmiddleware.schema import SchemaError, conform
 
@@ -102,7 +102,7 @@ def decodeFrame(
     if isBinary:
         raise InvalidMessage("binary frames are not part of the protocol; send JSON text")
     try:
-        value = loadJson(payload.decode("utf-8") if isinstance(payload, bytes) else payload)
+        value = loadJsonUtf8(payload) if isinstance(payload, bytes) else loadJson(payload)
     except UnicodeDecodeError:
         raise InvalidMessage("the message is not valid UTF-8")
     except ValueError as e:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.util
 import sys
 from functools import cache
 from typing import Any
@@ -53,6 +54,24 @@ def unavailableReason() -> str | None:
                 f"install it with: {INSTALL_HINT}"
             )
     return None
+
+
+def looksInstalled() -> bool:
+    """
+    Whether the extra's modules are there, found without importing them:
+    aiortc (with PyAV, aioice, cryptography) is about 28 MB of an idle
+    daemon's memory, so the daemon imports it at the first C{offer}
+    (L{availability}) rather than at start.  A module found but broken is
+    told apart only then, by L{unavailableReason}.
+    """
+    for module, _ in REQUIRED_MODULES:
+        try:
+            if importlib.util.find_spec(module) is None:
+                return False
+        except (ImportError, ValueError):
+            # ValueError: a module in sys.modules without a spec.
+            return False
+    return True
 
 
 def isAsyncioReactor(reactor: Any) -> bool:
@@ -156,7 +175,10 @@ def chooseDaemonReactor(settings: Any) -> str | None:
     log = Logger(namespace="rpmiddleware.webrtc")
     if not settings.webrtc.enabled:
         return "WebRTC is disabled in the configuration (webrtc.enabled = false)"
-    reason = unavailableReason()
+    # When the extra is missing, unavailableReason's import fails fast and
+    # says what is missing; when it is there it is imported at the first
+    # offer, not now.
+    reason = None if looksInstalled() else unavailableReason()
     if reason is not None:
         log.info("{reason}; offers are answered with WEBRTC_UNAVAILABLE", reason=reason)
         return reason
