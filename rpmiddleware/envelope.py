@@ -180,7 +180,7 @@ def loadJson(payload: bytes | str) -> Any:
         # msgspec.DecodeError and the UnicodeEncodeError of a str holding a
         # lone surrogate are ValueErrors.
         pass
-    return _slowLoad(payload)
+    return loadJsonStdlib(payload)
 
 
 def loadJsonUtf8(payload: bytes) -> Any:
@@ -196,12 +196,13 @@ def loadJsonUtf8(payload: bytes) -> Any:
         return _FAST_READER.decode(payload)
     except (ValueError, RecursionError):
         pass
-    return _slowLoad(payload.decode("utf-8"))
+    return loadJsonStdlib(payload.decode("utf-8"))
 
 
-def _slowLoad(payload: bytes | str) -> Any:
+def loadJsonStdlib(payload: bytes | str) -> Any:
     """
-    json's reader with our hooks: what L{loadJson} was before msgspec.
+    json's reader with our hooks: what L{loadJson} was before msgspec, its
+    fallback, and the reference its tests and benchmark compare it with.
     """
     if isinstance(payload, str) and not payload.startswith("\ufeff"):
         # One reader for every message: json.loads with these hooks builds a
