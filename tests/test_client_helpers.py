@@ -356,6 +356,21 @@ def whenRouted(
     return d
 
 
+def sendCapacityAndWait(middleware: Middleware, client: Any, sessionId: str) -> Deferred[Any]:
+    """
+    Send, as RPEngine, a valid capacity.update after what the test sent:
+    it reaches the game once everything before it on the connection was
+    read (frames are read in order), so nothing is polled.
+    """
+    d = whenRouted(middleware, "capacity.update")
+    client.send(
+        Envelope.build(
+            "capacity.update", sessionId, acceptingRequests=True, queueDepth=0, queueLimit=2
+        ).fields
+    )
+    return d
+
+
 def requestsOf(engine: Any, kind: str = "reply.request") -> list[dict[str, Any]]:
     """
     The requests of C{kind} a simulated RPEngine received.

@@ -20,7 +20,7 @@ from rpmiddleware.engine.protocol import EngineProtocol
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.testing.kit import captureLogEvents
 from rpmiddleware.testing.live import connectClient, startMiddleware
-from tests.test_client_helpers import whenRouted
+from tests.test_client_helpers import sendCapacityAndWait
 
 PRODUCTION = "https://rpengine.gemtavern.com"
 
@@ -47,19 +47,7 @@ class EndpointTests(TestCase):
         return client, welcome
 
     def delivered(self, client: Any, session: Any) -> Any:
-        """
-        Send a valid capacity.update after what the test sent: it reaches
-        the game once everything before it on the connection was read
-        (frames are read in order), so nothing is polled.
-        """
-        d = whenRouted(self.live.middleware, "capacity.update")
-        client.send(
-            Envelope.build(
-                "capacity.update", session.sessionId,
-                acceptingRequests=True, queueDepth=0, queueLimit=2,
-            ).fields
-        )  # fmt: skip
-        return d
+        return sendCapacityAndWait(self.live.middleware, client, session.sessionId)
 
     @inlineCallbacks
     def test_handshake(self) -> Any:

@@ -22,7 +22,7 @@ from rpmiddleware.config import Settings
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.testing.kit import captureLogEvents
 from rpmiddleware.testing.live import LiveMiddleware, TestClient, connectClient, startMiddleware
-from tests.test_client_helpers import whenRouted
+from tests.test_client_helpers import sendCapacityAndWait, whenRouted
 
 PRODUCTION = "https://rpengine.gemtavern.com"
 LIMIT = 8 * 1024 * 1024
@@ -165,14 +165,7 @@ class HostileTests(TestCase):
         A new RPEngine still gets a session and can use it.
         """
         client, session = await self.handshake()
-        delivered = whenRouted(self.live.middleware, "capacity.update")
-        client.send(
-            Envelope.build(
-                "capacity.update", session.sessionId,
-                acceptingRequests=True, queueDepth=0, queueLimit=2,
-            ).fields
-        )  # fmt: skip
-        await delivered
+        await sendCapacityAndWait(self.live.middleware, client, session.sessionId)
         await client.close()
 
     def test_slowloris(self) -> Deferred[None]:
