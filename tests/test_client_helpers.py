@@ -29,6 +29,7 @@ from rpmiddleware.client.endpoint import ClientEndpoint
 from rpmiddleware.client.sessions import SessionStore
 from rpmiddleware.client.settings import ClientSettings
 from rpmiddleware.config import Settings
+from rpmiddleware.envelope import Envelope
 from rpmiddleware.middleware import Middleware, PluginServices
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import TestClient, connectClient, startMiddleware
