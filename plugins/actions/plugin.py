@@ -103,7 +103,8 @@ class ActionsPlugin(ChainPlugin):
         self.declared: dict[str, dict[str, Action]] = {}
         self._turns: dict[str, _Turn] = {}
         self._running: dict[str, _Running] = {}
-        self.counts = {"called": 0, "refused": 0}
+        #: The chain context last seen, for what a timer or a result sends.
+        self._context: IChainContext | None = None
 
     # The Python API (IActions); the client's message calls it too.
 
@@ -234,7 +235,6 @@ class ActionsPlugin(ChainPlugin):
         try:
             call = readCall(captured, turn.offered)
         except BadCall as e:
-            self.counts["refused"] += 1
             self.log.warn(
                 "{character} wrote action {name}, not done: {why}",
                 character=turn.characterId,
@@ -246,7 +246,6 @@ class ActionsPlugin(ChainPlugin):
             )
             self._noteCall(turn, {"name": e.name, "outcome": "refused", "error": e.why})
             return
-        self.counts["called"] += 1
         callId = CALL_PREFIX + uuid.uuid4().hex[:16]
         running = _Running(callId, call, turn, self.reactor.seconds())
         running.timer = self.reactor.callLater(self.timeout, self._timedOut, running)
@@ -332,8 +331,6 @@ class ActionsPlugin(ChainPlugin):
             raise ActionError("actions.op must be one of declare, clear, list")
 
         context.sendToGame(toClient(client, answerOp(message, "actions-result", run)))
-
-    _context: IChainContext | None = None
 
 
 def _invalid(why: str) -> dict[str, Any]:

@@ -69,6 +69,9 @@ ADDRESSEE = "addressee"
 #: conversation and place, their playbook stage).
 _KEPT_META = ("client", "outputSampleRate", "conversation", "location", "scene", "stage")
 _PROMPT_FIELDS = ("interactionMode", "promptScene", "promptDirective")
+#: What a reaction's request takes of the game's: its output, the player and
+#: the prompt context the game (or the playbook) gave it.
+_BASE_FIELDS = ("output", "player", *_PROMPT_FIELDS)
 OTHER, PLAYER_ROLE = HEARD_ROLES[1], HEARD_ROLES[0]
 
 
@@ -82,8 +85,8 @@ class _Exchange:
     requestId: str
     client: str
     scene: Scene
-    #: The request's fields as the game (and the playbook) made them, for
-    #: the reactions' requests.
+    #: What the reactions' requests take of the game's (L{_BASE_FIELDS}),
+    #: as the game and the playbook made it.
     base: dict[str, Any]
     meta: dict[str, Any]
     player: str
@@ -219,7 +222,7 @@ class ScenePlugin(ChainPlugin):
             requestId,
             str(meta.get(CLIENT) or "api"),
             running,
-            {name: value for name, value in fields.items()},
+            {name: fields[name] for name in _BASE_FIELDS if name in fields},
             dict(meta),
             player,
             running.reactions,
@@ -359,9 +362,7 @@ class ScenePlugin(ChainPlugin):
             "eventId": uuid.uuid4().hex,
             "event": {"text": f"{speaker.name}: {text}"},
         }
-        for name in ("output", "player", *_PROMPT_FIELDS):
-            if name in base:
-                fields[name] = base[name]
+        fields.update(base)
         self._speak(fields, reacting, exchange.scene, exchange.player)
         fields["interactionMode"] = AUTO_EVENT
         envelope = Envelope.build("reply.request", **fields)
