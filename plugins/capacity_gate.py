@@ -319,10 +319,11 @@ class CapacityGate(ChainPlugin):
     def envelopeToGame(self, envelope: Envelope, context: IChainContext) -> Any:
         self._context = context
         kind = envelope.type
-        said = Capacity.fromEnvelope(
-            envelope, Capacity(self._accepting is True, self._depth, self._limit)
-        )
-        if said is not None:
+        if kind == "capacity.update":
+            said = Capacity.fromEnvelope(
+                envelope, Capacity(self._accepting is True, self._depth, self._limit)
+            )
+            assert said is not None
             self._update(said)
             self._release()
             return envelope

@@ -18,7 +18,7 @@ outer layers a fake of its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -179,10 +179,14 @@ class CoreView(Protocol):
     def waiting(self) -> WaitingWork:
         """The requests the middleware holds now."""
 
-    def observeEnvelopes(self, observer: Callable[[Envelope], None]) -> Unsubscribe:
+    def observeEnvelopes(
+        self, observer: Callable[[Envelope], None], types: Collection[str] | None = None
+    ) -> Unsubscribe:
         """
-        Show C{observer} every envelope that reaches the game end, after
-        the middleware's own record of it (L{capacity} is current).
+        Show C{observer} every envelope that reaches the game end, or those
+        of C{types} only, after the middleware's own record of it
+        (L{capacity} is current).  Naming the types spares the others a
+        call each: every speech chunk passes here.
         """
 
     def observeEngine(self, observer: Callable[[EngineSessionView | None], None]) -> Unsubscribe:

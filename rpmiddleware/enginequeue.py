@@ -53,6 +53,8 @@ STREAM_TYPES = frozenset(
 )
 #: Capture reports: the request is at the microphone, not in the reply queue.
 _CAPTURE_TYPES = frozenset({"voice.capture.state", "voice.capture.level"})
+#: What an update that says no depth is read against: not an empty queue.
+_UNSAID_DEPTH = Capacity(queueDepth=1)
 
 
 class _Entry:
@@ -80,14 +82,15 @@ class EngineQueue:
         self._waiting: dict[str, list[Callable[[], None]]] = {}
 
     def received(self, envelope: Envelope) -> None:
-        kind, requestId = envelope.type, envelope.requestId
-        said = Capacity.fromEnvelope(envelope, Capacity(queueDepth=1))
-        if said is not None:
+        kind = envelope.type
+        if kind == "capacity.update":
             # A depth it did not say is not an empty queue.
-            self._empty = said.queueDepth == 0
+            said = Capacity.fromEnvelope(envelope, _UNSAID_DEPTH)
+            self._empty = said is not None and said.queueDepth == 0
             if self._empty:
                 self._changed()
             return
+        requestId = envelope.requestId
         if not requestId:
             return
         spec = MESSAGES.get(kind)
@@ -118,9 +121,13 @@ class EngineQueue:
             self._order.move_to_end(requestId)
             self._changed()
         elif kind in STREAM_TYPES:
-            entry.started = True
-            entry.capturing = kind in _CAPTURE_TYPES or entry.capturing
-            self._changed()
+            capturing = kind in _CAPTURE_TYPES or entry.capturing
+            if not entry.started or capturing != entry.capturing:
+                # Only a change can make a waiting request active: a reply's
+                # every chunk is no reason to look again.
+                entry.started = True
+                entry.capturing = capturing
+                self._changed()
 
     def reset(self, session: object = None) -> None:
         """

@@ -216,7 +216,11 @@ class MiddlewareMetrics:
     def _watch(self) -> None:
         middleware = self.middleware
         self._unhooks.append(middleware.observeChain(self))
-        self._unhooks.append(middleware.observeEnvelopes(self._delivered))
+        self._unhooks.append(
+            middleware.observeEnvelopes(
+                self._delivered, {"reply.text.delta", "reply.audio.chunk", "request.error"}
+            )
+        )
         for plugin in middleware.providers(ITimingSource):
             observers = plugin.timingObservers
             observers.append(self._resampled)

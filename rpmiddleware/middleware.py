@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
@@ -100,7 +100,7 @@ class Middleware(CoreView):
         #: RPEngine's last capacity.update (the view's capacity), recorded
         #: before any other observer of the game end hears of it.
         self._capacity = Capacity()
-        self.router.observe(self._capacitySaid)
+        self.router.observe(self._capacitySaid, {"capacity.update"})
         self.link.observeState(self._capacityReset)
         #: Which request RPEngine works on now (for the client's stall rule).
         self._engineQueue = EngineQueue()
@@ -200,8 +200,10 @@ class Middleware(CoreView):
             tuple((plugin.name, len(plugin.held())) for plugin in self.providers(IHeldWork)),
         )
 
-    def observeEnvelopes(self, observer: Callable[[Envelope], None]) -> Unsubscribe:
-        return self.router.observe(observer)
+    def observeEnvelopes(
+        self, observer: Callable[[Envelope], None], types: Collection[str] | None = None
+    ) -> Unsubscribe:
+        return self.router.observe(observer, types)
 
     def observeEngine(self, observer: Callable[[EngineSessionView | None], None]) -> Unsubscribe:
         return self.link.observeState(observer)

@@ -6,7 +6,7 @@ capacity monitor) driven by a fake view of a test's own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from twisted.internet.task import Clock
@@ -204,11 +204,13 @@ class FakeCore:
     def __init__(self) -> None:
         self.engineConnected = False
         self.capacity = Capacity()
-        self.envelopes: list[Callable[[Envelope], None]] = []
+        self.envelopes: list[tuple[Callable[[Envelope], None], Collection[str] | None]] = []
         self.engine: list[Callable[[Any], None]] = []
 
-    def observeEnvelopes(self, observer: Callable[[Envelope], None]) -> Callable[[], None]:
-        self.envelopes.append(observer)
+    def observeEnvelopes(
+        self, observer: Callable[[Envelope], None], types: Collection[str] | None = None
+    ) -> Callable[[], None]:
+        self.envelopes.append((observer, types))
         return lambda: None
 
     def observeEngine(self, observer: Callable[[Any], None]) -> Callable[[], None]:
@@ -219,8 +221,9 @@ class FakeCore:
         said = Capacity.fromEnvelope(envelope, self.capacity)
         if said is not None:
             self.capacity = said
-        for observer in self.envelopes:
-            observer(envelope)
+        for observer, types in self.envelopes:
+            if types is None or envelope.type in types:
+                observer(envelope)
 
 
 class CapacityMonitorTests(SynchronousTestCase):
@@ -241,3 +244,5 @@ class CapacityMonitorTests(SynchronousTestCase):
             observer(object())
         self.assertEqual(told, [(False, True, 1, 5), (True, True, 1, 5)])
         self.assertEqual(monitor.message(1)["queueLimit"], 5)
+        # It hears of capacity updates only, not of every speech chunk.
+        self.assertEqual([types for _, types in core.envelopes], [{"capacity.update"}])

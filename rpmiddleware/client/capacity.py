@@ -50,7 +50,7 @@ class CapacityMonitor:
         self._core = core
         self._last = self.state()
         self._listeners: list[Listener] = []
-        core.observeEnvelopes(self._envelope)
+        core.observeEnvelopes(self._envelope, {"capacity.update"})
         core.observeEngine(self._engineChanged)
 
     @property

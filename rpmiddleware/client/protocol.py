@@ -155,7 +155,7 @@ class ClientFactory(GuardedServerFactory):
             answerOffer=WebRTCEndpoint(reactor, settings).offer,
         )
 
-        middleware.observeEnvelopes(self._unaddressed)
+        middleware.observeEnvelopes(self._unaddressed, CAPTURE_REPORTS)
         installBridge(self)
 
     def _unaddressed(self, envelope: Envelope) -> None:

@@ -131,7 +131,7 @@ class StatusHub:
         self._tick: IDelayedCall | None = None
         self._stopped = False
         self._stops = [
-            self.middleware.observeEnvelopes(self._envelope),
+            self.middleware.observeEnvelopes(self._envelope, _CHANGES),
             endpoint.capacity.listen(self._capacityChanged),
             self.middleware.observeEngine(self._engineChanged),
         ]
