@@ -179,7 +179,9 @@ class PluginChain:
             )
 
     def _run(self, envelope: Envelope, direction: Direction, start: int) -> Deferred[None]:
-        envelope.meta.setdefault("enteredAt", self.reactor.seconds())
+        meta = envelope.meta
+        if "enteredAt" not in meta:
+            meta["enteredAt"] = self.reactor.seconds()
         steps = self._steps[direction]
         for index in range(start, len(steps)):
             plugin, method, context = steps[index]

@@ -36,6 +36,11 @@ class Direction(enum.Enum):
     TO_ENGINE = "to_engine"
     TO_GAME = "to_game"
 
+    # Members are singletons compared by identity, so identity's hash is
+    # theirs; Enum's own hashes the name in Python, and every envelope looks
+    # its direction up in a dict or two.
+    __hash__ = object.__hash__
+
     @property
     def opposite(self) -> Direction:
         return Direction.TO_GAME if self is Direction.TO_ENGINE else Direction.TO_ENGINE
@@ -88,7 +93,8 @@ class Envelope:
 
     @property
     def type(self) -> str:
-        return str(self.fields.get("type", ""))
+        kind = self.fields.get("type", "")
+        return kind if kind.__class__ is str else str(kind)
 
     @property
     def messageId(self) -> str | None:

@@ -209,7 +209,7 @@ class MiddlewareMetrics:
         self._seenAudio: OrderedDict[str, None] = OrderedDict()
         self._unhooks: list[Callable[[], None]] = []
         #: Labelled children already looked up (their label values are bounded).
-        self._envelopeCounters: dict[tuple[str, str, str], Any] = {}
+        self._envelopeCounters: dict[tuple[Direction, str, str], Any] = {}
         self._resampleHistograms: dict[str, Any] = {}
         self._watch()
 
@@ -244,12 +244,14 @@ class MiddlewareMetrics:
     # IChainObserver
 
     def envelopeLeft(self, envelope: Envelope, direction: Direction, outcome: str) -> None:
-        key = (direction.value, _label(envelope.type), outcome)
+        key = (direction, envelope.type, outcome)
         counter = self._envelopeCounters.get(key)
         if counter is None:
             # labels() takes a lock and checks its arguments on every call:
             # each envelope would pay that, so each child is looked up once.
-            counter = self._envelopeCounters[key] = self.envelopes.labels(*key)
+            counter = self._envelopeCounters[key] = self.envelopes.labels(
+                direction.value, _label(key[1]), outcome
+            )
         counter.inc()
         if direction is Direction.TO_ENGINE and outcome == "delivered":
             card = envelope.get("card")

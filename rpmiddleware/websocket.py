@@ -172,6 +172,18 @@ class GuardedServerProtocol(WebSocketServerProtocol):
         elif state == self.STATE_CONNECTING or state == self.STATE_PROXY_CONNECTING:
             self.trafficStats.preopenOutgoingOctetsWireLevel += len(data)
 
+    def onMessageEnd(self) -> None:
+        """
+        A message is whole: hand it to C{onMessage}, as Autobahn does, but
+        without also firing its C{"message"} event, which makes a Deferred
+        and adds callbacks to it for every message (3% of the server's time
+        at 100 heavy streams, cProfile) for listeners added with C{on()}:
+        the middleware adds none.
+        """
+        if not self.failedByMe:
+            self.onMessage(b"".join(self.message_data), self.message_is_binary)
+        self.message_data = None  # type: ignore[assignment]  # as Autobahn does
+
     def connectionMade(self) -> None:
         super().connectionMade()
         setNoDelay = getattr(self.transport, "setTcpNoDelay", None)

@@ -104,6 +104,10 @@ class PluginFieldTests(SynchronousTestCase):
         self.assertTrue(isPluginField("x-mood"))
         self.assertFalse(isPluginField("mood"))
         self.assertEqual(pluginFields({"x-a": 1, "text": "t", "xb": 2}), {"x-a": 1})
+        # Names that sort around "x-": only the x- ones count.
+        self.assertEqual(pluginFields({"zone": 1, "x-b": 2, "x": 3}), {"x-b": 2})
+        self.assertEqual(pluginFields({"x": 1, "w-a": 2, "type": "t"}), {})
+        self.assertEqual(pluginFields({}), {})
 
     def test_onLlmNotInStats(self) -> None:
         """

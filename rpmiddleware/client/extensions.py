@@ -63,11 +63,12 @@ class ExtensionBridge:
         self.unknown: set[tuple[str, str]] = set()
 
     def __call__(self, envelope: Envelope) -> None:
-        if envelope.type == START_TURN:
+        kind = envelope.type
+        if kind == START_TURN:
             self._startTurn(envelope)
             return
-        if envelope.type != TO_CLIENT:
-            if envelope.type not in MESSAGES:
+        if kind != TO_CLIENT:
+            if kind not in MESSAGES:
                 self._noClientMessage(envelope)
             return
         message = envelope.get("message")
