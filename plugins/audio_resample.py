@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
-import numpy as np
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -23,16 +22,10 @@ from zope.interface import implementer
 from rpmiddleware.audio import (
     QUALITIES,
     AudioError,
-    Samples,
-    StreamResampler,
     canonicalFormat,
     decodeBase64,
-    decodePcm,
     encodeBase64,
-    encodePcm,
     endsSegment,
-    resample,
-    toMono,
 )
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import (
@@ -50,6 +43,9 @@ from rpmiddleware.messages import (
     OUTPUT_SAMPLE_RATE,
 )
 from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
+
+if TYPE_CHECKING:
+    from rpmiddleware.pcm import Pcm16Resampler
 
 NAME = "audio-resample"
 MIN_RATE = 8000
@@ -110,6 +106,9 @@ def normalizeEventAudio(
     @raise AudioError: saying exactly what cannot be converted, naming the
         field, fit for a C{request.error} message.
     """
+    # numpy and soxr: imported with the first audio, not when the daemon starts.
+    from rpmiddleware.pcm import decodePcm, encodePcm, resample, toMono
+
     if not isinstance(audio, Mapping):
         raise AudioError("event.audio must be an object")
     try:
@@ -154,7 +153,7 @@ class _Segment:
     """
 
     key: Any
-    resampler: StreamResampler
+    resampler: Pcm16Resampler
     #: A byte of a PCM16 sample split across two chunks.
     carry: bytes = b""
     lastChunkSequence: Any = None
@@ -171,7 +170,7 @@ class _Reply:
     segment: _Segment | None = None
     #: A resampler made ahead for the next segment, so that setting up soxr
     #: does not delay a segment's first chunk.
-    spare: StreamResampler | None = None
+    spare: Pcm16Resampler | None = None
     #: The call that will make the next one.
     preparing: IDelayedCall | None = None
     #: Tail chunks originated so far: later chunks' sequence moves up by this.
@@ -182,6 +181,17 @@ class _Reply:
     @property
     def converting(self) -> bool:
         return self.inRate != self.outRate
+
+
+def _newResampler(inRate: int, outRate: int, quality: str) -> Pcm16Resampler:
+    """
+    A segment's resampler.  The first one made imports numpy and soxr (about
+    90 ms, once), normally at a reply's request (L{AudioResample._prepare}),
+    ahead of its speech.
+    """
+    from rpmiddleware.pcm import Pcm16Resampler
+
+    return Pcm16Resampler(inRate, outRate, quality)
 
 
 @implementer(IEnvelopePlugin, ITimingSource)
@@ -345,9 +355,9 @@ class AudioResample(ChainPlugin):
         Make the resampler of the reply's next segment, if it converts.
         """
         if reply.spare is None and reply.converting:
-            reply.spare = StreamResampler(reply.inRate, reply.outRate, self.settings.quality)
+            reply.spare = _newResampler(reply.inRate, reply.outRate, self.settings.quality)
 
-    def _resampler(self, reply: _Reply, context: IChainContext) -> StreamResampler:
+    def _resampler(self, reply: _Reply, context: IChainContext) -> Pcm16Resampler:
         """
         The resampler of a segment that begins: the one made ahead when it
         fits.  The next segment's is made a moment later: not at once,
@@ -364,7 +374,7 @@ class AudioResample(ChainPlugin):
             reply.preparing = context.reactor.callLater(PREPARE_DELAY, prepare)
         if spare is not None and (spare.inRate, spare.outRate) == (reply.inRate, reply.outRate):
             return spare
-        return StreamResampler(reply.inRate, reply.outRate, self.settings.quality)
+        return _newResampler(reply.inRate, reply.outRate, self.settings.quality)
 
     def _convertChunk(
         self, reply: _Reply, requestId: str, envelope: Envelope, context: IChainContext
@@ -396,10 +406,10 @@ class AudioResample(ChainPlugin):
             raw = raw[:-1]
         else:
             segment.carry = b""
-        out = segment.resampler.feed(decodePcm(raw, "pcm_s16le"))
+        last = endsSegment(fields)
+        out = segment.resampler.feed(raw, last)
         segment.lastChunkSequence = fields.get("segmentChunkSequence")
-        if endsSegment(fields):
-            out = np.concatenate([out, segment.resampler.flush()])
+        if last:
             reply.segment = None
         sequence = fields.get("sequence")
         if type(sequence) is int:
@@ -407,8 +417,7 @@ class AudioResample(ChainPlugin):
             reply.lastSequence = sequence + reply.shift
         self._write(reply, fields, out)
 
-    def _write(self, reply: _Reply, fields: dict[str, Any], samples: Samples) -> None:
-        pcm = encodePcm(samples, "pcm_s16le")
+    def _write(self, reply: _Reply, fields: dict[str, Any], pcm: bytes) -> None:
         reply.bytesOut += len(pcm)
         fields["data"] = encodeBase64(pcm)
         fields["sampleRate"] = reply.outRate
@@ -423,7 +432,7 @@ class AudioResample(ChainPlugin):
         if segment is None:
             return
         tail = segment.resampler.flush()
-        if not len(tail):
+        if not tail:
             return
         fields: dict[str, Any] = {"requestId": current.requestId}
         if reply.lastSequence is not None:

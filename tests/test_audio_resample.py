@@ -1,5 +1,5 @@
 """
-Tests for the audio-resample plugin and rpmiddleware.audio.
+Tests for the audio-resample plugin, rpmiddleware.audio and rpmiddleware.pcm.
 """
 
 from __future__ import annotations
@@ -17,18 +17,14 @@ from hypothesis.extra import numpy as hnp
 from scipy.signal.windows import blackmanharris
 from twisted.trial.unittest import SynchronousTestCase
 
+from rpmiddleware import pcm
 from rpmiddleware.audio import (
     AudioError,
-    StreamResampler,
     decodeBase64,
-    decodePcm,
     encodeBase64,
-    encodePcm,
     exactLength,
-    resample,
     strictBase64,
 )
-from rpmiddleware.builtin import audio_resample
 from rpmiddleware.builtin.audio_resample import (
     PREPARE_DELAY,
     AudioResample,
@@ -39,6 +35,7 @@ from rpmiddleware.builtin.audio_resample import (
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IEnvelopePlugin
 from rpmiddleware.messages import MAX_INPUT_AUDIO_SECONDS
+from rpmiddleware.pcm import Pcm16Resampler, StreamResampler, decodePcm, encodePcm, resample
 from rpmiddleware.testing.kit import PluginHarness
 
 
@@ -513,7 +510,7 @@ class OutputTests(SynchronousTestCase):
         self.assertEqual((plugin._rates, plugin._replies), ({}, {}))
 
 
-class CountingResampler(StreamResampler):
+class CountingResampler(Pcm16Resampler):
     """
     Counts the resamplers made (and so soxr set-ups), in order.
     """
@@ -535,7 +532,7 @@ class PreparedTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.made: list[tuple[int, int]] = []
         self.patch(CountingResampler, "made", self.made)
-        self.patch(audio_resample, "StreamResampler", CountingResampler)
+        self.patch(pcm, "Pcm16Resampler", CountingResampler)
 
     def chunk(
         self, harness: PluginHarness, sequence: int, segment: int, samples: int, final: bool
@@ -629,6 +626,23 @@ class HelperTests(SynchronousTestCase):
             self.assertLessEqual(stream.samplesOut, exactLength(total, inRate, outRate))
         stream.flush()
         self.assertEqual(stream.samplesOut, exactLength(total, inRate, outRate))
+
+    def test_pcm16_stream(self) -> None:
+        """
+        L{Pcm16Resampler} gives, in PCM16, what L{StreamResampler} gives for
+        the same chunks: C{last} is a feed and a flush in one.
+        """
+        chunks = [pcm16(tone(300, 0.1, 44100)[offset::7]) for offset in range(4)]
+        plain = StreamResampler(44100, 24000)
+        expected = [encodePcm(plain.feed(decodePcm(c, "pcm_s16le")), "pcm_s16le") for c in chunks]
+        expected[-1] += encodePcm(plain.flush(), "pcm_s16le")
+        pcm16Stream = Pcm16Resampler(44100, 24000)
+        got = [pcm16Stream.feed(c) for c in chunks[:-1]] + [pcm16Stream.feed(chunks[-1], last=True)]
+        self.assertEqual(got, expected)
+        self.assertEqual(pcm16Stream.flush(), b"")
+        self.assertEqual(
+            len(b"".join(got)) // 2, exactLength(sum(len(c) for c in chunks) // 2, 44100, 24000)
+        )
 
     def test_exact_length_rounds_half_even(self) -> None:
         self.assertEqual(exactLength(5, 44100, 22050), 2)

@@ -24,8 +24,8 @@ from zope.interface import implementer
 
 from rpmiddleware.cards import CardHasher
 from rpmiddleware.client.capacity import CapacityMonitor
-from rpmiddleware.client.decode import AudioDecodeError
 from rpmiddleware.client.endpoint import ClientEndpoint
+from rpmiddleware.client.errors import AudioDecodeError
 from rpmiddleware.client.sessions import SessionStore
 from rpmiddleware.client.settings import ClientSettings
 from rpmiddleware.config import Settings

@@ -249,17 +249,17 @@ class ResampleTests(SynchronousTestCase):
         Each conversion's time, read on the reactor's clock, is observed:
         here each chunk's decoding takes 10 ms of the Clock.
         """
-        from rpmiddleware.builtin import audio_resample
+        from rpmiddleware import pcm as pcmlib
 
         rig = Rig()
         rig.connect()
-        decode = audio_resample.decodePcm
+        decode = pcmlib.decodePcm
 
         def slowDecode(*args: Any) -> Any:
             rig.clock.advance(0.01)
             return decode(*args)
 
-        self.patch(audio_resample, "decodePcm", slowDecode)
+        self.patch(pcmlib, "decodePcm", slowDecode)
         requestId = rig.ask(outputSampleRate=16000)
         rig.says("reply.audio.start", requestId=requestId, sampleRate=44100)
         for n in range(3):

@@ -26,7 +26,7 @@ connection only as a L{rpmiddleware.client.surface.ClientSurface}.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -34,7 +34,6 @@ from twisted.python.failure import Failure
 
 from rpmiddleware.client import messages as wire
 from rpmiddleware.client.capacity import DEPTH_INTERVAL, CapacityNotices
-from rpmiddleware.client.decode import DecodedAudio
 from rpmiddleware.client.endpoint import ClientEndpoint, Writer
 from rpmiddleware.client.errors import INTERNAL_ERROR, INVALID_MESSAGE, errorMessage
 from rpmiddleware.client.flow import SendGuard
@@ -47,6 +46,9 @@ from rpmiddleware.client.surface import Opener, Reply
 from rpmiddleware.client.turnqueue import TurnQueue
 from rpmiddleware.client.turns import Turn
 from rpmiddleware.coreview import CoreView
+
+if TYPE_CHECKING:
+    from rpmiddleware.client.decode import DecodedAudio
 
 __all__ = ["CLOSE_POLICY", "CLOSE_TAKEN_OVER", "DEPTH_INTERVAL", "ClientConnection"]
 

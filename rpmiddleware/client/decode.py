@@ -15,6 +15,11 @@ rate and channel count; the audio-resample plugin makes that 16 kHz mono.
 Errors carry the client code: INVALID_AUDIO_FORMAT when the bytes are not a
 format we take, AUDIO_PROCESSING_ERROR when a format we take could not be
 turned into usable audio (corrupt, empty, too long).
+
+This module needs numpy, so the endpoint imports it at the first recording,
+in the decoding thread (L{rpmiddleware.client.protocol.ClientFactory.decode}),
+not at start; the other client modules name L{DecodedAudio} only as a type,
+and L{AudioDecodeError} is in L{rpmiddleware.client.errors}.
 """
 
 from __future__ import annotations
@@ -27,9 +32,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from rpmiddleware.audio import encodeBase64, encodePcm, strictBase64, toMono
-from rpmiddleware.client.errors import AUDIO_PROCESSING_ERROR, INVALID_AUDIO_FORMAT
+from rpmiddleware.audio import encodeBase64, strictBase64
+from rpmiddleware.client.errors import (
+    AUDIO_PROCESSING_ERROR,
+    INVALID_AUDIO_FORMAT,
+    AudioDecodeError,
+)
 from rpmiddleware.messages import MAX_INPUT_AUDIO_SECONDS
+from rpmiddleware.pcm import encodePcm, toMono
 
 #: Codec padding (an Opus frame is 20 ms) past 30 s that is trimmed, not refused.
 LENGTH_TOLERANCE = 0.1
@@ -37,17 +47,6 @@ MIN_RATE = 8000
 MAX_RATE = 192000
 
 Frames = npt.NDArray[np.float32]
-
-
-class AudioDecodeError(ValueError):
-    """
-    A recording that cannot be used; C{code} is the client error code.
-    """
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)

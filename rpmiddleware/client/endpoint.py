@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -17,7 +17,6 @@ from rpmiddleware.client import messages as wire
 from rpmiddleware.client.attachments import handleAttachments
 from rpmiddleware.client.capacity import CapacityMonitor
 from rpmiddleware.client.character import handleCharacter, handleConfigure
-from rpmiddleware.client.decode import DecodedAudio
 from rpmiddleware.client.errors import WEBRTC_UNAVAILABLE
 from rpmiddleware.client.reconnect import handleReconnect
 from rpmiddleware.client.sessions import SessionStore
@@ -33,6 +32,9 @@ from rpmiddleware.client.turnmessages import (
 from rpmiddleware.clientext import extensionTypes, fromClient
 from rpmiddleware.coreview import CoreView
 from rpmiddleware.interfaces import IClientExtension
+
+if TYPE_CHECKING:
+    from rpmiddleware.client.decode import DecodedAudio
 
 
 class Writer(Protocol):
@@ -63,7 +65,7 @@ class ClientEndpoint:
     What every connection of the endpoint shares.
 
     @ivar decode: decodes a base64 recording, off the reactor thread when it
-        can; fails with L{AudioDecodeError}.
+        can; fails with L{rpmiddleware.client.errors.AudioDecodeError}.
     @ivar handlers: the dispatch table, client message type to its handler
         (every type L{rpmiddleware.client.messages.CLIENT_TYPES} names).
     """

@@ -8,6 +8,7 @@ C{engineCode} and C{retryable}, so a client that knows RPEngine can still
 tell C{unsupported_voice} from C{unsupported_language}.  The table is
 context-free on purpose: the same RPEngine code always gives the same client
 code, whatever the turn was.  C{docs/client-protocol.md} has it with reasons.
+L{AudioDecodeError} is a client's recording refused, with its code.
 """
 
 from __future__ import annotations
@@ -123,6 +124,17 @@ ENGINE_TO_CLIENT: dict[str, str] = {
 
 #: What a code RPEngine may add in a later version becomes.
 UNKNOWN_ENGINE_CODE = INTERNAL_ERROR
+
+
+class AudioDecodeError(ValueError):
+    """
+    A recording that cannot be used; C{code} is the client error code.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 def clientCode(engineCode: str) -> str:

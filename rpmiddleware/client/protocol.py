@@ -11,7 +11,7 @@ module the endpoint's dispatch table names (L{rpmiddleware.client.endpoint}).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.interfaces import IReactorThreads
@@ -20,7 +20,6 @@ from twisted.logger import Logger
 
 from rpmiddleware.client.capacity import CapacityMonitor
 from rpmiddleware.client.connection import ClientConnection
-from rpmiddleware.client.decode import DecodedAudio, decodeAudio
 from rpmiddleware.client.endpoint import ClientEndpoint
 from rpmiddleware.client.extensions import installBridge
 from rpmiddleware.client.flow import transportBacklog
@@ -33,8 +32,22 @@ from rpmiddleware.envelope import Envelope
 from rpmiddleware.webrtc.endpoint import WebRTCEndpoint
 from rpmiddleware.websocket import GuardedServerFactory, GuardedServerProtocol
 
+if TYPE_CHECKING:
+    from rpmiddleware.client.decode import DecodedAudio
+
 #: RPEngine's microphone reports, which may come without a requestId.
 CAPTURE_REPORTS = frozenset({"voice.capture.state", "voice.capture.level"})
+
+
+def _decodeAudio(data: str) -> DecodedAudio:
+    """
+    L{rpmiddleware.client.decode.decodeAudio}, imported at the first
+    recording (in the decoding thread, so the reactor does not wait for it):
+    it needs numpy, which an idle daemon does without.
+    """
+    from rpmiddleware.client.decode import decodeAudio
+
+    return decodeAudio(data)
 
 
 class ClientProtocol(GuardedServerProtocol):
@@ -199,5 +212,5 @@ class ClientFactory(GuardedServerFactory):
         should not wait for.
         """
         if IReactorThreads.providedBy(self.reactor):
-            return deferToThreadPool(self.reactor, self.reactor.getThreadPool(), decodeAudio, data)
-        return maybeDeferred(decodeAudio, data)
+            return deferToThreadPool(self.reactor, self.reactor.getThreadPool(), _decodeAudio, data)
+        return maybeDeferred(_decodeAudio, data)

@@ -16,16 +16,18 @@ and resume), so the handlers cannot reach into it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet.defer import Deferred
 
 from rpmiddleware.api import ReplyStream
-from rpmiddleware.client.decode import DecodedAudio
 from rpmiddleware.client.sessions import ClientConfig, ClientSession
 from rpmiddleware.client.settings import Character, ClientSettings
 from rpmiddleware.client.turns import Turn
 from rpmiddleware.coreview import CoreView
+
+if TYPE_CHECKING:
+    from rpmiddleware.client.decode import DecodedAudio
 
 #: Opens a turn's reply stream from the request fields the connection made
 #: (character, card, output, prompt fields, meta); the handler adds its own.

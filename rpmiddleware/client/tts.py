@@ -7,26 +7,20 @@ the rate in C{meta["outputSampleRate"]} and says so in each chunk's
 C{sampleRate}; such chunks pass through here untouched (not even
 base64-decoded).  If a chain runs without that plugin, the chunks arrive at
 another rate and are converted here with the same streaming resampler, one
-per sentence segment, so the client gets the rate it asked for either way.
+per sentence segment, so the client gets the rate it asked for either way
+(numpy and soxr are imported for the first such segment, not before).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from rpmiddleware.audio import (
-    StreamResampler,
-    decodePcm,
-    encodeBase64,
-    encodePcm,
-    endsSegment,
-    pcm16Wav,
-    strictBase64,
-)
+from rpmiddleware.audio import encodeBase64, endsSegment, pcm16Wav, strictBase64
 from rpmiddleware.messages import OUTPUT_SAMPLE_RATE
+
+if TYPE_CHECKING:
+    from rpmiddleware.pcm import Pcm16Resampler
 
 #: Longest reply collected for a non-streaming C{tts} WAV: it is held in
 #: memory and sent as one message (17 MB of PCM at 48 kHz).
@@ -65,7 +59,7 @@ class SpeechOutput:
         self._maxBytes = int(maxSeconds * rate) * 2
         self._inRate = OUTPUT_SAMPLE_RATE
         self._segment: Any = None
-        self._resampler: StreamResampler | None = None
+        self._resampler: Pcm16Resampler | None = None
         #: The input rate of the segment being resampled.
         self._segmentRate = OUTPUT_SAMPLE_RATE
         self._carry = b""
@@ -98,17 +92,20 @@ class SpeechOutput:
             out.append(data)
         else:
             if self._resampler is None:
-                self._resampler = StreamResampler(inRate, self.rate, QUALITY)
+                # numpy and soxr: loaded by the first segment converted here (with
+                # the audio-resample plugin in the chain, none is).
+                from rpmiddleware.pcm import Pcm16Resampler
+
+                self._resampler = Pcm16Resampler(inRate, self.rate, QUALITY)
                 self._segment = key
                 self._segmentRate = inRate
             raw = self._carry + _decode(data)
             cut = len(raw) - len(raw) % 2
             self._carry = raw[cut:]
-            pcm = self._resampler.feed(decodePcm(raw[:cut], "pcm_s16le"))
-            if endsSegment(fields):
-                pcm = np.concatenate([pcm, self._resampler.flush()])
+            last = endsSegment(fields)
+            out.append(self._resampler.feed(raw[:cut], last))
+            if last:
                 self._resampler = None
-            out.append(encodePcm(pcm, "pcm_s16le"))
         return self._emit(out)
 
     def finish(self) -> list[str]:
@@ -130,7 +127,7 @@ class SpeechOutput:
     def _flushSegment(self) -> bytes:
         resampler, self._resampler, self._carry = self._resampler, None, b""
         assert resampler is not None
-        return encodePcm(resampler.flush(), "pcm_s16le")
+        return resampler.flush()
 
     def _emit(self, pieces: list[bytes | str]) -> list[str]:
         result: list[str] = []

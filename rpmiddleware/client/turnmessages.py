@@ -10,7 +10,7 @@ L{rpmiddleware.client.turns.Turn} follows it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -19,12 +19,14 @@ from twisted.python.failure import Failure
 from rpmiddleware.api import ReplyStream
 from rpmiddleware.client import messages as wire
 from rpmiddleware.client.attachments import attachmentContext, keepAttachments
-from rpmiddleware.client.decode import AudioDecodeError, DecodedAudio
-from rpmiddleware.client.errors import INTERNAL_ERROR, INVALID_MESSAGE
+from rpmiddleware.client.errors import INTERNAL_ERROR, INVALID_MESSAGE, AudioDecodeError
 from rpmiddleware.client.messages import InvalidMessage
 from rpmiddleware.client.sessions import ClientConfig
 from rpmiddleware.client.surface import ClientSurface
 from rpmiddleware.client.turns import TEXT, VOICE
+
+if TYPE_CHECKING:
+    from rpmiddleware.client.decode import DecodedAudio
 
 log = Logger()
 
