@@ -77,6 +77,15 @@ class _Gauges(Collector):
     def collect(self) -> Iterable[Metric]:
         m = self._metrics
         core = m.middleware
+        envelopes = CounterMetricFamily(
+            "rpmiddleware_envelopes",
+            "Envelopes that left the plugin chain, by direction, type and outcome "
+            "(delivered to their end, or dropped by a plugin).",
+            labels=["direction", "type", "outcome"],
+        )
+        for labels, count in m.envelopeCounts().items():
+            envelopes.add_metric(list(labels), count)
+        yield envelopes
         yield GaugeMetricFamily(
             "rpmiddleware_engine_connected",
             "1 while an RPEngine session is live, else 0.",
@@ -157,13 +166,6 @@ class MiddlewareMetrics:
         self.endpoints = dict(endpoints or {})
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        self.envelopes = Counter(
-            "rpmiddleware_envelopes",
-            "Envelopes that left the plugin chain, by direction, type and outcome "
-            "(delivered to their end, or dropped by a plugin).",
-            ["direction", "type", "outcome"],
-            registry=r,
-        )
         self.errors = Counter(
             "rpmiddleware_request_errors",
             "request.error envelopes that reached the game end, by code (RPEngine's or a "
@@ -209,7 +211,11 @@ class MiddlewareMetrics:
         self._seenAudio: OrderedDict[str, None] = OrderedDict()
         self._unhooks: list[Callable[[], None]] = []
         #: Labelled children already looked up (their label values are bounded).
-        self._envelopeCounters: dict[tuple[Direction, str, str], Any] = {}
+        #: Envelopes that left the chain, by (direction, type, outcome):
+        #: counted in a dict and read when Prometheus scrapes, because a
+        #: labelled Counter takes a lock on every increment and every speech
+        #: chunk and text delta is counted.
+        self._envelopeCounts: dict[tuple[Direction, str, str], int] = {}
         self._resampleHistograms: dict[str, Any] = {}
         self._watch()
 
@@ -244,19 +250,23 @@ class MiddlewareMetrics:
     # IChainObserver
 
     def envelopeLeft(self, envelope: Envelope, direction: Direction, outcome: str) -> None:
-        key = (direction, envelope.type, outcome)
-        counter = self._envelopeCounters.get(key)
-        if counter is None:
-            # labels() takes a lock and checks its arguments on every call:
-            # each envelope would pay that, so each child is looked up once.
-            counter = self._envelopeCounters[key] = self.envelopes.labels(
-                direction.value, _label(key[1]), outcome
-            )
-        counter.inc()
+        counts, key = self._envelopeCounts, (direction, envelope.type, outcome)
+        counts[key] = counts.get(key, 0) + 1
         if direction is Direction.TO_ENGINE and outcome == "delivered":
             card = envelope.get("card")
             if isinstance(card, dict):
                 self._cardSent(envelope, card)
+
+    def envelopeCounts(self) -> dict[tuple[str, str, str], int]:
+        """
+        Envelopes that left the chain so far, by the labels of
+        C{rpmiddleware_envelopes_total}: direction, type, outcome.
+        """
+        totals: dict[tuple[str, str, str], int] = {}
+        for (direction, kind, outcome), count in list(self._envelopeCounts.items()):
+            labels = (direction.value, _label(kind), outcome)
+            totals[labels] = totals.get(labels, 0) + count
+        return totals
 
     def _cardSent(self, envelope: Envelope, card: dict[str, Any]) -> None:
         mode = _label(card.get("mode"))
