@@ -523,13 +523,16 @@ async def run(reactor: Any, quick: bool = False) -> Section:
     pin(1)
     # Bounded: about 2.5 minutes quick, 6 full (each level 10-15 s a server).
     lightSteps = [100, 200] if quick else [50, 100, 150, 200]
-    heavySteps = [100, 200, 250] if quick else [100, 150, 200, 250, 300]
+    heavySteps = [100, 200, 250] if quick else [100, 200, 250, 300]
     warmup, seconds = (3.0, 6.0) if quick else (3.0, 10.0)
-    repeats = 1
+    # The heavy load's CPU per stream, judged against the relay's, moved by
+    # 0.2x between single runs on a shared machine: three alternating runs a
+    # level, and their median.
+    repeats, heavyRepeats = 1, (1 if quick else 3)
     leakClients, leakRounds, leakSeconds = (100 if quick else 200), 5, (3.0 if quick else 5.0)
 
     light = await sweep(reactor, lightSteps, warmup, seconds, repeats, heavy=False)
-    heavy = await sweep(reactor, heavySteps, warmup, seconds, repeats, heavy=True)
+    heavy = await sweep(reactor, heavySteps, warmup, seconds, heavyRepeats, heavy=True)
     # As twistd rpmiddleware runs when the webrtc extra is installed: on
     # Twisted's asyncio reactor, aiortc loaded.
     daemon: list[tuple[int, dict[str, float]]] = []
@@ -578,25 +581,30 @@ async def run(reactor: Any, quick: bool = False) -> Section:
             carried >= 100,
         )
     ]
-    # CPU per stream: at 200 heavy streams, or the largest N both ran.
-    both = [(r, m) for r, m in heavy if r is not None and m is not None]
-    at200 = _at(heavy, 200)
-    pair = at200 if at200[0] is not None and at200[1] is not None else (both[-1] if both else None)
-    if pair is not None and pair[0] is not None and pair[1] is not None:
-        ratio = pair[1]["perStream"] / pair[0]["perStream"]
-        asDaemon = ""
-        for clients, mine in daemon:
-            if clients == int(pair[1]["clients"]):
-                asDaemon = (
-                    f"; as the daemon with the webrtc extra (asyncio reactor) "
-                    f"{mine['perStream'] / pair[0]['perStream']:.2f}x"
-                )
+    # CPU per stream: at every N both ran where the middleware had room (a
+    # server whose core is full shows what it was given, not what it costs).
+    judged = [(r, m) for r, m in heavy if r is not None and m is not None and not _saturated(m)]
+    if judged:
+        ratios = [(m["perStream"] / r["perStream"], r, m) for r, m in judged]
+        parts = []
+        for ratio, r, m in ratios:
+            asDaemon = ""
+            for clients, mine in daemon:
+                if clients == int(m["clients"]):
+                    asDaemon = (
+                        f"; as the daemon with the webrtc extra (asyncio reactor) "
+                        f"{mine['perStream'] / r['perStream']:.2f}x"
+                    )
+            parts.append(
+                f"{ratio:.2f}x at {int(m['clients'])} streams "
+                f"({m['cpu']:.0%} against {r['cpu']:.0%} of a core{asDaemon})"
+            )
         goals.append(
             (
-                "CPU per real-time stream <= 1.3x the relay's (heavy load)",
-                f"{ratio:.2f}x at {int(pair[1]['clients'])} streams "
-                f"({pair[1]['cpu']:.0%} against {pair[0]['cpu']:.0%} of a core{asDaemon})",
-                ratio <= 1.3,
+                "CPU per real-time stream <= 1.3x the relay's (heavy load, at each N "
+                "the middleware's core was not full)",
+                "; ".join(parts),
+                max(ratio for ratio, _, _ in ratios) <= 1.3,
             )
         )
     goals.append(
@@ -621,15 +629,20 @@ async def run(reactor: Any, quick: bool = False) -> Section:
     else:
         goals.append((pauseGoal, "not run: saturated below 200 streams", False))
     growth = mySizes[-1] - mySizes[1]
+    leak = leakSizes[-1] - leakSizes[1]
     live = trimSizes[-1] - trimSizes[0]
+    # What each session kept for a reconnect costs: the default's growth
+    # beyond the leak test's, over the sessions rounds 2 to 5 left.
+    keptKb = (growth - leak) * 1024 / (leakClients * (leakRounds - 1))
     goals.append(
         (
-            f"RSS: no growth across {leakRounds} load rounds "
-            f"(round 1 to {leakRounds}, within 2 MB)",
-            f"{growth:+.1f} MB (relay {relaySizes[-1] - relaySizes[1]:+.1f} MB; "
-            f"sessions ending with their clients {leakSizes[-1] - leakSizes[1]:+.1f} MB, "
-            f"and with freed heap given back after each round {live:+.1f} MB)",
-            growth <= 2.0,
+            f"RSS: no growth across {leakRounds} load rounds (round 1 to {leakRounds}, within "
+            "2 MB; a leak test, so each client's session ends when it leaves: session_ttl 0)",
+            f"{leak:+.1f} MB (relay {relaySizes[-1] - relaySizes[1]:+.1f} MB; with freed heap "
+            f"given back after each round {live:+.1f} MB). With the default session_ttl every "
+            f"departed client's session waits for its reconnect: {growth:+.1f} MB, "
+            f"{keptKb:.0f} KB a waiting session, at most client.max_sessions (1024) of them",
+            leak <= 2.0,
         )
     )
     goals.append(
@@ -660,7 +673,8 @@ Autobahn relay of the hop benchmark (routing each turn's messages to the client 
 opened it, renaming, no resampling), its runs alternating with the middleware's at each N. Delay:
 RPEngine sends a chunk -> its client has the (resampled) `tts-chunk`; text: a delta -> its
 `llm-chunk`. Measured over {seconds:g} s after {warmup:g} s of warm-up, each figure the median of
-{repeats} run(s) (max and longest pause: the largest). CPU is the server's CPU time over the
+{repeats} run(s) of the light load and {heavyRepeats} of the heavy one, the relay's and the
+middleware's alternating (max and longest pause: the largest). CPU is the server's CPU time over the
 window (100% = one core); per real-time stream it is that CPU time over the seconds of speech
 delivered in the window (ms of CPU per second of a stream, which a server starved of its core by
 other work on the machine does not understate); "driver" is this process's CPU (RPEngine and all
@@ -697,6 +711,15 @@ client leaves), and after each reading of it the server collects and asks glibc'
 give freed heap back (`malloc_trim(0)`): the last row, what the process still uses.
 
 {table(sizeHeaders, sizeRows)}
+
+The leak test is the third row: with the sessions ending, rounds 1 to {leakRounds} add
+{leak:+.1f} MB. The second row's growth is the reconnect promise: each of the
+{leakClients * (leakRounds - 1)} sessions that rounds 2 to {leakRounds} left waiting costs about
+{keptKb:.0f} KB of RSS (its character card, configuration, history and plugins' state are a few
+KB of objects; the rest is the allocator's pages they keep from being given back), and at most
+`client.max_sessions` wait: the growth stops there, and the sessions go after
+`client.session_ttl`. The jump from idle to round 1, in every row, is the heap the load's
+connections used, which glibc keeps for the next load rather than giving it back.
 """
     section = Section("Sustained load (benchmark 3)", body, goals)
     for clients in (100, 200, 250):
