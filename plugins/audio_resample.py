@@ -11,6 +11,8 @@ each chunk on its own cannot (every chunk edge would click).
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -185,9 +187,9 @@ class _Reply:
 
 def _newResampler(inRate: int, outRate: int, quality: str) -> Pcm16Resampler:
     """
-    A segment's resampler.  The first one made imports numpy and soxr (about
-    90 ms, once), normally at a reply's request (L{AudioResample._prepare}),
-    ahead of its speech.
+    A segment's resampler.  numpy and soxr are normally imported when
+    RPEngine connects (L{AudioResample.engineSessionStarted}); otherwise the
+    first one made imports them (about 90 ms, once).
     """
     from rpmiddleware.pcm import Pcm16Resampler
 
@@ -447,6 +449,15 @@ class AudioResample(ChainPlugin):
         chunk = Envelope.build("reply.audio.chunk", current.sessionId, **fields)
         chunk.meta["synthetic"] = True
         context.sendToGame(chunk)
+
+    def engineSessionStarted(self, session: IEngineSessionInfo, context: IChainContext) -> None:
+        """
+        RPEngine is here, so speech will follow: numpy and soxr are imported
+        now (a reactor turn later, once the session's welcome is written),
+        while no request waits, instead of with the first reply's request.
+        """
+        if "rpmiddleware.pcm" not in sys.modules:
+            context.reactor.callLater(0, importlib.import_module, "rpmiddleware.pcm")
 
     def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
         self._rates.clear()

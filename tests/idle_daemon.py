@@ -20,6 +20,7 @@ from collections import defaultdict
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.task import deferLater
 
 from rpmiddleware.tap import Options, makeService
 
@@ -61,14 +62,17 @@ async def idleThenSpokenTurn(reactor: Any, port: int) -> None:
     from rpmiddleware.testing.simmailbox import spokenChunks
     from rpmiddleware.testing.simulator import SimulatorOptions, connectSimulator
 
+    client = connectClient(reactor, f"ws://127.0.0.1:{port}/client/socket")
+    await client.opened
+    report(beforeEngine=loaded())
     engine = await connectSimulator(
         reactor,
         port,
         SimulatorOptions(tokensPerSecond=None, audioRealtime=False, captureSpeechSeconds=0.0),
     )
-    client = connectClient(reactor, f"ws://127.0.0.1:{port}/client/socket")
-    await client.opened
-    report(beforeTurn=loaded())
+    # The session's start imports the audio libraries a reactor turn later.
+    await deferLater(reactor, 0.05, lambda: None)
+    report(afterEngine=loaded())
     client.send({"type": "character", "characterId": "mira", "card": exampleCard()})
     client.send({"type": "audio", "data": stereoWav(48000, 1.0)})
     messages: list[dict[str, Any]] = []

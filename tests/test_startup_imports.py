@@ -44,13 +44,14 @@ def runChild(cwd: str) -> dict[str, Any]:
 
 
 class StartupImportTests(SynchronousTestCase):
-    def test_audioLibrariesImportedAtFirstConversion(self) -> None:
+    def test_audioLibrariesImportedWhenEngineComes(self) -> None:
         """
         The started daemon has not imported numpy or soxr (nor aiortc,
         jsonschema or treq); a client's recording and the reply's speech
         are then converted as always (48 kHz stereo to RPEngine's 16 kHz
         mono, RPEngine's 44.1 kHz to the client's 24 kHz, every sample
-        accounted for), L{rpmiddleware.pcm} imported for it.
+        accounted for), L{rpmiddleware.pcm} imported when RPEngine's session
+        started.
         """
         folder = self.mktemp()
         os.makedirs(folder)
@@ -61,6 +62,9 @@ class StartupImportTests(SynchronousTestCase):
         self.assertEqual(reports["rates"], [24000])
         self.assertGreater(reports["samples"], 0)
         self.assertEqual(reports["samples"], reports["expected"])
-        self.assertNotIn("rpmiddleware.pcm", reports["beforeTurn"])
+        # A client alone does not need them; RPEngine's session starting
+        # imports them, ahead of any request.
+        self.assertNotIn("rpmiddleware.pcm", reports["beforeEngine"])
+        self.assertIn("rpmiddleware.pcm", reports["afterEngine"])
         self.assertIn("rpmiddleware.pcm", reports["afterTurn"])
         self.assertIn("soxr", reports["afterTurn"])
