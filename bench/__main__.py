@@ -50,7 +50,7 @@ NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
 #: Roughly how long each section runs on a 2-CPU machine, full / --quick.
 DURATION = {
     "hop": "3 min / 1 min",
-    "load": "7 min / 3 min",
+    "load": "12 min / 3 min",
     "cards": "1 min / 30 s",
     "memory": "1 min / 30 s",
     "resample": "1 min / 20 s",
@@ -229,18 +229,22 @@ BOUNDS = """
   250 (the machine busy, so a pass may include time the process was not running); the collector's
   passes are not yet under 10 ms at every load; the longest pauses left at high load are the
   machine's (the relay shows them too) and the reactor's own batches.
-- **Memory.** Idle, the middleware holds about 76 MB against the bare relay's 53 MB: Autobahn and
-  Twisted are about 52 MB of both, and the middleware adds numpy and soxr (about 15 MB), its
-  plugins and the console. After a load RSS stays higher, for three reasons measured on 2026-12-05
-  (rounds of 100-200 new clients, `bench/load.py`): glibc's allocator keeps freed heap (55-60 MB
-  after 200 heavy streams; `malloc_trim(0)` gives all but about 13 MB of it back); each departed
-  client's session stays 30 minutes for a `reconnect` (at most `client.max_sessions`, 1024; with
-  `session_ttl = 0` rounds 1-5 of 200 clients grew 5-9 MB instead of 21-24 MB, so about 15-25 KB a
-  kept session); and the playbook plugin keeps a state per client it saw (about 2.5 KB of Python
-  objects, at most its `max_sessions`, 1024), the only Python allocation tracemalloc saw growing
-  from one round to the next with `session_ttl = 0`. The rest of the growth after `malloc_trim`
-  (about 1.5 MB a round of 200 clients) is not in Python objects tracemalloc sees; it is not yet
-  accounted for (fragmented heap is the likely owner), so the leak goal stays open.
+- **Memory.** Idle, the middleware holds about 64 MB against the bare relay's 52 MB: Autobahn and
+  Twisted are about 52 MB of both; the middleware adds its own modules and plugins, msgspec,
+  orjson, prometheus_client and the console. numpy and soxr (about 12 MB) are not in that figure:
+  they are imported when RPEngine's session starts (the audio-resample plugin), as aiortc is at
+  the first WebRTC offer and jsonschema at the first action declared. After a load RSS stays
+  higher, for these reasons, measured on 2026-12-05 (rounds of 100-200 new clients,
+  `bench/load.py`, tracemalloc in the server): numpy and soxr, loaded once RPEngine connected;
+  glibc's allocator keeps the heap the load's connections used (about 55 MB after 200 heavy
+  streams; `malloc_trim(0)` gives nearly all of it back); each departed client's session waits
+  30 minutes for its `reconnect`, about 23 KB of RSS each (a few KB of objects: its card,
+  configuration, history and the plugins' state of it; the rest is allocator pages they keep from
+  being given back), at most `client.max_sessions` (1024) of them; and bounded memories that
+  fill over many rounds (the last 4096 expired session ids, which tell a late `reconnect`
+  SESSION_EXPIRED rather than SESSION_NOT_FOUND; recent request ids of the plugins). With the
+  sessions ending as their clients leave (`session_ttl = 0`), five rounds of 200 clients grow
+  RSS by about 1 MB: the leak test.
 - **This machine during the runs of 2026-12-05.** Two other engineers ran test suites on the
   same two CPUs: the load average was 2-6, and the relay alone showed chunk p99s from 4 ms to
   3.5 s at the same load in different runs. Delays and pauses of those runs measure the machine
