@@ -11,7 +11,6 @@ each chunk on its own cannot (every chunk edge would click).
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from rpmiddleware.audio import (
     encodeBase64,
     endsSegment,
 )
+from rpmiddleware.collector import importFrozen
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import (
     IChainContext,
@@ -457,7 +457,7 @@ class AudioResample(ChainPlugin):
         while no request waits, instead of with the first reply's request.
         """
         if "rpmiddleware.pcm" not in sys.modules:
-            context.reactor.callLater(0, importlib.import_module, "rpmiddleware.pcm")
+            context.reactor.callLater(0, importFrozen, "rpmiddleware.pcm")
 
     def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
         self._rates.clear()

@@ -6,12 +6,14 @@ Start-up's objects frozen out of the garbage collector's passes
 from __future__ import annotations
 
 import gc
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.collector import freezeStartup, freezeWhenRunning
+from rpmiddleware.collector import freezeStartup, freezeWhenRunning, importFrozen
 
 
 class Reactor:
@@ -42,3 +44,24 @@ class CollectorTests(SynchronousTestCase):
         reactor = Reactor()
         freezeWhenRunning(reactor)
         self.assertEqual(reactor.calls, [freezeStartup])
+
+    def test_importFrozen(self) -> None:
+        """
+        A library imported after start-up is frozen with it: its objects are
+        in no later pass.  Imported already, it is just returned.
+        """
+        folder = self.mktemp()
+        os.makedirs(folder)
+        with open(os.path.join(folder, "latelibrary.py"), "w") as f:
+            f.write("TABLE = [[n] for n in range(100)]\n")
+        sys.path.insert(0, folder)
+        self.addCleanup(sys.path.remove, folder)
+        self.addCleanup(sys.modules.pop, "latelibrary", None)
+        module = importFrozen("latelibrary")
+        table = module.TABLE
+        tracked = {id(o) for o in gc.get_objects()}
+        self.assertNotIn(id(table), tracked)
+        self.assertNotIn(id(table[0]), tracked)
+        before = gc.get_freeze_count()
+        self.assertIs(importFrozen("latelibrary"), module)
+        self.assertEqual(gc.get_freeze_count(), before)

@@ -43,11 +43,14 @@ ASYNCIO_HINT = "twistd --reactor=asyncio rpmiddleware"
 def unavailableReason() -> str | None:
     """
     C{None} when the WebRTC extra is importable; otherwise a sentence for the
-    log and for the client's C{error} message.  Imports aiortc (slow, once).
+    log and for the client's C{error} message.  Imports aiortc (slow, once),
+    frozen out of the collector's passes as start-up's modules are.
     """
+    from rpmiddleware.collector import importFrozen
+
     for module, distribution in REQUIRED_MODULES:
         try:
-            importlib.import_module(module)
+            importFrozen(module)
         except ImportError as e:
             return (
                 f"WebRTC is not installed on this server ({distribution} is missing: {e}); "
