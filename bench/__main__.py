@@ -222,15 +222,15 @@ BOUNDS = """
 - **Reactor pauses and the garbage collector.** A full collection holds the reactor for as long as
   it takes to pass over every tracked object. At start-up the daemon holds about 73,000 (its
   modules, classes, functions and plugin chain); frozen out of the collector after start-up
-  (`rpmiddleware/collector.py`, `gc.freeze`), a full pass at 100 heavy streams went from 20-35 ms
-  to 4-6 ms. Libraries imported later, when first needed (numpy and soxr when RPEngine connects,
-  aiortc at the first WebRTC offer), are frozen as they are imported (`importFrozen`): numpy left
-  in the passes made a full one take 24 ms at 200 heavy streams. Reply streams of the client endpoint keep the text of each delta rather than its
-  envelope (60 a turn), which cut the collector's youngest passes by three quarters. A full pass
-  is now rare (none in most 10 s windows) and took 4-12 ms at 150-200 streams and 24 ms once at
-  250 (the machine busy, so a pass may include time the process was not running); the collector's
-  passes are not yet under 10 ms at every load; the longest pauses left at high load are the
-  machine's (the relay shows them too) and the reactor's own batches.
+  (`rpmiddleware/collector.py`, `gc.freeze`), a full pass at 100 heavy streams went from 20-35 ms to
+  4-6 ms. Libraries imported later, when first needed (numpy and soxr when RPEngine connects, aiortc
+  at the first WebRTC offer), are frozen as they are imported (`importFrozen`): numpy left in the
+  passes made a full one take 24 ms at 200 heavy streams. Reply streams of the client endpoint keep
+  the text of each delta rather than its envelope (60 a turn), which cut the collector's youngest
+  passes by three quarters. A full pass is now rare (none in most 10 s windows) and took 4-12 ms at
+  150-200 streams and 24 ms once at 250 (the machine busy, so a pass may include time the process
+  was not running); the collector's passes are not yet under 10 ms at every load; the longest pauses
+  left at high load are the machine's (the relay shows them too) and the reactor's own batches.
 - **Memory.** Idle, the middleware holds about 64 MB against the bare relay's 52 MB: Autobahn and
   Twisted are about 52 MB of both; the middleware adds its own modules and plugins, msgspec,
   orjson, prometheus_client and the console. numpy and soxr (about 12 MB) are not in that figure:

@@ -38,8 +38,10 @@ def importFrozen(name: str) -> ModuleType:
     ms without it).  What else is alive at that moment is frozen too, once:
     the few objects of the session that asked.
     """
-    if name in sys.modules:
-        return sys.modules[name]
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    # Raises ImportError for a module marked missing (None) as for any other.
     module = importlib.import_module(name)
     freezeStartup()
     return module
