@@ -410,6 +410,9 @@ COST_HEADERS = [
 #: full, or half its chunks queued for half a second (the tail alone moves
 #: with the machine's other work; a median this far behind is a backlog).
 SATURATED_CPU, SATURATED_P50 = 0.97, 0.5
+#: A server at this share of its core or more has no room left: it is not
+#: counted as carrying its load, nor judged on its CPU per stream.
+ROOM_CPU = 0.95
 
 
 def _saturated(result: dict[str, float]) -> bool:
@@ -561,7 +564,7 @@ async def run(reactor: Any, quick: bool = False) -> Section:
 
     carried = carriedAbsolute = 0
     for relay, mine in light:
-        if relay is None or mine is None or mine["cpu"] >= 0.95:
+        if relay is None or mine is None or mine["cpu"] >= ROOM_CPU:
             continue
         if mine["p99"] - relay["p99"] < ADDED_P99:
             carried = int(mine["clients"])
@@ -582,8 +585,9 @@ async def run(reactor: Any, quick: bool = False) -> Section:
         )
     ]
     # CPU per stream: at every N both ran where the middleware had room (a
-    # server whose core is full shows what it was given, not what it costs).
-    judged = [(r, m) for r, m in heavy if r is not None and m is not None and not _saturated(m)]
+    # server whose core is full queues, and shows what it was given, not what
+    # it costs), the same 95% as the light load's carried streams.
+    judged = [(r, m) for r, m in heavy if r is not None and m is not None and m["cpu"] < ROOM_CPU]
     if judged:
         ratios = [(m["perStream"] / r["perStream"], r, m) for r, m in judged]
         parts = []
@@ -602,7 +606,7 @@ async def run(reactor: Any, quick: bool = False) -> Section:
         goals.append(
             (
                 "CPU per real-time stream <= 1.3x the relay's (heavy load, at each N "
-                "the middleware's core was not full)",
+                f"the middleware's core was under {ROOM_CPU:.0%})",
                 "; ".join(parts),
                 max(ratio for ratio, _, _ in ratios) <= 1.3,
             )
@@ -630,6 +634,9 @@ async def run(reactor: Any, quick: bool = False) -> Section:
         goals.append((pauseGoal, "not run: saturated below 200 streams", False))
     growth = mySizes[-1] - mySizes[1]
     leak = leakSizes[-1] - leakSizes[1]
+    # The floor grows too (the allocator's, for the same load): growth within
+    # 2 MB, or within the bare relay's own over the same rounds if that is more.
+    relayGrowth = relaySizes[-1] - relaySizes[1]
     live = trimSizes[-1] - trimSizes[0]
     # What each session kept for a reconnect costs: the default's growth
     # beyond the leak test's, over the sessions rounds 2 to 5 left.
@@ -637,12 +644,13 @@ async def run(reactor: Any, quick: bool = False) -> Section:
     goals.append(
         (
             f"RSS: no growth across {leakRounds} load rounds (round 1 to {leakRounds}, within "
-            "2 MB; a leak test, so each client's session ends when it leaves: session_ttl 0)",
-            f"{leak:+.1f} MB (relay {relaySizes[-1] - relaySizes[1]:+.1f} MB; with freed heap "
+            "2 MB or the bare relay's own growth if more; a leak test, so each client's session "
+            "ends when it leaves: session_ttl 0)",
+            f"{leak:+.1f} MB (relay {relayGrowth:+.1f} MB; with freed heap "
             f"given back after each round {live:+.1f} MB). With the default session_ttl every "
             f"departed client's session waits for its reconnect: {growth:+.1f} MB, "
             f"{keptKb:.0f} KB a waiting session, at most client.max_sessions (1024) of them",
-            leak <= 2.0,
+            leak <= max(2.0, relayGrowth),
         )
     )
     goals.append(
@@ -713,7 +721,9 @@ give freed heap back (`malloc_trim(0)`): the last row, what the process still us
 {table(sizeHeaders, sizeRows)}
 
 The leak test is the third row: with the sessions ending, rounds 1 to {leakRounds} add
-{leak:+.1f} MB. The second row's growth is the reconnect promise: each of the
+{leak:+.1f} MB, where the bare relay, which keeps nothing between rounds, adds {relayGrowth:+.1f} MB
+(the allocator's pools and arenas, partly used, are not given back). The second row's growth
+is the reconnect promise: each of the
 {leakClients * (leakRounds - 1)} sessions that rounds 2 to {leakRounds} left waiting costs about
 {keptKb:.0f} KB of RSS (its character card, configuration, history and plugins' state are a few
 KB of objects; the rest is the allocator's pages they keep from being given back), and at most
