@@ -206,19 +206,18 @@ BOUNDS = """
   may share a physical core on this VM). Full (generation 2) garbage collections pass over every
   stored card tree, so the benchmark freezes its own 21 card copies (`gc.freeze`) as belonging to
   the game.
-- **Load.** One core runs everything per chunk above for every stream. Sampled with py-spy at
-  200 heavy streams (2026-12-05, after issue 20's changes; flame graph in
-  `docs/benchmarks/load-200-heavy.svg`): Autobahn's framing 20% of the middleware's CPU (a new
-  masker object per received frame among it), Twisted's reactor and writes 16%, the audio path
-  about 20% (soxr's stream 9%, PCM16 conversion 4%, base64, the plugin), JSON 5% (reading with
-  `json`, writing with orjson), and the session's validation, the chain, the router, metrics and
-  the client endpoint's turn state the rest; a turn's start (the memory plugin's plan, the card,
-  soxr's set-up) about 6% at one turn per 3 s per stream. The relay pays Autobahn, Twisted and
-  JSON too, and Autobahn's UTF-8 validator (12% of its CPU), which the middleware replaces with
-  CPython's decoder. What is left over the relay is the middleware's own work per message, spread
-  over many small steps (no one step is over 3%), and the resampling the relay does not do. The
-  driver process (RPEngine and the clients) runs on the other core, and its figures are shown
-  so that a saturated driver is not mistaken for the middleware.
+- **Load.** One core runs everything per chunk above for every stream. Sampled with py-spy at 200
+  heavy streams (2026-12-05 22:30 UTC; `docs/benchmarks/load-profile.md`, flame graph in
+  `docs/benchmarks/load-200-heavy.svg`): Autobahn's framing 22% of the middleware's CPU (a new
+  masker object per received frame among it), Twisted's reactor and writes 14%, the audio path about
+  20% (soxr's stream 11%, PCM16 conversion 4%, base64, the plugin), and the session's validation,
+  the chain, the router, metrics and the client endpoint's turn state the rest; a turn's start (the
+  memory plugin's plan, the card, soxr's set-up) about 6% at one turn per 3 s per stream. The relay
+  pays Autobahn, Twisted and JSON too, and Autobahn's UTF-8 validator (10% of its CPU), which the
+  middleware replaces with CPython's decoder. What is left over the relay is the middleware's own
+  work per message, spread over many small steps (no one step of ours is over 3.5%), and the
+  resampling the relay does not do. The driver process (RPEngine and the clients) runs on the other
+  core, and its figures are shown so that a saturated driver is not mistaken for the middleware.
 - **Reactor pauses and the garbage collector.** A full collection holds the reactor for as long as
   it takes to pass over every tracked object. At start-up the daemon holds about 73,000 (its
   modules, classes, functions and plugin chain); frozen out of the collector after start-up
