@@ -166,6 +166,18 @@ async def benchmarks(
 BOUNDS = """
 ## What bounds each number
 
+- **An independent run.** `python bench/independent/run.py` (`bench/independent/`, no code
+  shared with `bench/`) measures the same heavy load with its own bare relay (Autobahn's defaults,
+  stdlib `json`), RPEngine and the clients played by one Node process, and the product started as
+  users start it (`twistd -n rpmiddleware --config FILE`). Its run of 2026-12-05 22:24 UTC
+  (`docs/benchmarks/independent.md`, WebRTC off: the epoll reactor) agrees on CPU per stream:
+  1.24x the relay at 100 streams, 1.17x at 200, 1.24x at 250 (the product's core full there);
+  and on memory: idle 64.8 against 51.6 MB, after five rounds of 200 clients 166.7 MB with the
+  default `session_ttl`. Its driver needs about half this benchmark's CPU (35-45% at 200-250
+  streams against 83-91%), so its tails are the servers': its relay carries 250 streams (p99
+  17.6 ms, max 25 ms), the product 100 (p99 5.4 ms) but not 200 (146 ms at 83% of its core).
+  With WebRTC on (`docs/benchmarks/independent-webrtc.md`, the asyncio reactor) the product cost
+  1.65x the relay at 100 streams, and its core was full at 200.
 - **Hop (JSON and framing).** A text delta costs the middleware what the relay costs (Autobahn's
   frame parsing and unmasking, `json.loads`, `json.dumps`, the write), plus validation of the
   envelope, the session's dedup window, four plugins in each direction, the router, the client
@@ -250,7 +262,11 @@ BOUNDS = """
   same two CPUs: the load average was 2-6, and the relay alone showed chunk p99s from 4 ms to
   3.5 s at the same load in different runs. Delays and pauses of those runs measure the machine
   more than either server; CPU per real-time stream (CPU time over speech delivered) moved less
-  (the middleware's ratio to the relay was 1.28x-1.83x across runs and loads, mostly 1.4x-1.6x).
+  (the middleware's ratio to the relay was 1.28x-1.83x across runs and loads, mostly 1.4x-1.6x,
+  before the changes of 21:00-22:30 UTC; 1.24x-1.40x in the four runs after them, single runs
+  of one server a level moving it by up to 0.2x, hence the three alternating runs a level now).
+  This benchmark's own driver (RPEngine and every client, in Python, on CPU 1) is at 83-91% of
+  its core at 200-250 streams, so the tails there are partly its own.
 - **The machine's own tail.** This is a virtual machine (Firecracker) on a shared host: a thread
   spinning on CPU 0 saw gaps of up to 14 ms while a bursty process ran on CPU 1, and a process
   waiting in `epoll` is now and then woken tens of milliseconds late. Those stalls, not the
