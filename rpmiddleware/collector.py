@@ -12,6 +12,7 @@ later pass, so a pass costs what the live sessions and turns hold.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib
 import sys
@@ -26,7 +27,23 @@ def freezeStartup() -> int:
     """
     gc.collect()
     gc.freeze()
+    _thawAtExit()
     return gc.get_freeze_count()
+
+
+_thawing: list[bool] = []
+
+
+def _thawAtExit() -> None:
+    """
+    Hand the frozen objects back to the collector when the interpreter
+    exits, so that its last collection frees them like any others: native
+    libraries check at exit that their objects were freed (soxr's bindings
+    print a "leaked instance" report for each one still alive).
+    """
+    if not _thawing:
+        _thawing.append(True)
+        atexit.register(gc.unfreeze)
 
 
 def importFrozen(name: str) -> ModuleType:

@@ -13,6 +13,7 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from rpmiddleware import collector
 from rpmiddleware.collector import freezeStartup, freezeWhenRunning, importFrozen
 
 
@@ -65,3 +66,16 @@ class CollectorTests(SynchronousTestCase):
         before = gc.get_freeze_count()
         self.assertIs(importFrozen("latelibrary"), module)
         self.assertEqual(gc.get_freeze_count(), before)
+
+    def test_thawedAtExit(self) -> None:
+        """
+        What is frozen goes back to the collector when the interpreter exits
+        (native libraries report objects still alive then), asked once
+        however many times something is frozen.
+        """
+        registered: list[object] = []
+        self.patch(collector.atexit, "register", registered.append)
+        self.patch(collector, "_thawing", [])
+        freezeStartup()
+        freezeStartup()
+        self.assertEqual(registered, [gc.unfreeze])
