@@ -42,6 +42,7 @@ from rpmiddleware.messages import (
     INPUT_SAMPLE_RATE,
     MAX_INPUT_AUDIO_SECONDS,
     MESSAGES,
+    OPENING,
     OUTPUT_SAMPLE_RATE,
 )
 from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
 NAME = "audio-resample"
 MIN_RATE = 8000
 MAX_RATE = 192000
-_OPENING = ("reply.request", "voice.capture.start")
 #: Seconds after a segment's first chunk that the next segment's resampler
 #: is made: the chunk has been written by then, and speech chunks come
 #: tens of milliseconds apart.
@@ -225,7 +225,7 @@ class AudioResample(ChainPlugin):
 
     def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
         kind = envelope.type
-        if kind in _OPENING:
+        if kind in OPENING:
             self._rememberRate(envelope)
         if kind != "reply.request":
             return envelope

@@ -42,15 +42,13 @@ from rpmiddleware.interfaces import (
     IHeldWork,
     IPluginServices,
 )
-from rpmiddleware.messages import WITHDRAWING, Capacity
+from rpmiddleware.messages import OPENING, TERMINAL, WITHDRAWING, Capacity
 from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
 
 NAME = "capacity-gate"
 
 #: Messages that start work RPEngine queues.
-WORK = frozenset({"reply.request", "voice.capture.start"})
 #: Messages that end a request and so free its place in RPEngine's queue.
-TERMINAL = frozenset({"reply.completed", "reply.cancelled", "request.error"})
 #: Client id of requests that carry none (the in-process Python API).
 DEFAULT_CLIENT = "api"
 #: How many clients' last turn is remembered for fairness.
@@ -191,7 +189,7 @@ class CapacityGate(ChainPlugin):
         requestId = envelope.requestId
         if requestId is None:
             return envelope
-        if envelope.type in WORK:
+        if envelope.type in OPENING:
             return self._admit(envelope, context)
         # For a held request nothing started: all three withdrawals end it here.
         if envelope.type in WITHDRAWING and self._withdraw(requestId, context):

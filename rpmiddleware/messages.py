@@ -341,6 +341,13 @@ ACK_REFERENCE_FIELDS = ("acknowledgedMessageId", "sourceMessageId")
 #: The messages that withdraw a request instead of asking for one (app.rs
 #: stop_capture, cancel_request): each names only its requestId.
 WITHDRAWING = frozenset({"request.cancel", "voice.capture.cancel", "voice.capture.stop"})
+#: Those that call a request off whole (stopping a capture does not: its
+#: reply follows).
+CANCELLING = WITHDRAWING - {"voice.capture.stop"}
+#: The types that open a request, and those that end one, for plugins that
+#: follow requests.
+OPENING = frozenset(kind for kind, spec in MESSAGES.items() if spec.opensRequest)
+TERMINAL = frozenset(kind for kind, spec in MESSAGES.items() if spec.terminal)
 #: RPEngine's queue limit (app.rs QUEUE_LIMIT).
 ENGINE_QUEUE_LIMIT = 20
 #: RPEngine remembers this many messageIds for duplicates, across reconnects

@@ -46,7 +46,7 @@ from rpmiddleware.clientext import answerOp, clientMessage, toClient, unclaimedR
 from rpmiddleware.engineprompt import trimmed
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
-from rpmiddleware.messages import MESSAGES
+from rpmiddleware.messages import MESSAGES, OPENING
 from rpmiddleware.plugin import ChainPlugin
 from rpmiddleware.promptcontext import addSceneText
 
@@ -56,7 +56,6 @@ NAME = "actions"
 CLIENT_TYPES = ("actions", "tool-result")
 #: How this plugin's callIds begin.
 CALL_PREFIX = "action-"
-REQUESTS = frozenset({"reply.request", "voice.capture.start"})
 EVENT = HEARD_ROLES[2]
 #: Tool calls kept for the console, per turn.
 NOTED_CALLS = 8
@@ -133,7 +132,7 @@ class ActionsPlugin(ChainPlugin):
     def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
         self._context = context
         kind = envelope.type
-        if kind in REQUESTS:
+        if kind in OPENING:
             self._offer(envelope)
             return envelope
         message = clientMessage(envelope, CLIENT_TYPES)

@@ -29,6 +29,7 @@ from rpmiddleware.cards import (
 )
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext, IEngineSessionInfo, IEnvelopePlugin
+from rpmiddleware.messages import TERMINAL
 from rpmiddleware.plugin import ChainPlugin
 from rpmiddleware.reactorturn import hasTurns, inLaterTurn
 from rpmiddleware.timeline import Timeline
@@ -37,8 +38,9 @@ NAME = "card-cache"
 
 #: Messages whose C{card} field this plugin rewrites.
 CARD_BEARING = frozenset({"reply.request", "voice.capture.start", "character.sync"})
-#: Messages after which RPEngine will not ask for the request's card again.
-ENDING = frozenset({"reply.completed", "reply.cancelled", "request.error"})
+#: Messages after which RPEngine will not ask for the request's card again:
+#: those that end it (the package exports this name).
+ENDING = TERMINAL
 #: Meta keys that describe one pass through the chain, not the request.
 _PASS_META = ("decisions", "enteredAt", "origin")
 

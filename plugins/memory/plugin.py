@@ -67,15 +67,12 @@ from rpmiddleware.interfaces import (
     IEnvelopePlugin,
     IMetricsSource,
 )
-from rpmiddleware.messages import textOfDelta
+from rpmiddleware.messages import CANCELLING, OPENING, TERMINAL, textOfDelta
 from rpmiddleware.plugin import ChainPlugin
 
 NAME = "memory"
 #: The client message this plugin adds (L{ops}).
 CLIENT_TYPES = ("memory",)
-REQUESTS = frozenset({"reply.request", "voice.capture.start"})
-WITHDRAWALS = frozenset({"request.cancel", "voice.capture.cancel"})
-ENDINGS = frozenset({"reply.completed", "reply.cancelled", "request.error"})
 #: Lorebooks kept parsed (one per card the middleware plays).
 BOOKS_CACHED = 64
 #: The meta keys a Python API caller (or another plugin) names a turn's
@@ -187,12 +184,12 @@ class Memory(ChainPlugin):
     def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
         self._context = context
         kind = envelope.type
-        if kind in REQUESTS:
+        if kind in OPENING:
             if envelope.meta.get("origin") == NAME:
                 return envelope
             self._stopSummary(context)
             return self._request(envelope)
-        if kind in WITHDRAWALS:
+        if kind in CANCELLING:
             turn = self._turns.get(envelope.requestId or "")
             if turn is not None:
                 turn.withdrawn = True
@@ -377,7 +374,7 @@ class Memory(ChainPlugin):
             words = trimmed(envelope.get("text"))
             who = turn.player[1] if turn.player else ""
             turn.player = (PLAYER, who, words, COMPLETE if words else UNHEARD)
-        elif kind in ENDINGS:
+        elif kind in TERMINAL:
             del self._turns[requestId or ""]
             self._ended(turn, kind)
             self._kick()
@@ -490,7 +487,7 @@ class Memory(ChainPlugin):
             summary.parts.append(textOfDelta(envelope.fields))
         elif kind == "reply.text.completed" and isinstance(envelope.get("text"), str):
             summary.completed = envelope["text"]
-        elif kind in ENDINGS:
+        elif kind in TERMINAL:
             self._summary = None
             if summary.timer is not None and summary.timer.active():
                 summary.timer.cancel()

@@ -25,12 +25,10 @@ from rpmiddleware.builtin.moderation.rules import CONTEXT_CHARS, Hit, Rules, mas
 from rpmiddleware.builtin.moderation.settings import NAME, ModerationSettings
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext, IEngineSessionInfo, IEnvelopePlugin
-from rpmiddleware.messages import MESSAGES, textOfDelta
+from rpmiddleware.messages import CANCELLING, MESSAGES, OPENING, textOfDelta
 from rpmiddleware.plugin import ChainPlugin
 
 _DELTA_FIELDS = ("text", "delta", "content")
-_OPENING = ("reply.request", "voice.capture.start")
-_WITHDRAWING = ("request.cancel", "voice.capture.cancel")
 
 
 @dataclass
@@ -103,9 +101,9 @@ class Moderation(ChainPlugin):
         kind, requestId = envelope.type, envelope.requestId
         if requestId is None or not self.active:
             return envelope
-        if kind in _OPENING:
+        if kind in OPENING:
             self._replies[requestId] = _Reply(requestId, envelope.messageId)
-        elif kind in _WITHDRAWING:
+        elif kind in CANCELLING:
             reply = self._replies.get(requestId)
             if reply is not None and reply.held:
                 reply.withdrawn = True

@@ -41,7 +41,7 @@ from rpmiddleware.client.messages import InvalidMessage
 from rpmiddleware.clientext import TURN_FAILED, clientMessage, unclaimedResult
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
-from rpmiddleware.messages import MESSAGES, textOfDelta
+from rpmiddleware.messages import CANCELLING, MESSAGES, TERMINAL, textOfDelta
 from rpmiddleware.plugin import ChainPlugin
 from rpmiddleware.timeline import Timeline
 
@@ -50,8 +50,6 @@ NAME = wire.PLUGIN_NAME
 #: Requests that open a turn.
 REQUESTS = frozenset(t for t, spec in MESSAGES.items() if spec.opensRequest)
 #: A client withdrawing a turn: from then on nothing of it plays.
-WITHDRAWING = frozenset({"request.cancel", "voice.capture.cancel"})
-TERMINAL = frozenset(t for t, spec in MESSAGES.items() if spec.terminal)
 #: The only engine-to-game envelopes this plugin looks at (every audio chunk
 #: passes here; the rest go straight on).
 #: RPEngine tells the player's spoken words only in voice.capture.transcript,
@@ -186,7 +184,7 @@ class PlaybookPlugin(ChainPlugin):
         if kind in REQUESTS:
             self._request(envelope)
             return envelope
-        if kind in WITHDRAWING:
+        if kind in CANCELLING:
             self._withdrawn(envelope)
             return envelope
         message = clientMessage(envelope, CLIENT_TYPES)

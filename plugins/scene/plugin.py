@@ -54,15 +54,13 @@ from rpmiddleware.clientext import answerOp, clientMessage, toClient
 from rpmiddleware.engineprompt import trimmed
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
-from rpmiddleware.messages import MESSAGES
+from rpmiddleware.messages import CANCELLING, MESSAGES, OPENING
 from rpmiddleware.meta import CLIENT, ORIGIN, SPEAKER, TURN
 from rpmiddleware.plugin import ChainPlugin
 from rpmiddleware.promptcontext import AUTO_EVENT, addSceneText
 
 NAME = "scene"
 CLIENT_TYPES = ("scene",)
-REQUESTS = frozenset({"reply.request", "voice.capture.start"})
-WITHDRAWALS = frozenset({"request.cancel", "voice.capture.cancel"})
 #: The request meta key a Python API caller names the answering character with.
 ADDRESSEE = "addressee"
 #: What of a request's meta a reaction keeps (who asked, their rate, their
@@ -187,7 +185,7 @@ class ScenePlugin(ChainPlugin):
 
     def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
         kind = envelope.type
-        if kind in REQUESTS:
+        if kind in OPENING:
             # Ours, and a line sent again (resubmitted in a new RPEngine
             # session, already given its character), pass as they are.
             if envelope.meta.get(ORIGIN) != NAME and envelope.requestId not in self._lines:
@@ -195,7 +193,7 @@ class ScenePlugin(ChainPlugin):
                 if running is not None:
                     self._begin(envelope, running, context)
             return envelope
-        if kind in WITHDRAWALS:
+        if kind in CANCELLING:
             exchange = self._lines.get(envelope.requestId or "")
             if exchange is not None and envelope.requestId == exchange.requestId:
                 return self._withdraw(exchange, envelope, context)
