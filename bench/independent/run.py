@@ -87,14 +87,15 @@ def productEnv() -> tuple[dict[str, str], str]:
 
 
 class Server:
-    #: Whether the product serves WebRTC (and so runs on the asyncio reactor
-    #: when the webrtc extra is installed); off is how `pip install .` runs.
-    webrtc = False
     #: Set by start(): the relay is read as text (its "PORT n" line); the
     #: product's output goes straight to the log file.
     proc: subprocess.Popen[str] | subprocess.Popen[bytes]
 
-    def __init__(self, kind: str, clients: int, env: dict[str, str]) -> None:
+    def __init__(self, kind: str, clients: int, env: dict[str, str], webrtc: bool) -> None:
+        #: Whether the product serves WebRTC (and so runs on the asyncio
+        #: reactor when the webrtc extra is installed); off is how
+        #: `pip install .` runs.
+        self.webrtc = webrtc
         self.kind = kind
         self.clients = clients
         self.env = env
@@ -210,8 +211,10 @@ def drive(server: Server, mode: str, extra: list[str]) -> dict:
     return result
 
 
-def runServer(kind: str, clients: int, env: dict[str, str], mode: str, extra: list[str]) -> dict:
-    server = Server(kind, clients, env)
+def runServer(
+    kind: str, clients: int, env: dict[str, str], mode: str, extra: list[str], webrtc: bool
+) -> dict:
+    server = Server(kind, clients, env, webrtc)
     server.start()
     try:
         result = drive(server, mode, extra)
@@ -432,7 +435,7 @@ def main() -> int:
         "`pip install .` runs it) or on (the asyncio reactor when the webrtc extra is installed)",
     )
     args = parser.parse_args()
-    Server.webrtc = args.webrtc == "on"
+    webrtc = args.webrtc == "on"
     smoke = args.smoke
     args.levels = args.levels or ([5, 10] if smoke else [100, 200, 250])
     args.warmup = args.warmup if args.warmup is not None else (2.0 if smoke else 3.0)
@@ -495,6 +498,7 @@ def main() -> int:
                     "--spread",
                     str(args.spread),
                 ],
+                webrtc,
             )
             runs[(kind, level)] = res
             problemCount = len(res["problems"]) + len(res["serverLogProblems"])
@@ -528,6 +532,7 @@ def main() -> int:
                     "--spread",
                     str(args.spread),
                 ],
+                webrtc,
             )
             rss[kind] = res
             log(f"  idle {res['idleMB']:.1f} MB, rounds {[round(x, 1) for x in res['roundsMB']]}")
