@@ -41,9 +41,9 @@ from rpmiddleware.messages import (
     INPUT_AUDIO_FORMATS,
     INPUT_SAMPLE_RATE,
     MAX_INPUT_AUDIO_SECONDS,
-    MESSAGES,
     OPENING,
     OUTPUT_SAMPLE_RATE,
+    TERMINAL,
 )
 from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
 
@@ -323,8 +323,7 @@ class AudioResample(ChainPlugin):
                 if type(envelope.get("totalBytes")) is int:
                     envelope["totalBytes"] = reply.bytesOut
         else:
-            spec = MESSAGES.get(kind)
-            if spec is not None and spec.terminal:
+            if kind in TERMINAL:
                 reply = self._replies.pop(requestId, None)
                 self._rates.pop(requestId, None)
                 if reply is not None:

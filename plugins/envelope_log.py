@@ -27,7 +27,7 @@ from zope.interface import implementer
 
 from rpmiddleware.envelope import Direction, Envelope, isoTimestamp
 from rpmiddleware.interfaces import IChainObserver, IEnvelopePlugin, IPluginServices
-from rpmiddleware.messages import MESSAGES
+from rpmiddleware.messages import TERMINAL
 from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
 from rpmiddleware.timeline import Timeline
 
@@ -194,8 +194,7 @@ class EnvelopeLog(ChainPlugin):
         redacted = self.redactor.fields(envelope.fields)
         self.log.emit(self.level, ENVELOPE_FORMAT, envelope=redacted, **record)
         self._write({"event": "envelope", **record, "envelope": redacted})
-        spec = MESSAGES.get(envelope.type)
-        finished = spec is not None and spec.terminal and outcome == "delivered"
+        finished = envelope.type in TERMINAL and outcome == "delivered"
         if finished and direction is Direction.TO_GAME and envelope.requestId:
             self._summarize(envelope.requestId, envelope.type)
 

@@ -17,7 +17,7 @@ from zope.interface import implementer
 
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IReplyStream
-from rpmiddleware.messages import MESSAGES, textOfDelta
+from rpmiddleware.messages import TERMINAL, textOfDelta
 
 StreamObserver = Callable[[Envelope], None]
 
@@ -141,8 +141,7 @@ class ReplyStream:
                 observer(envelope)
             except Exception:
                 self.log.failure("reply stream observer failed on {type}", type=envelope.type)
-        spec = MESSAGES.get(kind)
-        if spec is None or not spec.terminal:
+        if kind not in TERMINAL:
             return
         self.finished = True
         if kind == "reply.completed":

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from twisted.logger import Logger
 
 from rpmiddleware.envelope import Envelope
-from rpmiddleware.messages import MESSAGES, Capacity
+from rpmiddleware.messages import TERMINAL, Capacity
 
 #: What RPEngine sends only for the reply or capture it is working on.
 STREAM_TYPES = frozenset(
@@ -93,8 +93,7 @@ class EngineQueue:
         requestId = envelope.requestId
         if not requestId:
             return
-        spec = MESSAGES.get(kind)
-        if spec is not None and spec.terminal:
+        if kind in TERMINAL:
             self._order.pop(requestId, None)
             self._waiting.pop(requestId, None)
             self._changed()

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 from twisted.logger import Logger
 
 from rpmiddleware.envelope import Envelope, summarize
-from rpmiddleware.messages import MESSAGES
+from rpmiddleware.messages import TERMINAL
 from rpmiddleware.timeline import Timeline
 
 Observer = Callable[[Envelope], None]
@@ -85,8 +85,7 @@ class GameRouter:
         if requestId is None:
             return
         target = self._routes.get(requestId)
-        spec = MESSAGES.get(kind)
-        if spec is not None and spec.terminal:
+        if kind in TERMINAL:
             self._routes.pop(requestId, None)
         if target is not None:
             self._call(target, envelope)

@@ -46,7 +46,7 @@ from rpmiddleware.clientext import answerOp, clientMessage, toClient, unclaimedR
 from rpmiddleware.engineprompt import trimmed
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
-from rpmiddleware.messages import MESSAGES, OPENING
+from rpmiddleware.messages import OPENING, TERMINAL
 from rpmiddleware.plugin import ChainPlugin
 from rpmiddleware.promptcontext import addSceneText
 
@@ -212,8 +212,7 @@ class ActionsPlugin(ChainPlugin):
         if turn is None:
             return envelope
         kind = envelope.type
-        spec = MESSAGES.get(kind)
-        if spec is not None and spec.terminal:
+        if kind in TERMINAL:
             del self._turns[requestId]
             return envelope
         if kind != "reply.text.completed":

@@ -25,7 +25,7 @@ from rpmiddleware.builtin.moderation.rules import CONTEXT_CHARS, Hit, Rules, mas
 from rpmiddleware.builtin.moderation.settings import NAME, ModerationSettings
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext, IEngineSessionInfo, IEnvelopePlugin
-from rpmiddleware.messages import CANCELLING, MESSAGES, OPENING, textOfDelta
+from rpmiddleware.messages import CANCELLING, OPENING, TERMINAL, textOfDelta
 from rpmiddleware.plugin import ChainPlugin
 
 _DELTA_FIELDS = ("text", "delta", "content")
@@ -197,8 +197,7 @@ class Moderation(ChainPlugin):
         if reply is None:
             reply = self._replies[requestId] = _Reply(requestId)
         kind = envelope.type
-        spec = MESSAGES.get(kind)
-        terminal = spec is not None and spec.terminal
+        terminal = kind in TERMINAL
         if terminal:
             del self._replies[requestId]
         if reply.cut:
@@ -360,8 +359,7 @@ class Moderation(ChainPlugin):
             requestId=reply.requestId,
             reason=reason,
         )
-        spec = MESSAGES.get(envelope.type)
-        if spec is None or not spec.terminal:
+        if envelope.type not in TERMINAL:
             # A terminal from RPEngine means there is nothing left to cancel.
             cancel = Envelope.build("request.cancel", envelope.sessionId, requestId=reply.requestId)
             cancel.meta["synthetic"] = True

@@ -54,7 +54,7 @@ from rpmiddleware.clientext import answerOp, clientMessage, toClient
 from rpmiddleware.engineprompt import trimmed
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
-from rpmiddleware.messages import CANCELLING, MESSAGES, OPENING
+from rpmiddleware.messages import CANCELLING, OPENING, TERMINAL
 from rpmiddleware.meta import CLIENT, ORIGIN, SPEAKER, TURN
 from rpmiddleware.plugin import ChainPlugin
 from rpmiddleware.promptcontext import AUTO_EVENT, addSceneText
@@ -304,8 +304,7 @@ class ScenePlugin(ChainPlugin):
         kind = envelope.type
         if kind.startswith("reply."):
             envelope.meta[SPEAKER] = speaker.asSpeaker()
-        spec = MESSAGES.get(kind)
-        if spec is not None and spec.terminal:
+        if kind in TERMINAL:
             return self._lineEnded(exchange, requestId, envelope, context)
         if kind == "reply.text.completed":
             self._lineSaid(exchange, speaker, str(envelope.get("text") or ""), context)
