@@ -5,6 +5,7 @@
 //   node load.mjs --port P --pid PID --target product|relay [--mode load|rss]
 //                 [--clients N] [--warmup S] [--window S] [--spread S]
 //                 [--rounds K] [--round-seconds S] [--round-warmup S]
+//                 [--output-rate 24000|44100]
 //
 // The load (issue 20's "heavy" load): each client plays typed turns back to
 // back (a new `text` when `reply-complete` arrives), first turns spread over
@@ -44,6 +45,9 @@ const { values: opt } = parseArgs({
     "round-seconds": { type: "string", default: "5" },
     "round-warmup": { type: "string", default: "1" },
     origin: { type: "string", default: "https://rpengine.gemtavern.com" },
+    // The rate clients ask for: 24000 (the product resamples every chunk)
+    // or 44100, RPEngine's own (nothing to resample).
+    "output-rate": { type: "string", default: "24000" },
   },
 });
 
@@ -344,7 +348,7 @@ class Player {
       this.ws = ws;
       const go = () => {
         ws.send(JSON.stringify({ type: "character", characterId: "mira", card: CARD }));
-        ws.send(JSON.stringify({ type: "configure", output: { sampleRate: 24000 } }));
+        ws.send(JSON.stringify({ type: "configure", output: { sampleRate: Number(opt["output-rate"]) } }));
         resolve();
       };
       this.onReady = go;

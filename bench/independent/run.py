@@ -184,6 +184,10 @@ class Server:
         return bad
 
 
+#: The product with clients taking RPEngine's own rate (no resampling).
+UNCONVERTED = "product-44k"
+
+
 def drive(server: Server, mode: str, extra: list[str]) -> dict:
     argv = [
         "taskset",
@@ -353,6 +357,35 @@ def report(
         + ". A chunk count below N x 10 x window means the streams ran slower than real time "
         "(a saturated server or driver).\n"
     )
+    if any(kind == UNCONVERTED for kind, _ in runs):
+        out.append("## The product without resampling\n")
+        out.append(
+            "The same load, the product's clients asking for 44.1 kHz (`configure {output: "
+            "{sampleRate: 44100}}`), RPEngine's own rate: the product converts nothing, as the "
+            "relay never does. Its runs were interleaved with the two above at each level; the "
+            "difference to the product's row is what resampling every chunk to 24 kHz costs.\n"
+        )
+        out.append(
+            "| streams | relay CPU | product CPU (44.1 kHz out) | CPU per stream relay / "
+            "product 44.1 kHz (ms/s) | ratio | chunk p50 / p99 / max (ms) | driver CPU |"
+        )
+        out.append("|---:|---:|---:|---:|---:|---:|---:|")
+        for level in args.levels:
+            r = runs.get(("relay", level))
+            u = runs.get((UNCONVERTED, level))
+            if r is None or u is None:
+                continue
+            out.append(
+                f"| {level} | {f(r['serverCpuPercent'], 0, '%')} "
+                f"| {f(u['serverCpuPercent'], 0, '%')} "
+                f"| {f(r['cpuPerStreamMsPerS'], 2)} / {f(u['cpuPerStreamMsPerS'], 2)} "
+                f"| {ratio(r['cpuPerStreamMsPerS'], u['cpuPerStreamMsPerS'])} "
+                f"| {f(u['chunkP50'], 2)} / {f(u['chunkP99'], 1)} / {f(u['chunkMax'], 1)} "
+                f"| {f(u['driverCpuPercent'], 0, '%')} |"
+            )
+            for line in u.get("problems", []) + u.get("serverLogProblems", []):
+                problems.append(f"{UNCONVERTED} N={level}: {line}")
+        out.append("")
     if rss:
         out.append("## Memory (VmRSS, MB)\n")
         out.append(
@@ -403,8 +436,8 @@ def report(
     out.append("")
     out.append("## Raw results\n")
     out.append("```json")
-    for _key, res in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        out.append(json.dumps(res, sort_keys=True))
+    for (kind, _level), res in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        out.append(json.dumps({**res, "run": kind}, sort_keys=True))
     for res in rss.values():
         out.append(json.dumps(res, sort_keys=True))
     out.append("```\n")
@@ -427,6 +460,12 @@ def main() -> int:
     parser.add_argument("--no-rss", action="store_true")
     parser.add_argument("--out", default=None)
     parser.add_argument("--note", action="append", default=[], help="a line for the report")
+    parser.add_argument(
+        "--unconverted",
+        action="store_true",
+        help="also run the product with clients that take RPEngine's 44.1 kHz, so that it "
+        "resamples nothing (the relay never does): what the resampling costs",
+    )
     parser.add_argument(
         "--webrtc",
         choices=("off", "on"),
@@ -480,15 +519,18 @@ def main() -> int:
     before = loadavg()
     t0 = time.monotonic()
     runs: dict[tuple[str, int], dict] = {}
+    kinds = ("relay", "product", UNCONVERTED) if args.unconverted else ("relay", "product")
     for level in args.levels:
-        for kind in ("relay", "product"):
+        for kind in kinds:
             log(f"{kind} N={level} ...")
             res = runServer(
-                kind,
+                "product" if kind == UNCONVERTED else kind,
                 level,
                 env,
                 "load",
                 [
+                    "--output-rate",
+                    "44100" if kind == UNCONVERTED else "24000",
                     "--clients",
                     str(level),
                     "--warmup",
