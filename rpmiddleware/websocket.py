@@ -11,7 +11,7 @@ transport ourselves, after Autobahn is done.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import txaio
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
@@ -105,12 +105,70 @@ CLOSE_INVALID_PAYLOAD = 1007
 MAX_CLOSE_REASON = 123
 
 
-class GuardedServerProtocol(WebSocketServerProtocol):
+class _Framing(Protocol):
+    """What L{QuietFraming} uses of the Autobahn protocol it is mixed into."""
+
+    transport: Any
+    send_queue: Any
+    state: int
+    STATE_OPEN: int
+    STATE_CONNECTING: int
+    STATE_PROXY_CONNECTING: int
+    trafficStats: Any
+
+    def _dataReceived(self, data: bytes) -> None: ...
+
+
+class QuietFraming:
+    """
+    Autobahn's reads and writes without its per-frame debug line, for a
+    server or a client protocol (put it first among the bases).
+
+    Autobahn's C{dataReceived} and C{sendData} log a debug line for every
+    read and write, and build its arguments (C{hltype}, C{hlval}:
+    C{click.style}) before the logger, off at info, drops them: 5% of the
+    server's CPU at 100 heavy voice streams (py-spy), and 8% of the load
+    benchmark's driver at 250.  These do the same without the line unless
+    txaio logs at debug or below.
+    """
+
     # Autobahn logs every frame at debug level through C{self.log}.  A
     # txaio logger honours txaio's global level (info under twistd), so
     # those calls are no-ops; a plain Twisted Logger here would emit an event
     # per frame, which every observer then formats or filters.
     log = txaio.make_logger()  # type: ignore[attr-defined]
+
+    def dataReceived(self: _Framing, data: bytes) -> None:
+        if _debugging():
+            super().dataReceived(data)  # type: ignore[misc]  # the protocol's, after this mixin
+            return
+        self._dataReceived(data)
+
+    def sendData(
+        self: _Framing, data: bytes, sync: bool = False, chopsize: int | None = None
+    ) -> None:
+        transport = self.transport
+        if (
+            sync
+            or chopsize
+            or self.send_queue
+            or transport is None
+            or getattr(self, "logOctets", False)
+            or _debugging()
+        ):
+            super().sendData(data, sync, chopsize)  # type: ignore[misc]
+            return
+        transport.write(data)
+        state = self.state
+        if state == self.STATE_OPEN:
+            self.trafficStats.outgoingOctetsWireLevel += len(data)
+        elif state == self.STATE_CONNECTING or state == self.STATE_PROXY_CONNECTING:
+            self.trafficStats.preopenOutgoingOctetsWireLevel += len(data)
+
+
+# Autobahn's own bases disagree on the types of peer and _transport_details,
+# which mypy checks in any class with a second base.
+class GuardedServerProtocol(QuietFraming, WebSocketServerProtocol):  # type: ignore[misc]
     factory: GuardedServerFactory
     #: Set once a text message was not UTF-8: the connection is failing,
     #: and nothing more it sends is read.
@@ -146,37 +204,6 @@ class GuardedServerProtocol(WebSocketServerProtocol):
         """
         if self.state == self.STATE_OPEN:
             self.sendCloseFrame(code, reason.encode("utf-8")[:MAX_CLOSE_REASON])
-
-    # Autobahn's dataReceived and sendData log a debug line for every read
-    # and write, and build its arguments (hltype, hlval: click.style) before
-    # the logger, off at info, drops them: 5% of the server's CPU at 100
-    # heavy voice streams (py-spy).  These do the same without the line
-    # unless txaio logs at debug or below.
-
-    def dataReceived(self, data: bytes) -> None:
-        if _debugging():
-            super().dataReceived(data)
-            return
-        self._dataReceived(data)
-
-    def sendData(self, data: bytes, sync: bool = False, chopsize: int | None = None) -> None:
-        transport = self.transport
-        if (
-            sync
-            or chopsize
-            or self.send_queue
-            or transport is None
-            or getattr(self, "logOctets", False)
-            or _debugging()
-        ):
-            super().sendData(data, sync, chopsize)
-            return
-        transport.write(data)
-        state = self.state
-        if state == self.STATE_OPEN:
-            self.trafficStats.outgoingOctetsWireLevel += len(data)
-        elif state == self.STATE_CONNECTING or state == self.STATE_PROXY_CONNECTING:
-            self.trafficStats.preopenOutgoingOctetsWireLevel += len(data)
 
     def onMessageEnd(self) -> None:
         """
