@@ -146,9 +146,12 @@ class Player:
     A client playing text turns back to back and timing each tts-chunk.
     """
 
-    def __init__(self, reactor: Any, port: int, engine: RealtimeEngine) -> None:
+    def __init__(
+        self, reactor: Any, port: int, engine: RealtimeEngine, outputRate: int = 24000
+    ) -> None:
         self.reactor = reactor
         self.engine = engine
+        self.outputRate = outputRate
         self.socket = Socket(reactor, f"ws://127.0.0.1:{port}/client/socket", None)
         self.delays: list[tuple[float, float]] = []
         self.textDelays: list[tuple[float, float]] = []
@@ -162,7 +165,7 @@ class Player:
         if not self.engine.relay:
             await ready
         self.socket.send({"type": "character", "characterId": "mira", "card": exampleCard()})
-        self.socket.send({"type": "configure", "output": {"sampleRate": 24000}})
+        self.socket.send({"type": "configure", "output": {"sampleRate": self.outputRate}})
         self.socket.onMessage = self.received
 
     def begin(self, delay: float) -> None:
@@ -237,16 +240,20 @@ async def loadRound(
     seconds: float,
     relay: bool,
     heavy: bool,
+    outputRate: int = 24000,
 ) -> dict[str, float]:
     """
     One round of load on a running server: N players connect, play for
     C{warmup + seconds} (bounded), and leave.
+
+    @param outputRate: the rate the players ask for; at RPEngine's 44100
+        the middleware has nothing to resample.
     """
     engine = RealtimeEngine(reactor, port, relay, heavy)
     players: list[Player] = []
     try:
         await engine.start()
-        players = [Player(reactor, port, engine) for _ in range(clients)]
+        players = [Player(reactor, port, engine, outputRate) for _ in range(clients)]
         await gatherResults([Deferred.fromCoroutine(p.start()) for p in players])
         # Spread the first turns over one turn's length, as independent players
         # would be; turns that all start together measure a burst instead.
@@ -296,10 +303,13 @@ async def measure(
     relay: bool = False,
     heavy: bool = False,
     options: tuple[str, ...] = (),
+    outputRate: int = 24000,
 ) -> dict[str, float]:
     server, port = await startServer(reactor, clients, relay, options)
     try:
-        return await loadRound(reactor, server, port, clients, warmup, seconds, relay, heavy)
+        return await loadRound(
+            reactor, server, port, clients, warmup, seconds, relay, heavy, outputRate
+        )
     finally:
         await server.stop()
 
@@ -451,6 +461,55 @@ async def sweep(
     return results
 
 
+#: RPEngine's speech rate (app.rs requires 44100 Hz from its TTS): clients
+#: asking for it get chunks with nothing to resample.
+UNCONVERTED_RATE = 44100
+#: Where the heavy load is also run with clients taking UNCONVERTED_RATE.
+UNCONVERTED_STEPS = (200, 250)
+
+
+def unconvertedText(
+    unconverted: list[tuple[int, dict[str, float]]],
+    heavy: list[tuple[dict[str, float] | None, dict[str, float] | None]],
+) -> str:
+    rows = []
+    for clients, plain in unconverted:
+        relay, mine = _at(heavy, clients)
+        rows.append(
+            (
+                clients,
+                f"{relay['perStream'] * 1000:.2f}" if relay else "-",
+                f"{mine['perStream'] * 1000:.2f}" if mine else "-",
+                f"{plain['perStream'] * 1000:.2f}",
+                f"{plain['perStream'] / relay['perStream']:.2f}x" if relay else "-",
+                f"{plain['cpu']:.0%}",
+                f"{plain['p99'] * 1000:.1f} / {plain['max'] * 1000:.1f}",
+                f"{plain['pause'] * 1000:.1f}",
+            )
+        )
+    headers = [
+        "streams",
+        "relay (ms/s)",
+        "middleware, resampling to 24 kHz (ms/s)",
+        "middleware, clients at 44.1 kHz (ms/s)",
+        "44.1 kHz / relay",
+        "its CPU",
+        "its p99 / max (ms)",
+        "its longest pause (ms)",
+    ]
+    return f"""### The heavy load with nothing to resample
+
+The relay never resamples; the middleware converts every chunk from RPEngine's 44.1 kHz to the
+24 kHz its clients ask for. The same heavy load with the clients asking for 44.1 kHz (one run at
+each N, after the runs above; the first two columns are theirs):
+
+{table(headers, rows)}
+
+The difference between the second and third columns is what resampling costs (soxr's HQ filter,
+PCM and base64 both ways); the rest of the middleware's work per stream is the fourth column's
+ratio."""
+
+
 #: The server as C{twistd rpmiddleware} runs it (L{bench.peers}).
 DAEMON = ("--as-daemon",)
 
@@ -536,6 +595,17 @@ async def run(reactor: Any, quick: bool = False) -> Section:
 
     light = await sweep(reactor, lightSteps, warmup, seconds, repeats, heavy=False)
     heavy = await sweep(reactor, heavySteps, warmup, seconds, heavyRepeats, heavy=True)
+    # The relay resamples nothing; the same heavy load with the clients
+    # taking RPEngine's 44.1 kHz shows the middleware doing the same work.
+    unconverted = [
+        (
+            clients,
+            await measure(
+                reactor, clients, warmup, seconds, False, True, outputRate=UNCONVERTED_RATE
+            ),
+        )
+        for clients in UNCONVERTED_STEPS
+    ]
     # As twistd rpmiddleware runs when the webrtc extra is installed: on
     # Twisted's asyncio reactor, aiortc loaded.
     daemon: list[tuple[int, dict[str, float]]] = []
@@ -706,6 +776,8 @@ not full: **{carried}**. With p99 under {ADDED_P99 * 1000:g} ms absolute: {carri
 
 Largest N with chunk p99 < 20 ms and max < 40 ms: **{heavyCarried}** (the relay: {relayTop}).
 
+{unconvertedText(unconverted, heavy)}
+
 {daemonText(daemon, daemonIdle, heavy, mySizes[0])}
 
 ### Memory (RSS, MB)
@@ -750,6 +822,18 @@ connections used, which glibc keeps for the next load rather than giving it back
             mine["pause"] * 1e3,
             "ms",
         )
+    for clients, plain in unconverted:
+        relay, _ = _at(heavy, clients)
+        if relay is not None:
+            section.figures[
+                f"{clients} heavy streams, clients at 44.1 kHz (nothing to resample): "
+                "CPU per real-time stream"
+            ] = (relay["perStream"] * 1e3, plain["perStream"] * 1e3, "ms/s")
+            section.figures[f"{clients} heavy streams, clients at 44.1 kHz: chunk delay p99"] = (
+                relay["p99"] * 1e3,
+                plain["p99"] * 1e3,
+                "ms",
+            )
     for clients, mine in daemon:
         relay, _ = _at(heavy, clients)
         if relay is not None:
