@@ -166,18 +166,25 @@ async def benchmarks(
 BOUNDS = """
 ## What bounds each number
 
-- **An independent run.** `python bench/independent/run.py` (`bench/independent/`, no code
-  shared with `bench/`) measures the same heavy load with its own bare relay (Autobahn's defaults,
-  stdlib `json`), RPEngine and the clients played by one Node process, and the product started as
-  users start it (`twistd -n rpmiddleware --config FILE`). Its run of 2026-12-05 22:24 UTC
-  (`docs/benchmarks/independent.md`, WebRTC off: the epoll reactor) agrees on CPU per stream:
-  1.24x the relay at 100 streams, 1.17x at 200, 1.24x at 250 (the product's core full there);
-  and on memory: idle 64.8 against 51.6 MB, after five rounds of 200 clients 166.7 MB with the
-  default `session_ttl`. Its driver needs about half this benchmark's CPU (35-45% at 200-250
-  streams against 83-91%), so its tails are the servers': its relay carries 250 streams (p99
-  17.6 ms, max 25 ms), the product 100 (p99 5.4 ms) but not 200 (146 ms at 83% of its core).
-  With WebRTC on (`docs/benchmarks/independent-webrtc.md`, the asyncio reactor) the product cost
-  1.65x the relay at 100 streams, and its core was full at 200.
+- **An independent run.** `python bench/independent/run.py --unconverted` (`bench/independent/`, no
+  code shared with `bench/`) measures the same heavy load with its own bare relay (Autobahn's
+  defaults, stdlib `json`), RPEngine and the clients played by one Node process, and the product
+  started as users start it (`twistd -n rpmiddleware --config FILE`); `--unconverted` also runs the
+  product with its clients taking RPEngine's 44.1 kHz, so that it resamples nothing, as the relay
+  never does. Its run of 2026-12-05 23:26 UTC (`docs/benchmarks/independent.md`, WebRTC off: the
+  epoll reactor) put the product at 1.52x the relay's CPU per stream at 100 streams, 1.26x at 200
+  and 1.24x at 250 (91% of its core; chunk p99 28.5 ms, max 36.9 ms, so 250 streams are not
+  carried); the product resampling nothing at **1.01x, 1.03x and 0.96x**, and at 250 streams (70% of
+  its core) a chunk p99 of 6.1 ms and max 27.2 ms, which meets the 250-stream goal. So the
+  middleware's own work per message (validation, the chain, the router, the client endpoint) costs
+  about what it saves against the relay (Autobahn's UTF-8 validator, stdlib `json`), and what it
+  costs beyond the relay is converting the speech: about 0.85 ms of CPU per second of a stream (85
+  us a 100 ms chunk in the daemon under load; soxr's HQ filter alone is about 26 us on a warm
+  cache). A rerun at 00:05 UTC, the host slower (the relay at 89% of its core at 200 streams where
+  it had been at 57-75%), gave 1.30x and 1.32x at 100 and 200 resampling, 0.88x and 1.00x not. Its
+  driver needs 21-48% of its core, so the tails are the servers'. With WebRTC on
+  (`docs/benchmarks/independent-webrtc.md`, the asyncio reactor, 2026-12-05 21:38 UTC) the product
+  cost 1.65x the relay at 100 streams, and its core was full at 200.
 - **Hop (JSON and framing).** A text delta costs the middleware what the relay costs (Autobahn's
   frame parsing and unmasking, `json.loads`, `json.dumps`, the write), plus validation of the
   envelope, the session's dedup window, four plugins in each direction, the router, the client
@@ -224,12 +231,19 @@ BOUNDS = """
   masker object per received frame among it), Twisted's reactor and writes 14%, the audio path about
   20% (soxr's stream 11%, PCM16 conversion 4%, base64, the plugin), and the session's validation,
   the chain, the router, metrics and the client endpoint's turn state the rest; a turn's start (the
-  memory plugin's plan, the card, soxr's set-up) about 6% at one turn per 3 s per stream. The relay
-  pays Autobahn, Twisted and JSON too, and Autobahn's UTF-8 validator (10% of its CPU), which the
-  middleware replaces with CPython's decoder. What is left over the relay is the middleware's own
-  work per message, spread over many small steps (no one step of ours is over 3.5%), and the
-  resampling the relay does not do. The driver process (RPEngine and the clients) runs on the other
-  core, and its figures are shown so that a saturated driver is not mistaken for the middleware.
+  memory plugin's plan, the card, soxr's set-up) about 6% at one turn per 3 s per stream. Since then
+  (23:00 UTC) frames up to 1 KB are unmasked without Autobahn's per-frame cffi masker (1.4 against
+  6.0 us for a 100-byte delta; `rpmiddleware/framemask.py`) and PCM16 encoding clips without
+  `np.clip`'s Python wrapper. The relay pays Autobahn, Twisted and JSON too, and Autobahn's UTF-8
+  validator (10% of its CPU), which the middleware replaces with CPython's decoder. The heavy load
+  run with clients taking 44.1 kHz (its own table above, and the independent run) shows what is
+  left: the middleware's own work per message costs about what the relay's validator does, and the
+  difference is the resampling the relay does not do. soxr does not release the GIL (two threads
+  resampled no faster than one), so a thread pool would not take it off the reactor's core; a
+  cheaper soxr quality saves 9% (MQ) to 18% (LQ) of soxr's own time per chunk and would change
+  benchmark 4's figures, so HQ stays. The driver process (RPEngine and the clients) runs on the
+  other core, and its figures are shown so that a saturated driver is not mistaken for the
+  middleware.
 - **Reactor pauses and the garbage collector.** A full collection holds the reactor for as long as
   it takes to pass over every tracked object. At start-up the daemon holds about 73,000 (its
   modules, classes, functions and plugin chain); frozen out of the collector after start-up
@@ -239,8 +253,12 @@ BOUNDS = """
   passes made a full one take 24 ms at 200 heavy streams. Reply streams of the client endpoint keep
   the text of each delta rather than its envelope (60 a turn), which cut the collector's youngest
   passes by three quarters. A full pass is now rare (none in most 10 s windows) and took 4-12 ms at
-  150-200 streams and 24 ms once at 250 (the machine busy, so a pass may include time the process
-  was not running); the collector's passes are not yet under 10 ms at every load; the longest pauses
+  150-200 streams and 21-27 ms once at 250 in three runs of this benchmark's server (the machine
+  busy, so a pass may include time the process was not running); the daemon under the independent
+  driver at 250 streams (23:40 UTC, `gc.callbacks`) made one full pass in its window, of 1.2 ms,
+  over about 60,000 tracked objects, and 12-16 ms ones only while numpy was being imported as
+  RPEngine connected, before any client. The collector's passes are not yet under 10 ms at every
+  load; the longest pauses
   left at high load are the machine's (the relay shows them too) and the reactor's own batches.
 - **Memory.** Idle, the middleware holds about 64 MB against the bare relay's 52 MB: Autobahn and
   Twisted are about 52 MB of both; the middleware adds its own modules and plugins, msgspec,
@@ -265,8 +283,14 @@ BOUNDS = """
   (the middleware's ratio to the relay was 1.28x-1.83x across runs and loads, mostly 1.4x-1.6x,
   before the changes of 21:00-22:30 UTC; 1.24x-1.40x in the four runs after them, single runs
   of one server a level moving it by up to 0.2x, hence the three alternating runs a level now).
-  This benchmark's own driver (RPEngine and every client, in Python, on CPU 1) is at 83-91% of
-  its core at 200-250 streams, so the tails there are partly its own.
+  This benchmark's own driver (RPEngine and every client, in Python, on CPU 1) was at 83-91% of
+  its core at 200-250 streams, so the tails there were partly its own; it now reads and writes
+  with orjson, without Autobahn's UTF-8 validator and its per-frame debug arguments (39-64% at
+  100-250 streams in the run above; at 250 the middleware's p99 went from 304 to 96 ms with its
+  own CPU unchanged). Ratios and tails still move with the host: in the run above the relay
+  needed 91% of its core at 250 streams where it had needed 74-78% in runs an hour before, and
+  the middleware resampling nothing measured no cheaper than resampling, against 0.85 ms/s
+  cheaper in the independent runs on either side of it.
 - **The machine's own tail.** This is a virtual machine (Firecracker) on a shared host: a thread
   spinning on CPU 0 saw gaps of up to 14 ms while a bursty process ran on CPU 1, and a process
   waiting in `epoll` is now and then woken tens of milliseconds late. Those stalls, not the
