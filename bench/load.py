@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -524,37 +525,57 @@ def webrtcAvailable() -> bool:
     return unavailableReason() is None
 
 
-def daemonText(
-    daemon: list[tuple[int, dict[str, float]]],
-    idle: float | None,
-    heavy: list[tuple[dict[str, float] | None, dict[str, float] | None]],
-    epollIdle: float,
-) -> str:
+@dataclass(frozen=True)
+class Triple:
+    """
+    The relay, the middleware on the default reactor and the daemon with
+    the webrtc extra (asyncio reactor), run back to back at one N.
+    """
+
+    clients: int
+    relay: dict[str, float]
+    epoll: dict[str, float]
+    daemon: dict[str, float]
+
+    @property
+    def daemonToRelay(self) -> float:
+        return self.daemon["perStream"] / self.relay["perStream"]
+
+    @property
+    def daemonToEpoll(self) -> float:
+        return self.daemon["perStream"] / self.epoll["perStream"]
+
+
+#: Where the daemon with the webrtc extra is measured.
+DAEMON_STEPS = (100, 200)
+
+
+def daemonText(daemon: list[Triple], idle: float | None, epollIdle: float) -> str:
     if not daemon:
         return (
             "The webrtc extra is not installed here, so `twistd rpmiddleware` runs on the "
             "default reactor, as measured above."
         )
-    rows = []
-    for clients, mine in daemon:
-        relay, epoll = _at(heavy, clients)
-        rows.append(
-            (
-                clients,
-                f"{relay['perStream'] * 1000:.2f}" if relay else "-",
-                f"{epoll['perStream'] * 1000:.2f}" if epoll else "-",
-                f"{mine['perStream'] * 1000:.2f}",
-                f"{mine['perStream'] / relay['perStream']:.2f}x" if relay else "-",
-                f"{mine['p99'] * 1000:.1f} / {mine['max'] * 1000:.1f}",
-                f"{mine['pause'] * 1000:.1f}",
-            )
+    rows = [
+        (
+            triple.clients,
+            f"{triple.relay['perStream'] * 1000:.2f}",
+            f"{triple.epoll['perStream'] * 1000:.2f}",
+            f"{triple.daemon['perStream'] * 1000:.2f}",
+            f"{triple.daemonToRelay:.2f}x",
+            f"{triple.daemonToEpoll:.2f}x",
+            f"{triple.daemon['p99'] * 1000:.1f} / {triple.daemon['max'] * 1000:.1f}",
+            f"{triple.daemon['pause'] * 1000:.1f}",
         )
+        for triple in daemon
+    ]
     headers = [
         "streams",
         "relay (ms/s)",
-        "middleware above (ms/s)",
+        "middleware, default reactor (ms/s)",
         "as the daemon (ms/s)",
         "daemon / relay",
+        "daemon / default reactor",
         "daemon p99 / max (ms)",
         "daemon longest pause (ms)",
     ]
@@ -562,8 +583,8 @@ def daemonText(
 
 With aiortc installed (the `webrtc` extra, which the `test` extra installs too) the daemon runs
 on Twisted's asyncio reactor with aiortc loaded; the servers above run on the default (epoll)
-reactor. The same heavy load, CPU per real-time stream (the relay's and the epoll middleware's
-from the table above, measured minutes apart, not interleaved):
+reactor. The same heavy load, CPU per real-time stream, the three servers run back to back at
+each N (one run each, after the runs above):
 
 {table(headers, rows)}
 
@@ -583,7 +604,7 @@ def _at(
 
 async def run(reactor: Any, quick: bool = False) -> Section:
     pin(1)
-    # Bounded: about 2.5 minutes quick, 6 full (each level 10-15 s a server).
+    # Bounded: about 3 minutes quick, 12 full (each run 15-20 s a server).
     lightSteps = [100, 200] if quick else [50, 100, 150, 200]
     heavySteps = [100, 200, 250] if quick else [100, 200, 250, 300]
     warmup, seconds = (3.0, 6.0) if quick else (3.0, 10.0)
@@ -608,14 +629,18 @@ async def run(reactor: Any, quick: bool = False) -> Section:
     ]
     # As twistd rpmiddleware runs when the webrtc extra is installed: on
     # Twisted's asyncio reactor, aiortc loaded.
-    daemon: list[tuple[int, dict[str, float]]] = []
+    daemon: list[Triple] = []
     daemonIdle = None
     if webrtcAvailable():
-        for clients in (100, 200):
+        # The reactors' difference is smaller than the host's drift over
+        # minutes, so each N runs the three servers back to back.
+        for clients in DAEMON_STEPS:
             daemon.append(
-                (
+                Triple(
                     clients,
-                    await measure(reactor, clients, warmup, seconds, False, True, DAEMON),
+                    relay=await measure(reactor, clients, warmup, seconds, True, True),
+                    epoll=await measure(reactor, clients, warmup, seconds, False, True),
+                    daemon=await measure(reactor, clients, warmup, seconds, False, True, DAEMON),
                 )
             )
         server, _ = await startServer(reactor, 1, False, DAEMON)
@@ -663,11 +688,12 @@ async def run(reactor: Any, quick: bool = False) -> Section:
         parts = []
         for ratio, r, m in ratios:
             asDaemon = ""
-            for clients, mine in daemon:
-                if clients == int(m["clients"]):
+            for triple in daemon:
+                if triple.clients == int(m["clients"]):
                     asDaemon = (
-                        f"; as the daemon with the webrtc extra (asyncio reactor) "
-                        f"{mine['perStream'] / r['perStream']:.2f}x"
+                        "; as the daemon with the webrtc extra (asyncio reactor), in runs of "
+                        f"their own, {triple.daemonToRelay:.2f}x the relay and "
+                        f"{triple.daemonToEpoll:.2f}x the default reactor"
                     )
             parts.append(
                 f"{ratio:.2f}x at {int(m['clients'])} streams "
@@ -778,7 +804,7 @@ Largest N with chunk p99 < 20 ms and max < 40 ms: **{heavyCarried}** (the relay:
 
 {unconvertedText(unconverted, heavy)}
 
-{daemonText(daemon, daemonIdle, heavy, mySizes[0])}
+{daemonText(daemon, daemonIdle, mySizes[0])}
 
 ### Memory (RSS, MB)
 
@@ -834,13 +860,11 @@ connections used, which glibc keeps for the next load rather than giving it back
                 plain["p99"] * 1e3,
                 "ms",
             )
-    for clients, mine in daemon:
-        relay, _ = _at(heavy, clients)
-        if relay is not None:
-            section.figures[
-                f"{clients} heavy streams, as the daemon with the webrtc extra: "
-                "CPU per real-time stream"
-            ] = (relay["perStream"] * 1e3, mine["perStream"] * 1e3, "ms/s")
+    for triple in daemon:
+        section.figures[
+            f"{triple.clients} heavy streams, as the daemon with the webrtc extra: "
+            "CPU per real-time stream"
+        ] = (triple.relay["perStream"] * 1e3, triple.daemon["perStream"] * 1e3, "ms/s")
     section.figures["RSS idle"] = (relaySizes[0], mySizes[0], "MB")
     if daemonIdle is not None:
         section.figures["RSS idle, as the daemon with the webrtc extra"] = (
