@@ -244,6 +244,14 @@ BOUNDS = """
   benchmark 4's figures, so HQ stays. The driver process (RPEngine and the clients) runs on the
   other core, and its figures are shown so that a saturated driver is not mistaken for the
   middleware.
+- **The asyncio reactor.** With the webrtc extra installed the daemon runs Twisted's asyncio
+  reactor, whose reads and writes pass through asyncio's selector and handles. Run back to back with
+  the middleware on the default (epoll) reactor, it cost 1.07x and 1.09x at 100 heavy streams (an
+  A/B of two rounds, 2026-12-06 00:00 UTC), and 1.09x at 100 and 1.04x at 200 in a run of this
+  benchmark at 00:24 UTC (the host slow: the relay at 98% of its core at 200 streams; that run's
+  other figures are not in this file). Compared with a relay measured minutes earlier, as this
+  section did before it ran the three servers back to back, the same daemon had measured 1.08x to
+  2.07x the relay in runs an hour apart: the host's drift, not the reactor.
 - **Reactor pauses and the garbage collector.** A full collection holds the reactor for as long as
   it takes to pass over every tracked object. At start-up the daemon holds about 73,000 (its
   modules, classes, functions and plugin chain); frozen out of the collector after start-up
