@@ -14,11 +14,23 @@ in the commit that made this module.
 
 from __future__ import annotations
 
+from typing import Protocol, cast
+
 from autobahn.websocket.xormasker import create_xor_masker
 
 #: Payloads up to this many bytes are unmasked by L{IntegerUnmasker}; the
 #: two cost the same near 1 KB here.
 SMALL_PAYLOAD = 1024
+
+
+class Masker(Protocol):
+    """What Autobahn's protocol calls on a frame's masker."""
+
+    def pointer(self) -> int: ...
+
+    def reset(self) -> None: ...
+
+    def process(self, data: bytes) -> bytes: ...
 
 
 class IntegerUnmasker:
@@ -57,11 +69,11 @@ class IntegerUnmasker:
         )
 
 
-def unmasker(key: bytes, length: int) -> object:
+def unmasker(key: bytes, length: int) -> Masker:
     """
     The masker for a frame of C{length} payload bytes masked with C{key}:
     L{IntegerUnmasker} for a small one, Autobahn's for the rest.
     """
     if length <= SMALL_PAYLOAD:
         return IntegerUnmasker(key)
-    return create_xor_masker(key, length)
+    return cast(Masker, create_xor_masker(key, length))

@@ -72,7 +72,7 @@ class IntegerUnmaskerTests(SynchronousTestCase):
             payload = os.urandom(size)
             chosen = unmasker(key, size)
             self.assertEqual(isinstance(chosen, IntegerUnmasker), size <= SMALL_PAYLOAD, size)
-            self.assertEqual(chosen.process(masked(payload, key)), payload)  # type: ignore[attr-defined]
+            self.assertEqual(chosen.process(masked(payload, key)), payload)
 
 
 class Collecting(GuardedServerProtocol):
