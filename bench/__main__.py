@@ -239,11 +239,13 @@ BOUNDS = """
   run with clients taking 44.1 kHz (its own table above, and the independent run) shows what is
   left: the middleware's own work per message costs about what the relay's validator does, and the
   difference is the resampling the relay does not do. soxr does not release the GIL (two threads
-  resampled no faster than one), so a thread pool would not take it off the reactor's core; a
-  cheaper soxr quality saves 9% (MQ) to 18% (LQ) of soxr's own time per chunk and would change
-  benchmark 4's figures, so HQ stays. The driver process (RPEngine and the clients) runs on the
-  other core, and its figures are shown so that a saturated driver is not mistaken for the
-  middleware.
+  resampled no faster than one), so a thread pool would not take it off the reactor's core. MQ, 9%
+  faster than HQ in a loop of soxr alone, cost 1.06-1.15x HQ's CPU per stream in the daemon at 100
+  streams (back to back, two rounds), so HQ stays. soxr's call costs more per chunk at low load than
+  at high (py-spy: about 100 us at 100 streams, 64 us at 200, against 26 us warm): an HQ stream's
+  state is about 130 KB and is cold when the core has idled since its last chunk. The driver process
+  (RPEngine and the clients) runs on the other core, and its figures are shown so that a saturated
+  driver is not mistaken for the middleware.
 - **The asyncio reactor.** With the webrtc extra installed the daemon runs Twisted's asyncio
   reactor, whose reads and writes pass through asyncio's selector and handles. Run back to back with
   the middleware on the default (epoll) reactor, it cost 1.07x and 1.09x at 100 heavy streams (an

@@ -363,23 +363,32 @@ def report(
             "The same load, the product's clients asking for 44.1 kHz (`configure {output: "
             "{sampleRate: 44100}}`), RPEngine's own rate: the product converts nothing, as the "
             "relay never does. Its runs were interleaved with the two above at each level; the "
-            "difference to the product's row is what resampling every chunk to 24 kHz costs.\n"
+            "difference to the product's row is what resampling every chunk to 24 kHz costs "
+            "(the product's CPU per stream less this one's).\n"
         )
         out.append(
             "| streams | relay CPU | product CPU (44.1 kHz out) | CPU per stream relay / "
-            "product 44.1 kHz (ms/s) | ratio | chunk p50 / p99 / max (ms) | driver CPU |"
+            "product 44.1 kHz (ms/s) | ratio | resampling's cost (ms/s) "
+            "| chunk p50 / p99 / max (ms) | driver CPU |"
         )
-        out.append("|---:|---:|---:|---:|---:|---:|---:|")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
         for level in args.levels:
             r = runs.get(("relay", level))
             u = runs.get((UNCONVERTED, level))
+            p = runs.get(("product", level))
             if r is None or u is None:
                 continue
+            cost = (
+                p["cpuPerStreamMsPerS"] - u["cpuPerStreamMsPerS"]
+                if p and p["cpuPerStreamMsPerS"] and u["cpuPerStreamMsPerS"]
+                else None
+            )
             out.append(
                 f"| {level} | {f(r['serverCpuPercent'], 0, '%')} "
                 f"| {f(u['serverCpuPercent'], 0, '%')} "
                 f"| {f(r['cpuPerStreamMsPerS'], 2)} / {f(u['cpuPerStreamMsPerS'], 2)} "
                 f"| {ratio(r['cpuPerStreamMsPerS'], u['cpuPerStreamMsPerS'])} "
+                f"| {f(cost, 2)} "
                 f"| {f(u['chunkP50'], 2)} / {f(u['chunkP99'], 1)} / {f(u['chunkMax'], 1)} "
                 f"| {f(u['driverCpuPercent'], 0, '%')} |"
             )
