@@ -249,11 +249,12 @@ BOUNDS = """
 - **The asyncio reactor.** With the webrtc extra installed the daemon runs Twisted's asyncio
   reactor, whose reads and writes pass through asyncio's selector and handles. Run back to back with
   the middleware on the default (epoll) reactor, it cost 1.07x and 1.09x at 100 heavy streams (an
-  A/B of two rounds, 2026-12-06 00:00 UTC), and 1.09x at 100 and 1.04x at 200 in a run of this
-  benchmark at 00:24 UTC (the host slow: the relay at 98% of its core at 200 streams; that run's
-  other figures are not in this file). Compared with a relay measured minutes earlier, as this
-  section did before it ran the three servers back to back, the same daemon had measured 1.08x to
-  2.07x the relay in runs an hour apart: the host's drift, not the reactor.
+  A/B of two rounds, 2026-12-06 00:00 UTC); in this section's own back-to-back runs, 1.09x at 100
+  and 1.04x at 200 (00:24 UTC, the host slow, that run's other figures not kept) and 1.21x at 100
+  and 0.99x at 200 (the run above, 00:52 UTC, where the relay run just before the daemon at 100
+  streams cost 17% more than the relay of the sweep minutes earlier). Compared with a relay measured
+  minutes earlier, as this section did before it ran the three servers back to back, the same daemon
+  had measured 1.08x to 2.07x the relay in runs an hour apart: the host's drift, not the reactor.
 - **Reactor pauses and the garbage collector.** A full collection holds the reactor for as long as
   it takes to pass over every tracked object. At start-up the daemon holds about 73,000 (its
   modules, classes, functions and plugin chain); frozen out of the collector after start-up
@@ -263,13 +264,13 @@ BOUNDS = """
   passes made a full one take 24 ms at 200 heavy streams. Reply streams of the client endpoint keep
   the text of each delta rather than its envelope (60 a turn), which cut the collector's youngest
   passes by three quarters. A full pass is now rare (none in most 10 s windows) and took 4-12 ms at
-  150-200 streams and 21-27 ms once at 250 in three runs of this benchmark's server (the machine
-  busy, so a pass may include time the process was not running); the daemon under the independent
-  driver at 250 streams (23:40 UTC, `gc.callbacks`) made one full pass in its window, of 1.2 ms,
-  over about 60,000 tracked objects, and 12-16 ms ones only while numpy was being imported as
-  RPEngine connected, before any client. The collector's passes are not yet under 10 ms at every
-  load; the longest pauses
-  left at high load are the machine's (the relay shows them too) and the reactor's own batches.
+  150-200 streams and 21-27 ms once at 250 in each of four runs of this benchmark's server (the
+  machine busy, so a pass may include time the process was not running); the daemon under the
+  independent driver at 250 streams (23:40 UTC, `gc.callbacks`) made one full pass in its window, of
+  1.2 ms, over about 60,000 tracked objects, and 12-16 ms ones only while numpy was being imported
+  as RPEngine connected, before any client. The collector's passes are not yet under 10 ms at every
+  load; the longest pauses left at high load are the machine's (the relay shows them too) and the
+  reactor's own batches.
 - **Memory.** Idle, the middleware holds about 64 MB against the bare relay's 52 MB: Autobahn and
   Twisted are about 52 MB of both; the middleware adds its own modules and plugins, msgspec,
   orjson, prometheus_client and the console. numpy and soxr (about 12 MB) are not in that figure:
@@ -293,14 +294,16 @@ BOUNDS = """
   (the middleware's ratio to the relay was 1.28x-1.83x across runs and loads, mostly 1.4x-1.6x,
   before the changes of 21:00-22:30 UTC; 1.24x-1.40x in the four runs after them, single runs
   of one server a level moving it by up to 0.2x, hence the three alternating runs a level now).
-  This benchmark's own driver (RPEngine and every client, in Python, on CPU 1) was at 83-91% of
-  its core at 200-250 streams, so the tails there were partly its own; it now reads and writes
-  with orjson, without Autobahn's UTF-8 validator and its per-frame debug arguments (39-64% at
-  100-250 streams in the run above; at 250 the middleware's p99 went from 304 to 96 ms with its
-  own CPU unchanged). Ratios and tails still move with the host: in the run above the relay
-  needed 91% of its core at 250 streams where it had needed 74-78% in runs an hour before, and
-  the middleware resampling nothing measured no cheaper than resampling, against 0.85 ms/s
-  cheaper in the independent runs on either side of it.
+  This benchmark's own driver (RPEngine and every client, in Python, on CPU 1) was at 83-91% of its
+  core at 200-250 streams, so the tails there were partly its own; it now reads and writes with
+  orjson, without Autobahn's UTF-8 validator and its per-frame debug arguments (39-63% at 100-250
+  streams in the run above; at 250 streams the middleware's p99 went from 304 to 96 ms with its own
+  CPU unchanged). Ratios and tails still move with the host, which was slow and uneven on the night
+  of 2026-12-05 to 06 (a loop of soxr calls took 26 us at 23:20 UTC and 32-57 us from 00:00): in the
+  run above the relay needed 80% and 88% of its core at 200 and 250 streams, where it had needed
+  67-78% at 22:28, and its own p99 was 48 and 312 ms; in the run of 23:50 UTC the middleware
+  resampling nothing measured no cheaper than resampling, against 0.68-0.78 ms/s cheaper in the run
+  above and 0.85 ms/s in the independent runs on either side of it.
 - **The machine's own tail.** This is a virtual machine (Firecracker) on a shared host: a thread
   spinning on CPU 0 saw gaps of up to 14 ms while a bursty process ran on CPU 1, and a process
   waiting in `epoll` is now and then woken tens of milliseconds late. Those stalls, not the
