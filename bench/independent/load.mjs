@@ -371,36 +371,30 @@ class Player {
     }
   }
 
+  // The i-th message of a kind this client got in a turn is matched with
+  // the i-th RPEngine sent for it: its arrival time and delay are kept.
+  timeNth(counts, sentAt, turn, at, arrivals, delays) {
+    const i = counts.get(turn) || 0;
+    counts.set(turn, i + 1);
+    const key = turn + "|" + i;
+    const sent = sentAt.get(key);
+    if (sent !== undefined) {
+      sentAt.delete(key);
+      arrivals.push(at);
+      delays.push(at - sent);
+    }
+  }
+
   onMessage(m, at) {
     const st = this.stats;
     switch (m.type) {
-      case "tts-chunk": {
-        const turn = m.turnId;
-        const i = this.chunkIndex.get(turn) || 0;
-        this.chunkIndex.set(turn, i + 1);
-        const key = turn + "|" + i;
-        const sent = this.engine.sentChunk.get(key);
-        if (sent !== undefined) {
-          this.engine.sentChunk.delete(key);
-          st.chunkAt.push(at);
-          st.chunkDelay.push(at - sent);
-        }
+      case "tts-chunk":
+        this.timeNth(this.chunkIndex, this.engine.sentChunk, m.turnId, at, st.chunkAt, st.chunkDelay);
         break;
-      }
-      case "llm-chunk": {
+      case "llm-chunk":
         if (m.done) break;
-        const turn = m.turnId;
-        const i = this.textIndex.get(turn) || 0;
-        this.textIndex.set(turn, i + 1);
-        const key = turn + "|" + i;
-        const sent = this.engine.sentText.get(key);
-        if (sent !== undefined) {
-          this.engine.sentText.delete(key);
-          st.textAt.push(at);
-          st.textDelay.push(at - sent);
-        }
+        this.timeNth(this.textIndex, this.engine.sentText, m.turnId, at, st.textAt, st.textDelay);
         break;
-      }
       case "reply-complete":
         st.turnsCompleted++;
         this.chunkIndex.delete(m.turnId);
