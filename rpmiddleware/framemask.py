@@ -69,6 +69,22 @@ class IntegerUnmasker:
         )
 
 
+def unmask(key: bytes, payload: bytes) -> bytes:
+    """
+    A whole frame's payload, unmasked with C{key}: one XOR of two integers
+    for a small one, Autobahn's NVX for the rest.
+    """
+    length = len(payload)
+    if length > SMALL_PAYLOAD:
+        return cast(bytes, create_xor_masker(key, length).process(payload))
+    if not length:
+        return b""
+    stream = (key * ((length >> 2) + 1))[:length]
+    return (int.from_bytes(payload, "little") ^ int.from_bytes(stream, "little")).to_bytes(
+        length, "little"
+    )
+
+
 def unmasker(key: bytes, length: int) -> Masker:
     """
     The masker for a frame of C{length} payload bytes masked with C{key}:

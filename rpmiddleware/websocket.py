@@ -18,6 +18,7 @@ from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerPr
 from autobahn.websocket.types import ConnectionDeny, ConnectionRequest
 
 from rpmiddleware.framemask import unmasker
+from rpmiddleware.framereader import WholeFrameReader, autobahnDebugging
 
 #: Seconds a peer gets to finish the opening handshake (slowloris guard).
 OPEN_HANDSHAKE_TIMEOUT = 10.0
@@ -90,15 +91,6 @@ class GuardedServerFactory(WebSocketServerFactory):
         )
 
 
-def _debugging() -> bool:
-    """
-    Whether Autobahn's debug lines are logged (txaio's level is global).
-    """
-    return txaio.get_global_log_level() in _DEBUG_LEVELS  # type: ignore[attr-defined]
-
-
-_DEBUG_LEVELS = frozenset(("debug", "trace"))
-
 #: RFC 6455's close code for a text message that is not UTF-8.
 CLOSE_INVALID_PAYLOAD = 1007
 #: The longest close reason a WebSocket close frame carries (RFC 6455).
@@ -139,7 +131,7 @@ class QuietFraming:
     log = txaio.make_logger()  # type: ignore[attr-defined]
 
     def dataReceived(self: _Framing, data: bytes) -> None:
-        if _debugging():
+        if autobahnDebugging():
             super().dataReceived(data)  # type: ignore[misc]  # the protocol's, after this mixin
             return
         self._dataReceived(data)
@@ -154,7 +146,7 @@ class QuietFraming:
             or self.send_queue
             or transport is None
             or getattr(self, "logOctets", False)
-            or _debugging()
+            or autobahnDebugging()
         ):
             super().sendData(data, sync, chopsize)  # type: ignore[misc]
             return
@@ -168,7 +160,7 @@ class QuietFraming:
 
 # Autobahn's own bases disagree on the types of peer and _transport_details,
 # which mypy checks in any class with a second base.
-class GuardedServerProtocol(QuietFraming, WebSocketServerProtocol):  # type: ignore[misc]
+class GuardedServerProtocol(WholeFrameReader, QuietFraming, WebSocketServerProtocol):  # type: ignore[misc]
     factory: GuardedServerFactory
     #: Set once a text message was not UTF-8: the connection is failing,
     #: and nothing more it sends is read.

@@ -1,7 +1,8 @@
 """
-The guarded protocols' reads and writes without Autobahn's per-frame debug
-line (rpmiddleware.websocket): the same bytes and counts, and Autobahn's
-own path whenever its debug lines are wanted or its queue is in use.
+Reads and writes without Autobahn's per-frame debug line
+(rpmiddleware.websocket.QuietFraming, which the guarded protocols and the
+benchmark's client use): the same bytes and counts, and Autobahn's own path
+whenever its debug lines are wanted or its queue is in use.
 """
 
 from __future__ import annotations
@@ -9,14 +10,15 @@ from __future__ import annotations
 from collections import deque
 
 import txaio
+from autobahn.twisted.websocket import WebSocketServerProtocol
 from autobahn.websocket.protocol import TrafficStats
 from twisted.internet.testing import StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.websocket import GuardedServerProtocol
+from rpmiddleware.websocket import QuietFraming
 
 
-class Recorded(GuardedServerProtocol):
+class Recorded(QuietFraming, WebSocketServerProtocol):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__()
         self.autobahnSends: list[bytes] = []

@@ -1,0 +1,249 @@
+"""
+The guarded protocol's own reading of whole ordinary frames
+(rpmiddleware.framereader) against Autobahn's machine: for any stream of
+frames, ordinary or not, cut into reads anywhere, the same messages in the
+same order, the same bytes written back (pongs, closes), the same state and
+the same traffic counts.
+"""
+
+from __future__ import annotations
+
+import struct
+from itertools import pairwise
+from typing import Any
+
+import txaio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.trial.unittest import SynchronousTestCase
+
+from rpmiddleware.websocket import GuardedServerFactory, GuardedServerProtocol, QuietFraming
+from tests.test_framemask import UPGRADE, masked
+
+#: The limit the factories here set, small enough that frames over it are cheap.
+LIMIT = 3000
+
+#: Payload lengths at the edges of the header's encodings and of the limit.
+EDGE_LENGTHS = (0, 1, 125, 126, 127, 1024, 1025, LIMIT, LIMIT + 1)
+
+
+class Recording(GuardedServerProtocol):
+    """
+    Records each message, and reads text as the endpoints do: a text
+    message that is not UTF-8 fails the connection in the middle of a read.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[tuple[bytes, bool]] = []
+
+    def onMessage(self, payload: bytes, isBinary: bool) -> None:
+        self.messages.append((payload, isBinary))
+        if not isBinary:
+            self.textOf(payload)
+
+
+class AutobahnRecording(Recording):
+    """The same, with every read through Autobahn's frame machine."""
+
+    dataReceived = QuietFraming.dataReceived
+
+
+def header(first: int, length: int, isMasked: bool = True, minimal: bool = True) -> bytes:
+    maskBit = 0x80 if isMasked else 0
+    if length < 126 and minimal:
+        return struct.pack("!BB", first, maskBit | length)
+    if length < 65536:
+        return struct.pack("!BBH", first, maskBit | 126, length)
+    return struct.pack("!BBQ", first, maskBit | 127, length)
+
+
+def clientFrame(
+    payload: bytes,
+    key: bytes,
+    opcode: int = 1,
+    fin: bool = True,
+    rsv: int = 0,
+    isMasked: bool = True,
+    minimal: bool = True,
+) -> bytes:
+    first = (0x80 if fin else 0) | (rsv << 4) | opcode
+    body = masked(payload, key) if isMasked else payload
+    return header(first, len(payload), isMasked, minimal) + (key if isMasked else b"") + body
+
+
+payloads = st.one_of(
+    st.binary(max_size=200),
+    st.sampled_from(EDGE_LENGTHS).map(lambda n: bytes(i % 251 for i in range(n))),
+    st.sampled_from([b"caf\xc3\xa9", b"\xff\xfe not utf-8", b'{"type":"text"}']),
+)
+keys = st.binary(min_size=4, max_size=4)
+
+
+@st.composite
+def frames(draw: Any) -> bytes:
+    """One frame or message of any kind a peer could send, most of them ordinary."""
+    kind = draw(
+        st.sampled_from(
+            ["text", "text", "text", "binary", "fragmented", "ping", "close", "unmasked"]
+            + ["reserved", "rsv", "nonminimal", "large"]
+        )
+    )
+    payload = draw(payloads)
+    key = draw(keys)
+    if kind == "text":
+        return clientFrame(payload, key)
+    if kind == "binary":
+        return clientFrame(payload, key, opcode=2)
+    if kind == "fragmented":
+        cut = len(payload) // 2
+        return clientFrame(payload[:cut], key, fin=False) + clientFrame(
+            payload[cut:], draw(keys), opcode=0
+        )
+    if kind == "ping":
+        return clientFrame(payload[:125], key, opcode=9)
+    if kind == "close":
+        return clientFrame(struct.pack("!H", 1000) + payload[:100], key, opcode=8)
+    if kind == "unmasked":
+        return clientFrame(payload, key, isMasked=False)
+    if kind == "reserved":
+        return clientFrame(payload, key, opcode=3)
+    if kind == "rsv":
+        return clientFrame(payload, key, rsv=4)
+    if kind == "nonminimal":
+        return clientFrame(payload[:125], key, minimal=False)
+    return clientFrame(bytes(70_000), key, opcode=2)
+
+
+class Transport(StringTransport):
+    """A string transport that, like TCP's, lets a protocol unregister no producer."""
+
+    def unregisterProducer(self) -> None:
+        self.producer = None
+
+
+def opened(protocolClass: type[Recording]) -> tuple[Recording, Transport]:
+    factory = GuardedServerFactory(
+        MemoryReactorClock(),
+        allowedOrigins=(),
+        allowMissingOrigin=True,
+        maxMessageBytes=LIMIT,
+        connectionLimit=4,
+        endpointName="test",
+    )
+    factory.protocol = protocolClass
+    protocol = factory.buildProtocol(None)
+    assert isinstance(protocol, protocolClass)
+    transport = Transport()
+    protocol.makeConnection(transport)
+    protocol.dataReceived(UPGRADE)
+    assert protocol.state == protocol.STATE_OPEN
+    transport.clear()
+    return protocol, transport
+
+
+def observed(protocol: Recording, transport: Transport) -> dict[str, object]:
+    stats = protocol.trafficStats
+    return {
+        "messages": protocol.messages,
+        "written": transport.value(),
+        "state": protocol.state,
+        "disconnecting": transport.disconnecting,
+        "counts": (
+            stats.incomingOctetsWireLevel,
+            stats.incomingOctetsWebSocketLevel,
+            stats.incomingOctetsAppLevel,
+            stats.incomingWebSocketFrames,
+            stats.incomingWebSocketMessages,
+        ),
+    }
+
+
+def feed(protocolClass: type[Recording], stream: bytes, cuts: list[int]) -> dict[str, object]:
+    protocol, transport = opened(protocolClass)
+    edges = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
+    for start, stop in pairwise(edges):
+        protocol.dataReceived(stream[start:stop])
+    return observed(protocol, transport)
+
+
+class WholeFrameReaderTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        txaio.use_twisted()
+        # Autobahn's handshake timers are txaio's, on txaio's reactor: a fake
+        # one here, or they would be left on the real one for later tests.
+        self.patch(txaio.config, "loop", MemoryReactorClock())
+
+    @settings(max_examples=300, deadline=None)
+    @given(
+        stream=st.lists(frames(), max_size=8).map(b"".join),
+        cuts=st.lists(st.integers(min_value=1, max_value=80_000), max_size=5),
+    )
+    def test_sameAsAutobahn(self, stream: bytes, cuts: list[int]) -> None:
+        """
+        Whatever the frames and however they are cut into reads, the
+        protocol does what Autobahn's machine does with them.
+        """
+        self.assertEqual(feed(Recording, stream, cuts), feed(AutobahnRecording, stream, cuts))
+
+    def test_ordinaryFramesTakenHere(self) -> None:
+        """
+        Whole ordinary frames in one read never reach Autobahn's frame
+        machine; the first one that is not ordinary, and all after it, do.
+        """
+        calls: list[bytes] = []
+
+        class Watched(Recording):
+            def consumeData(self) -> None:
+                calls.append(self.data)
+                super().consumeData()
+
+        text = clientFrame(b'{"type":"text"}', b"abcd")
+        binary = clientFrame(bytes(2000), b"efgh", opcode=2)
+        ping = clientFrame(b"hi", b"ijkl", opcode=9)
+        protocol, transport = opened(Watched)
+        calls.clear()  # the handshake's
+        protocol.dataReceived(text + binary + text)
+        self.assertEqual(calls, [])
+        protocol.dataReceived(text + ping + text)
+        self.assertEqual(calls, [ping + text])
+        self.assertEqual(
+            protocol.messages,
+            [(b'{"type":"text"}', False), (bytes(2000), True)] + [(b'{"type":"text"}', False)] * 3,
+        )
+        # The pong is Autobahn's.
+        self.assertEqual(transport.value(), b"\x8a\x02hi")
+
+    def test_oversizeLeftToAutobahn(self) -> None:
+        """
+        A frame over the limit is refused as Autobahn refuses it: closed
+        with 1009, the message not delivered.
+        """
+        protocol, transport = opened(Recording)
+        protocol.dataReceived(clientFrame(bytes(LIMIT + 1), b"abcd", opcode=2))
+        self.assertEqual(protocol.messages, [])
+        self.assertEqual(
+            transport.value()[:4], b"\x88" + bytes([len(transport.value()) - 2]) + b"\x03\xf1"
+        )
+
+    def test_debugLevelUsesAutobahn(self) -> None:
+        """
+        At txaio's debug level every read goes to Autobahn, which logs it.
+        """
+        level = txaio.get_global_log_level()  # type: ignore[attr-defined]
+        self.addCleanup(txaio.set_global_log_level, level)  # type: ignore[attr-defined]
+        calls: list[bytes] = []
+
+        class Watched(Recording):
+            def consumeData(self) -> None:
+                calls.append(self.data)
+                super().consumeData()
+
+        protocol, _ = opened(Watched)
+        calls.clear()  # the handshake's
+        txaio.set_global_log_level("debug")  # type: ignore[attr-defined]
+        text = clientFrame(b"{}", b"abcd")
+        protocol.dataReceived(text)
+        self.assertEqual(calls, [text])
+        self.assertEqual(protocol.messages, [(b"{}", False)])
