@@ -93,7 +93,6 @@ class WholeFrameReader:
         options: Any = self
         if (
             self.state != self.STATE_OPEN
-            or self.data
             or self.current_frame is not None
             or self.inside_message
             or self.websocket_extensions_in_use
@@ -105,31 +104,47 @@ class WholeFrameReader:
         ):
             super().dataReceived(data)  # type: ignore[misc]  # the next base's
             return
+        # Counted as Autobahn counts a read, whoever reads it.
+        stats = self.trafficStats
+        stats.incomingOctetsWireLevel += len(data)
+        if self.data:
+            # The start of a frame that the last read cut (no frame is begun).
+            data = self.data + data
+            self.data = b""
         end = len(data)
         cap = _payloadCap(options)
-        stats = self.trafficStats
-        # Counted as Autobahn counts a read, whoever reads it.
-        stats.incomingOctetsWireLevel += end
         position = 0
-        while end - position >= _SHORT_HEADER:
+        # Whether the bytes left are only the start of an ordinary frame,
+        # kept for the next read rather than given to Autobahn.
+        waiting = True
+        while position < end:
             first = data[position]
             if first != _TEXT_WHOLE and first != _BINARY_WHOLE:
+                waiting = False
+                break
+            if end - position < 2:
                 break
             second = data[position + 1]
             if second < _MASKED:
+                waiting = False
                 break
             length = second - _MASKED
             if length < _LENGTH16:
                 start = position + _SHORT_HEADER
-            elif length == _LENGTH16 and end - position >= _LENGTH16_HEADER:
+            elif length == _LENGTH16:
+                if end - position < 4:
+                    break
                 length = (data[position + 2] << 8) | data[position + 3]
-                if length < _LENGTH16:
-                    break  # not the shortest encoding: Autobahn refuses it
+                # Not the shortest encoding: Autobahn refuses it.
+                waiting = length >= _LENGTH16
                 start = position + _LENGTH16_HEADER
             else:
+                waiting = False
+            if not waiting or length > cap:
+                waiting = False
                 break
             stop = start + length
-            if length > cap or stop > end:
+            if stop > end:
                 break
             payload = unmask(data[start - 4 : start], data[start:stop])
             stats.incomingOctetsWebSocketLevel += length
@@ -139,8 +154,9 @@ class WholeFrameReader:
             position = stop
             self.onMessage(payload, first == _BINARY_WHOLE)
             if self.state != self.STATE_OPEN:
+                waiting = False
                 break
         if position < end:
-            # Autobahn's buffer was empty; what is left is its to read.
             self.data = data[position:] if position else data
-            self.consumeData()
+            if not waiting:
+                self.consumeData()

@@ -189,8 +189,9 @@ class WholeFrameReaderTests(SynchronousTestCase):
 
     def test_ordinaryFramesTakenHere(self) -> None:
         """
-        Whole ordinary frames in one read never reach Autobahn's frame
-        machine; the first one that is not ordinary, and all after it, do.
+        Ordinary frames never reach Autobahn's frame machine, in one read or
+        cut across two; the first one that is not ordinary, and all after it,
+        do.
         """
         calls: list[bytes] = []
 
@@ -205,12 +206,18 @@ class WholeFrameReaderTests(SynchronousTestCase):
         protocol, transport = opened(Watched)
         calls.clear()  # the handshake's
         protocol.dataReceived(text + binary + text)
+        # Frames cut by reads anywhere, the header too.
+        stream = text + binary + text
+        for cut in (1, 3, 7, len(text) + 5, len(text) + 100, len(stream) - 1):
+            protocol.dataReceived(stream[:cut])
+            protocol.dataReceived(stream[cut:])
         self.assertEqual(calls, [])
         protocol.dataReceived(text + ping + text)
         self.assertEqual(calls, [ping + text])
         self.assertEqual(
             protocol.messages,
-            [(b'{"type":"text"}', False), (bytes(2000), True)] + [(b'{"type":"text"}', False)] * 3,
+            [(b'{"type":"text"}', False), (bytes(2000), True), (b'{"type":"text"}', False)] * 7
+            + [(b'{"type":"text"}', False)] * 2,
         )
         # The pong is Autobahn's.
         self.assertEqual(transport.value(), b"\x8a\x02hi")
