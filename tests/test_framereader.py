@@ -173,7 +173,7 @@ class WholeFrameReaderTests(SynchronousTestCase):
         txaio.use_twisted()
         # Autobahn's handshake timers are txaio's, on txaio's reactor: a fake
         # one here, or they would be left on the real one for later tests.
-        self.patch(txaio.config, "loop", MemoryReactorClock())
+        self.patch(txaio.config, "loop", MemoryReactorClock())  # type: ignore[attr-defined]
 
     @settings(max_examples=300, deadline=None)
     @given(
