@@ -13,10 +13,16 @@ fifth of the server's samples at 250 heavy voice streams.
 L{WholeFrameReader} takes those frames straight from the bytes read to
 C{onMessage}, and gives Autobahn everything else, from the first byte it
 does not take: a fragment, a control frame (ping, close), an unmasked or
-reserved frame, a frame over the size limits or longer than 64 KB, a frame
-cut by the read, any state but open, and any connection with an extension,
-auto-ping or frame logging.  So errors, limits and the close handshake are
+reserved frame, a frame over the size limits or longer than 64 KB, any
+state but open, and any connection with an extension, auto-ping, frame
+logging or txaio at debug.  So errors, limits and the close handshake are
 Autobahn's own, word for word; only the common case is quicker.
+
+A read that ends inside an ordinary frame (RPEngine's one connection carries
+every stream, so most of its reads do) leaves that frame's bytes in
+Autobahn's buffer, with no frame begun; the next read starts with them, and
+if Autobahn reads next instead, they are simply the start of its buffer.  A
+frame still not whole after that second read is Autobahn's.
 """
 
 from __future__ import annotations
@@ -107,7 +113,8 @@ class WholeFrameReader:
         # Counted as Autobahn counts a read, whoever reads it.
         stats = self.trafficStats
         stats.incomingOctetsWireLevel += len(data)
-        if self.data:
+        joined = bool(self.data)
+        if joined:
             # The start of a frame that the last read cut (no frame is begun).
             data = self.data + data
             self.data = b""
@@ -158,5 +165,8 @@ class WholeFrameReader:
                 break
         if position < end:
             self.data = data[position:] if position else data
-            if not waiting:
+            # A frame that two reads did not complete goes to Autobahn, which
+            # takes its payload piece by piece: joining every read to it
+            # would copy a large frame sent in small pieces over and over.
+            if not waiting or (joined and not position):
                 self.consumeData()

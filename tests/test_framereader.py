@@ -222,6 +222,29 @@ class WholeFrameReaderTests(SynchronousTestCase):
         # The pong is Autobahn's.
         self.assertEqual(transport.value(), b"\x8a\x02hi")
 
+    def test_frameInManyPiecesLeftToAutobahn(self) -> None:
+        """
+        A frame that a second read does not complete is Autobahn's, which
+        takes it piece by piece rather than joining each piece to the rest.
+        """
+        calls: list[bytes] = []
+
+        class Watched(Recording):
+            def consumeData(self) -> None:
+                calls.append(self.data)
+                super().consumeData()
+
+        binary = clientFrame(bytes(range(250)) * 11, b"abcd", opcode=2)
+        protocol, _ = opened(Watched)
+        calls.clear()  # the handshake's
+        protocol.dataReceived(binary[:1000])
+        protocol.dataReceived(binary[1000:2000])
+        self.assertEqual(protocol.messages, [])
+        protocol.dataReceived(binary[2000:])
+        # Autobahn's from the second read on, each piece once.
+        self.assertEqual(calls, [binary[:2000], binary[2000:]])
+        self.assertEqual(protocol.messages, [(bytes(range(250)) * 11, True)])
+
     def test_oversizeLeftToAutobahn(self) -> None:
         """
         A frame over the limit is refused as Autobahn refuses it: closed
