@@ -14,6 +14,7 @@ in the commit that made this module.
 
 from __future__ import annotations
 
+import sys
 from typing import Protocol, cast
 
 from autobahn.websocket.xormasker import create_xor_masker
@@ -72,11 +73,20 @@ class IntegerUnmasker:
 def unmask(key: bytes, payload: bytes) -> bytes:
     """
     A whole frame's payload, unmasked with C{key}: one XOR of two integers
-    for a small one, Autobahn's NVX for the rest.
+    for a small one; for the rest, numpy's XOR once something else has
+    imported numpy (the audio path does when RPEngine connects; an idle
+    daemon does without it), else Autobahn's NVX.  numpy takes 4.6 us for a
+    12 KB speech chunk where NVX, set up per frame through cffi, takes 8.1.
     """
     length = len(payload)
     if length > SMALL_PAYLOAD:
-        return cast(bytes, create_xor_masker(key, length).process(payload))
+        numpy = sys.modules.get("numpy")
+        if numpy is None:
+            return cast(bytes, create_xor_masker(key, length).process(payload))
+        stream = numpy.frombuffer(key * ((length >> 2) + 1), numpy.uint8, length)
+        return cast(
+            bytes, numpy.bitwise_xor(numpy.frombuffer(payload, numpy.uint8), stream).tobytes()
+        )
     if not length:
         return b""
     stream = (key * ((length >> 2) + 1))[:length]

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 from itertools import pairwise
+from unittest.mock import patch
 
 from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.framemask import SMALL_PAYLOAD, IntegerUnmasker, unmasker
+from rpmiddleware.framemask import SMALL_PAYLOAD, IntegerUnmasker, unmask, unmasker
 from rpmiddleware.websocket import GuardedServerFactory, GuardedServerProtocol
 
 
@@ -73,6 +75,40 @@ class IntegerUnmaskerTests(SynchronousTestCase):
             chosen = unmasker(key, size)
             self.assertEqual(isinstance(chosen, IntegerUnmasker), size <= SMALL_PAYLOAD, size)
             self.assertEqual(chosen.process(masked(payload, key)), payload)
+
+
+class UnmaskTests(SynchronousTestCase):
+    @given(payload=st.binary(max_size=3000), key=st.binary(min_size=4, max_size=4))
+    def test_wholePayload(self, payload: bytes, key: bytes) -> None:
+        """
+        A whole payload unmasks to RFC 6455's bytes, with numpy imported and
+        without (Autobahn's NVX then).
+        """
+        self.assertEqual(unmask(key, masked(payload, key)), payload)
+        with patch.dict(sys.modules, {"numpy": None}):
+            self.assertEqual(unmask(key, masked(payload, key)), payload)
+
+    def test_largePayloads(self) -> None:
+        """
+        Payloads past the integers' size unmask to RFC 6455's bytes both ways.
+        """
+        key = os.urandom(4)
+        for size in (SMALL_PAYLOAD + 1, SMALL_PAYLOAD + 3, 12_000, 65_535):
+            payload = os.urandom(size)
+            self.assertEqual(unmask(key, masked(payload, key)), payload, size)
+            with patch.dict(sys.modules, {"numpy": None}):
+                self.assertEqual(unmask(key, masked(payload, key)), payload, size)
+
+    def test_numpyNotImportedForIt(self) -> None:
+        """
+        Unmasking a large payload does not import numpy: an idle daemon does
+        without it.
+        """
+        key = b"\x01\x02\x03\x04"
+        payload = bytes(range(256)) * 20
+        with patch.dict(sys.modules, {"numpy": None}):
+            self.assertEqual(unmask(key, masked(payload, key)), payload)
+            self.assertIsNone(sys.modules["numpy"])
 
 
 class Collecting(GuardedServerProtocol):
