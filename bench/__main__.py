@@ -183,8 +183,10 @@ BOUNDS = """
   work per message now costs a little less than the relay's Autobahn frame machine and UTF-8
   validator, which it does not use for ordinary frames. Its driver needs 15-35% of its core, so the
   tails are the servers'. With WebRTC on (`docs/benchmarks/independent-webrtc.md`, the asyncio
-  reactor, 2026-12-05 21:38 UTC, before the frame reader and the other changes of that night) the
-  product cost 1.65x the relay at 100 streams, and its core was full at 200.
+  reactor, 2026-12-06 02:21 UTC) the product cost 1.22x, 1.29x and 1.06x the relay at 100, 200 and
+  250 streams, but its tails were longer: chunk p99 23.6 ms at 200 streams and 81.8 ms at 250 (85%
+  of its core). At 21:38 UTC the evening before, without the frame reader and the other changes of
+  that night, it had cost 1.65x at 100 streams and filled its core at 200.
 - **Hop (JSON and framing).** A text delta costs the middleware what the relay pays for the reactor,
   JSON and the write, plus validation of the envelope, the session's dedup window, the default
   chain's plugins in each direction, the router, the client endpoint's turn state and its own
