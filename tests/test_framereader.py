@@ -143,6 +143,26 @@ def opened(protocolClass: type[Recording]) -> tuple[Recording, Transport]:
     return protocol, transport
 
 
+class Watched(Recording):
+    """Also records what Autobahn's machine is given to read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.autobahnReads: list[bytes] = []
+
+    def consumeData(self) -> None:
+        self.autobahnReads.append(self.data)
+        super().consumeData()
+
+
+def watched() -> tuple[Watched, Transport]:
+    """An open L{Watched} protocol, the handshake's read forgotten."""
+    protocol, transport = opened(Watched)
+    assert isinstance(protocol, Watched)
+    protocol.autobahnReads.clear()
+    return protocol, transport
+
+
 def observed(protocol: Recording, transport: Transport) -> dict[str, object]:
     stats = protocol.trafficStats
     return {
@@ -193,18 +213,11 @@ class WholeFrameReaderTests(SynchronousTestCase):
         cut across two; the first one that is not ordinary, and all after it,
         do.
         """
-        calls: list[bytes] = []
-
-        class Watched(Recording):
-            def consumeData(self) -> None:
-                calls.append(self.data)
-                super().consumeData()
-
         text = clientFrame(b'{"type":"text"}', b"abcd")
         binary = clientFrame(bytes(2000), b"efgh", opcode=2)
         ping = clientFrame(b"hi", b"ijkl", opcode=9)
-        protocol, transport = opened(Watched)
-        calls.clear()  # the handshake's
+        protocol, transport = watched()
+        calls = protocol.autobahnReads
         protocol.dataReceived(text + binary + text)
         # Frames cut by reads anywhere, the header too.
         stream = text + binary + text
@@ -227,16 +240,9 @@ class WholeFrameReaderTests(SynchronousTestCase):
         A frame that a second read does not complete is Autobahn's, which
         takes it piece by piece rather than joining each piece to the rest.
         """
-        calls: list[bytes] = []
-
-        class Watched(Recording):
-            def consumeData(self) -> None:
-                calls.append(self.data)
-                super().consumeData()
-
         binary = clientFrame(bytes(range(250)) * 11, b"abcd", opcode=2)
-        protocol, _ = opened(Watched)
-        calls.clear()  # the handshake's
+        protocol, _ = watched()
+        calls = protocol.autobahnReads
         protocol.dataReceived(binary[:1000])
         protocol.dataReceived(binary[1000:2000])
         self.assertEqual(protocol.messages, [])
@@ -263,15 +269,8 @@ class WholeFrameReaderTests(SynchronousTestCase):
         """
         level = txaio.get_global_log_level()  # type: ignore[attr-defined]
         self.addCleanup(txaio.set_global_log_level, level)  # type: ignore[attr-defined]
-        calls: list[bytes] = []
-
-        class Watched(Recording):
-            def consumeData(self) -> None:
-                calls.append(self.data)
-                super().consumeData()
-
-        protocol, _ = opened(Watched)
-        calls.clear()  # the handshake's
+        protocol, _ = watched()
+        calls = protocol.autobahnReads
         txaio.set_global_log_level("debug")  # type: ignore[attr-defined]
         text = clientFrame(b"{}", b"abcd")
         protocol.dataReceived(text)
