@@ -7,9 +7,12 @@ the XOR in C, but sets itself up per frame through cffi (allocations, a
 finalizer, an import): about 4-6 us a frame whatever its size, where a text
 delta's 300 bytes take 1.3 us as one XOR of two Python integers.  RPEngine
 sends about 20 such small frames a second per voice stream, so the server
-unmasks small frames here and leaves the larger ones (speech chunks, past
-about 1 KB, where NVX's setup is repaid) to Autobahn.  The measurements are
-in the commit that made this module.
+unmasks small frames here.  Two ways in: L{unmask} for a whole payload (the
+frame reader's, L{rpmiddleware.framereader}), which gives larger ones to
+numpy when it is loaded; and L{unmasker}, the per-frame masker Autobahn's
+own machine calls piece by piece, which leaves larger ones (speech chunks,
+past about 1 KB, where NVX's set-up is repaid) to NVX.  The measurements
+are in the commits that made these.
 """
 
 from __future__ import annotations
