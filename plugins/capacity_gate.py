@@ -47,8 +47,6 @@ from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSetting
 
 NAME = "capacity-gate"
 
-#: Messages that start work RPEngine queues.
-#: Messages that end a request and so free its place in RPEngine's queue.
 #: Client id of requests that carry none (the in-process Python API).
 DEFAULT_CLIENT = "api"
 #: How many clients' last turn is remembered for fairness.

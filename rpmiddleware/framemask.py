@@ -67,10 +67,7 @@ class IntegerUnmasker:
         shift = self._position & 3
         self._position += length
         key = self._key[shift:] + self._key[:shift] if shift else self._key
-        stream = (key * ((length >> 2) + 1))[:length]
-        return (int.from_bytes(data, "little") ^ int.from_bytes(stream, "little")).to_bytes(
-            length, "little"
-        )
+        return _xorIntegers(key, data)
 
 
 def unmask(key: bytes, payload: bytes) -> bytes:
@@ -92,8 +89,17 @@ def unmask(key: bytes, payload: bytes) -> bytes:
         )
     if not length:
         return b""
+    return _xorIntegers(key, payload)
+
+
+def _xorIntegers(key: bytes, data: bytes) -> bytes:
+    """
+    C{data} XORed with C{key} repeated from its first byte, as one XOR of
+    two Python integers (C{data} not empty).
+    """
+    length = len(data)
     stream = (key * ((length >> 2) + 1))[:length]
-    return (int.from_bytes(payload, "little") ^ int.from_bytes(stream, "little")).to_bytes(
+    return (int.from_bytes(data, "little") ^ int.from_bytes(stream, "little")).to_bytes(
         length, "little"
     )
 

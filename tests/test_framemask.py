@@ -120,16 +120,28 @@ class Collecting(GuardedServerProtocol):
         self.messages.append(payload)
 
 
-def frame(payload: bytes, key: bytes, opcode: int = 1) -> bytes:
-    """A final client frame, masked with C{key}."""
-    length = len(payload)
-    if length < 126:
-        header = struct.pack("!BB", 0x80 | opcode, 0x80 | length)
-    elif length < 65536:
-        header = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, length)
-    else:
-        header = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, length)
-    return header + key + masked(payload, key)
+def header(first: int, length: int, isMasked: bool = True, minimal: bool = True) -> bytes:
+    maskBit = 0x80 if isMasked else 0
+    if length < 126 and minimal:
+        return struct.pack("!BB", first, maskBit | length)
+    if length < 65536:
+        return struct.pack("!BBH", first, maskBit | 126, length)
+    return struct.pack("!BBQ", first, maskBit | 127, length)
+
+
+def frame(
+    payload: bytes,
+    key: bytes,
+    opcode: int = 1,
+    fin: bool = True,
+    rsv: int = 0,
+    isMasked: bool = True,
+    minimal: bool = True,
+) -> bytes:
+    """A client frame, masked with C{key} unless told otherwise."""
+    first = (0x80 if fin else 0) | (rsv << 4) | opcode
+    body = masked(payload, key) if isMasked else payload
+    return header(first, len(payload), isMasked, minimal) + (key if isMasked else b"") + body
 
 
 UPGRADE = (

@@ -19,7 +19,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.websocket import GuardedServerFactory, GuardedServerProtocol, QuietFraming
-from tests.test_framemask import UPGRADE, masked
+from tests.test_framemask import UPGRADE, frame
 
 #: The limit the factories here set, small enough that frames over it are cheap.
 LIMIT = 3000
@@ -50,29 +50,6 @@ class AutobahnRecording(Recording):
     dataReceived = QuietFraming.dataReceived
 
 
-def header(first: int, length: int, isMasked: bool = True, minimal: bool = True) -> bytes:
-    maskBit = 0x80 if isMasked else 0
-    if length < 126 and minimal:
-        return struct.pack("!BB", first, maskBit | length)
-    if length < 65536:
-        return struct.pack("!BBH", first, maskBit | 126, length)
-    return struct.pack("!BBQ", first, maskBit | 127, length)
-
-
-def clientFrame(
-    payload: bytes,
-    key: bytes,
-    opcode: int = 1,
-    fin: bool = True,
-    rsv: int = 0,
-    isMasked: bool = True,
-    minimal: bool = True,
-) -> bytes:
-    first = (0x80 if fin else 0) | (rsv << 4) | opcode
-    body = masked(payload, key) if isMasked else payload
-    return header(first, len(payload), isMasked, minimal) + (key if isMasked else b"") + body
-
-
 payloads = st.one_of(
     st.binary(max_size=200),
     st.sampled_from(EDGE_LENGTHS).map(lambda n: bytes(i % 251 for i in range(n))),
@@ -93,27 +70,25 @@ def frames(draw: Any) -> bytes:
     payload = draw(payloads)
     key = draw(keys)
     if kind == "text":
-        return clientFrame(payload, key)
+        return frame(payload, key)
     if kind == "binary":
-        return clientFrame(payload, key, opcode=2)
+        return frame(payload, key, opcode=2)
     if kind == "fragmented":
         cut = len(payload) // 2
-        return clientFrame(payload[:cut], key, fin=False) + clientFrame(
-            payload[cut:], draw(keys), opcode=0
-        )
+        return frame(payload[:cut], key, fin=False) + frame(payload[cut:], draw(keys), opcode=0)
     if kind == "ping":
-        return clientFrame(payload[:125], key, opcode=9)
+        return frame(payload[:125], key, opcode=9)
     if kind == "close":
-        return clientFrame(struct.pack("!H", 1000) + payload[:100], key, opcode=8)
+        return frame(struct.pack("!H", 1000) + payload[:100], key, opcode=8)
     if kind == "unmasked":
-        return clientFrame(payload, key, isMasked=False)
+        return frame(payload, key, isMasked=False)
     if kind == "reserved":
-        return clientFrame(payload, key, opcode=3)
+        return frame(payload, key, opcode=3)
     if kind == "rsv":
-        return clientFrame(payload, key, rsv=4)
+        return frame(payload, key, rsv=4)
     if kind == "nonminimal":
-        return clientFrame(payload[:125], key, minimal=False)
-    return clientFrame(bytes(70_000), key, opcode=2)
+        return frame(payload[:125], key, minimal=False)
+    return frame(bytes(70_000), key, opcode=2)
 
 
 class Transport(StringTransport):
@@ -213,9 +188,9 @@ class WholeFrameReaderTests(SynchronousTestCase):
         cut across two; the first one that is not ordinary, and all after it,
         do.
         """
-        text = clientFrame(b'{"type":"text"}', b"abcd")
-        binary = clientFrame(bytes(2000), b"efgh", opcode=2)
-        ping = clientFrame(b"hi", b"ijkl", opcode=9)
+        text = frame(b'{"type":"text"}', b"abcd")
+        binary = frame(bytes(2000), b"efgh", opcode=2)
+        ping = frame(b"hi", b"ijkl", opcode=9)
         protocol, transport = watched()
         calls = protocol.autobahnReads
         protocol.dataReceived(text + binary + text)
@@ -240,7 +215,7 @@ class WholeFrameReaderTests(SynchronousTestCase):
         A frame that a second read does not complete is Autobahn's, which
         takes it piece by piece rather than joining each piece to the rest.
         """
-        binary = clientFrame(bytes(range(250)) * 11, b"abcd", opcode=2)
+        binary = frame(bytes(range(250)) * 11, b"abcd", opcode=2)
         protocol, _ = watched()
         calls = protocol.autobahnReads
         protocol.dataReceived(binary[:1000])
@@ -257,7 +232,7 @@ class WholeFrameReaderTests(SynchronousTestCase):
         with 1009, the message not delivered.
         """
         protocol, transport = opened(Recording)
-        protocol.dataReceived(clientFrame(bytes(LIMIT + 1), b"abcd", opcode=2))
+        protocol.dataReceived(frame(bytes(LIMIT + 1), b"abcd", opcode=2))
         self.assertEqual(protocol.messages, [])
         self.assertEqual(
             transport.value()[:4], b"\x88" + bytes([len(transport.value()) - 2]) + b"\x03\xf1"
@@ -272,7 +247,7 @@ class WholeFrameReaderTests(SynchronousTestCase):
         protocol, _ = watched()
         calls = protocol.autobahnReads
         txaio.set_global_log_level("debug")  # type: ignore[attr-defined]
-        text = clientFrame(b"{}", b"abcd")
+        text = frame(b"{}", b"abcd")
         protocol.dataReceived(text)
         self.assertEqual(calls, [text])
         self.assertEqual(protocol.messages, [(b"{}", False)])

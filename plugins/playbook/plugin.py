@@ -41,15 +41,12 @@ from rpmiddleware.client.messages import InvalidMessage
 from rpmiddleware.clientext import TURN_FAILED, clientMessage, unclaimedResult
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
-from rpmiddleware.messages import CANCELLING, MESSAGES, TERMINAL, textOfDelta
+from rpmiddleware.messages import CANCELLING, OPENING, TERMINAL, textOfDelta
 from rpmiddleware.plugin import ChainPlugin
 from rpmiddleware.timeline import Timeline
 
 NAME = wire.PLUGIN_NAME
 
-#: Requests that open a turn.
-REQUESTS = frozenset(t for t, spec in MESSAGES.items() if spec.opensRequest)
-#: A client withdrawing a turn: from then on nothing of it plays.
 #: The only engine-to-game envelopes this plugin looks at (every audio chunk
 #: passes here; the rest go straight on).
 #: RPEngine tells the player's spoken words only in voice.capture.transcript,
@@ -181,7 +178,7 @@ class PlaybookPlugin(ChainPlugin):
     def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
         self._context = context
         kind = envelope.type
-        if kind in REQUESTS:
+        if kind in OPENING:
             self._request(envelope)
             return envelope
         if kind in CANCELLING:
