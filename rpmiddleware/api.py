@@ -76,7 +76,8 @@ class ReplyStream:
     def subscribe(self, observer: StreamObserver) -> None:
         for envelope in self.envelopes:
             observer(envelope)
-        self._observers.append(observer)
+        if not self.finished:
+            self._observers.append(observer)
 
     def cancel(self) -> None:
         if self.finished or self.cancelRequested:
@@ -144,6 +145,12 @@ class ReplyStream:
         if kind not in TERMINAL:
             return
         self.finished = True
+        # Nothing more reaches a finished stream's observers.  Letting them
+        # go undoes the cycle a turn makes by following its stream (the turn
+        # holds the stream, the stream its bound method), which would
+        # otherwise keep every finished turn, its envelopes among them, for
+        # the collector's next full pass.
+        self._observers = []
         if kind == "reply.completed":
             self.done.callback(envelope)
         elif kind == "reply.cancelled":
