@@ -38,6 +38,7 @@ from twisted.internet.task import deferLater
 
 from bench.common import Section, median, percentile, pin, table
 from bench.peers import Peer
+from bench.wire import WholeFrames
 from rpmiddleware.envelope import Envelope
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.websocket import QuietFraming
@@ -57,7 +58,7 @@ CHUNK_SAMPLES = 4410
 
 # Autobahn's own bases disagree on the types of peer and _transport_details,
 # which mypy checks in any class with a second base.
-class _Protocol(QuietFraming, WebSocketClientProtocol):  # type: ignore[misc]
+class _Protocol(WholeFrames, QuietFraming, WebSocketClientProtocol):  # type: ignore[misc]
     factory: _Factory
 
     def connectionMade(self) -> None:
@@ -115,7 +116,7 @@ class Socket:
         assert self.factory.peer is not None
         payload = orjson.dumps(message)
         started = time.perf_counter()
-        self.factory.peer.sendMessage(payload, isBinary=False)
+        self.factory.peer.sendText(payload)
         return started
 
     def _received(self, message: dict[str, Any], at: float) -> None:

@@ -163,12 +163,18 @@ def feed(protocolClass: type[Recording], stream: bytes, cuts: list[int]) -> dict
     return observed(protocol, transport)
 
 
+def txaioOnFakeReactor(case: SynchronousTestCase) -> None:
+    """
+    Autobahn's handshake timers are txaio's, on txaio's reactor: a fake one
+    for the test, or they would be left on the real one for later tests.
+    """
+    txaio.use_twisted()
+    case.patch(txaio.config, "loop", MemoryReactorClock())  # type: ignore[attr-defined]
+
+
 class WholeFrameReaderTests(SynchronousTestCase):
     def setUp(self) -> None:
-        txaio.use_twisted()
-        # Autobahn's handshake timers are txaio's, on txaio's reactor: a fake
-        # one here, or they would be left on the real one for later tests.
-        self.patch(txaio.config, "loop", MemoryReactorClock())  # type: ignore[attr-defined]
+        txaioOnFakeReactor(self)
 
     @settings(max_examples=300, deadline=None)
     @given(
