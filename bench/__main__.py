@@ -171,17 +171,20 @@ BOUNDS = """
   defaults, stdlib `json`), RPEngine and the clients played by one Node process, and the product
   started as users start it (`twistd -n rpmiddleware --config FILE`); `--unconverted` also runs the
   product with its clients taking RPEngine's 44.1 kHz, so that it resamples nothing, as the relay
-  never does. Its run of 2026-12-06 01:58 UTC (`docs/benchmarks/independent.md`, WebRTC off: the
-  epoll reactor) put the product at **1.28x** the relay's CPU per stream at 100 streams, **1.18x**
-  at 200 and **1.22x** at 250, and carried **250 streams** with every chunk resampled (87% of its
-  core; chunk p99 11.7 ms, max 27.6 ms); resampling nothing, it cost 0.94x, 0.93x and 0.94x the
-  relay. Before the middleware read whole frames itself (`rpmiddleware/framereader.py`), its run of
+  never does. Its run of 2026-12-06 03:40 UTC (`docs/benchmarks/independent.md`, WebRTC off: the
+  epoll reactor) put the product at **1.25x** the relay's CPU per stream at 100 streams, **1.17x**
+  at 200 and **1.13x** at 250, and carried **250 streams** with every chunk resampled (89% of its
+  core; chunk p99 12.1 ms, max 26.3 ms) while the relay, on a host slower than the night before,
+  had a p99 of 57.6 ms at 250 and the product one backlog at 200 (p99 91 ms); resampling nothing,
+  the product cost 0.94x, 0.94x and 0.96x the relay. Its run of 01:58 UTC, before finished turns
+  were freed at once (below), had 1.28x, 1.18x and 1.22x, and 250 streams carried (p99 11.7 ms);
+  before the middleware read whole frames itself (`rpmiddleware/framereader.py`), its run of
   2026-12-05 23:26 UTC had 1.52x, 1.26x and 1.24x, 250 streams not carried (p99 28.5 ms at 91% of
   the core), and 1.01x, 1.03x and 0.96x resampling nothing. So what the middleware costs beyond the
-  relay is converting the speech, about 0.7-1.0 ms of CPU per second of a stream (85 us a 100 ms
+  relay is converting the speech, about 0.5-1.2 ms of CPU per second of a stream (85 us a 100 ms
   chunk in the daemon under load; soxr's HQ filter alone is about 26 us on a warm cache); its own
   work per message now costs a little less than the relay's Autobahn frame machine and UTF-8
-  validator, which it does not use for ordinary frames. Its driver needs 15-35% of its core, so the
+  validator, which it does not use for ordinary frames. Its driver needs 19-44% of its core, so the
   tails are the servers'. With WebRTC on (`docs/benchmarks/independent-webrtc.md`, the asyncio
   reactor, 2026-12-06 02:21 UTC) the product cost 1.22x, 1.29x and 1.06x the relay at 100, 200 and
   250 streams, but its tails were longer: chunk p99 23.6 ms at 200 streams and 81.8 ms at 250 (85%
@@ -268,14 +271,15 @@ BOUNDS = """
   at the first WebRTC offer), are frozen as they are imported (`importFrozen`): numpy left in the
   passes made a full one take 24 ms at 200 heavy streams. Reply streams of the client endpoint keep
   the text of each delta rather than its envelope (60 a turn), which cut the collector's youngest
-  passes by three quarters. A full pass is now rare (none in most 10 s windows) and took 4-12 ms at
-  150-200 streams and 21-27 ms once at 250 in each of four runs of this benchmark's server (the
-  machine busy, so a pass may include time the process was not running); the daemon under the
-  independent driver at 250 streams (23:40 UTC, `gc.callbacks`) made one full pass in its window, of
-  1.2 ms, over about 60,000 tracked objects, and 12-16 ms ones only while numpy was being imported
-  as RPEngine connected, before any client. The collector's passes are not yet under 10 ms at every
-  load; the longest pauses left at high load are the machine's (the relay shows them too) and the
-  reactor's own batches.
+  passes by three quarters. A finished turn and its reply stream held each other (the turn follows
+  the stream, the stream kept the turn's observer), so every finished turn, with its envelopes,
+  stayed alive until a full pass: at 250 streams the tracked objects grew from 36,000 to 54,000 in 8
+  s and the full pass that freed them held the reactor 21-31 ms. A finished stream now lets its
+  observers go (`rpmiddleware/api.py`), the turns are freed at once, the tracked objects stay near
+  43,000 (the memory plugin's entries grow, as they should), the youngest passes are a quarter as
+  many, and no full pass falls in most 10 s windows up to 300 streams; the longest pass left is
+  about 4-6 ms. The longest pauses left at high load are the machine's (the relay shows them too)
+  and the reactor's own batches.
 - **Memory.** Idle, the middleware holds about 64 MB against the bare relay's 52 MB: Autobahn and
   Twisted are about 52 MB of both; the middleware adds its own modules and plugins, msgspec,
   orjson, prometheus_client and the console. numpy and soxr (about 12 MB) are not in that figure:
@@ -292,23 +296,26 @@ BOUNDS = """
   SESSION_EXPIRED rather than SESSION_NOT_FOUND; recent request ids of the plugins). With the
   sessions ending as their clients leave (`session_ttl = 0`), five rounds of 200 clients grow
   RSS by about 1 MB: the leak test.
-- **This machine during the runs of 2026-12-05 and 06.** Two other engineers ran test suites on the
-  same two CPUs: the load average was 2-6, and the relay alone showed chunk p99s from 4 ms to 3.5 s
-  at the same load in different runs. Delays and pauses of those runs measure the machine more than
-  either server; CPU per real-time stream (CPU time over speech delivered) moved less, single runs
-  of one server a level moving it by up to 0.2x, hence the three alternating runs a level. This
-  benchmark's own driver (RPEngine and every client, in Python, on CPU 1) reads and writes with
-  orjson, without Autobahn's UTF-8 validator and its per-frame debug arguments (37-76% of its core
-  at 100-300 streams in the run above; before that, 83-91% at 200-250 streams, and its own tails
-  were reported as the servers'). Ratios and tails still move with the host, which was slow and
-  uneven on the night of 2026-12-05 to 06 (a loop of soxr calls took 26 us at 23:20 UTC and 32-57 us
-  from 00:00). In the run above (02:06 UTC) the relay itself had a chunk p99 of 42 and 48 ms at 200
-  and 250 streams and a max of 63 ms at 100, at 82-85% of its core, and its CPU per stream was
-  3.3-4.3 ms/s where the independent harness's relay had needed 2.85 eight minutes earlier: on that
-  host neither server carried 250 streams within the absolute bounds, and this benchmark's verdict
-  on that goal is the host's as much as the middleware's. The independent run (its own section
-  above) is where the goal was met. In the run before it (01:46 UTC), the relay's p99 was 32 and 403
-  ms at 200 and 250 streams.
+- **The driver and this machine.** This benchmark's driver (RPEngine and every client, in Python, on
+  CPU 1) must not be the limit: a busy driver reads late, writes in bursts and times its own queue
+  as the servers'. It parses with orjson, without Autobahn's UTF-8 validator; reads whole server
+  frames and writes each message as one masked frame itself (`bench/wire.py`: Autobahn's client
+  machine had been about 40% of its samples at 250 streams); counts its message ids and formats a
+  timestamp once a millisecond; paces each stream with a plain timer; and freezes what start-up made
+  out of its collector, whose full passes had held it 21-42 ms. At 250 streams it went from 62-86%
+  of its core to 25-35%. In the run above (03:45 UTC) the host was slow in the heavy-load part: the
+  relay needed 3.8-4.0 ms/s per stream at 200-250 streams, where it had needed 2.6 in the run of
+  03:23 UTC, and had a chunk p99 of 130 and 170 ms at 200 and 250, so neither server carried more
+  than 100 streams within the absolute bounds and this benchmark's verdict on the 250-stream goal is
+  the host's. In the run of 03:23 UTC, on a faster host (before the driver froze its collector), the
+  relay carried 200 streams and the middleware 100, with a p99 of 32.7 ms and a max of 164 ms at 250
+  streams at 75% of its core; single rounds at 250 streams measured alone after the driver's freeze
+  gave the middleware a p99 of 5.2 ms and a max of 11 ms at 88% of its core. The independent run
+  (its own section above) carried 250 streams. Ratios and tails still move with the host: on the
+  night of 2026-12-05 to 06 two other engineers ran test suites on the same two CPUs (load average
+  2-6), a loop of soxr calls took 26 us at 23:20 UTC and 32-57 us from 00:00, and the relay's CPU
+  per stream at the same load moved between 2.1 and 4.4 ms/s within hours. CPU per real-time stream
+  (CPU time over speech delivered) moves less than delays, hence the three alternating runs a level.
 - **The machine's own tail.** This is a virtual machine (Firecracker) on a shared host: a thread
   spinning on CPU 0 saw gaps of up to 14 ms while a bursty process ran on CPU 1, and a process
   waiting in `epoll` is now and then woken tens of milliseconds late. Those stalls, not the
