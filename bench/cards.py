@@ -165,7 +165,11 @@ def sessionBytes(size: int, turns: int = 20) -> dict[str, Any]:
         requestId = f"t{turn}"
         transfer0 = snapshotTransfer(copy.deepcopy(card), "0" * 64)
         harness.toEngine(harness.replyRequest(requestId, card=transfer0))
-        transfer = harness.sentToEngine[-1]["card"]
+        # card-cache diffs a large card in a reactor turn of its own.
+        harness.clock.advance(0)
+        sent = harness.sentToEngine[-1]
+        assert sent.requestId == requestId, f"{requestId} did not reach RPEngine"
+        transfer = sent["card"]
         targetHash, _ = engine.resolve(transfer)
         assert targetHash == canonicalHash(card)
         snapshots += jsonSize(snapshotTransfer(card, targetHash))
