@@ -167,9 +167,9 @@ def sessionBytes(size: int, turns: int = 20) -> dict[str, Any]:
         harness.toEngine(harness.replyRequest(requestId, card=transfer0))
         # card-cache diffs a large card in a reactor turn of its own.
         harness.clock.advance(0)
-        sent = harness.sentToEngine[-1]
-        assert sent.requestId == requestId, f"{requestId} did not reach RPEngine"
-        transfer = sent["card"]
+        request = harness.sentToEngine[-1]
+        assert request.requestId == requestId, f"{requestId} did not reach RPEngine"
+        transfer = request["card"]
         targetHash, _ = engine.resolve(transfer)
         assert targetHash == canonicalHash(card)
         snapshots += jsonSize(snapshotTransfer(card, targetHash))

@@ -5,7 +5,9 @@ client's memory message, the settings.
 
 from __future__ import annotations
 
+import copy
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -18,7 +20,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
-from rpmiddleware.builtin.memory import IConversationMemory, Memory, buildMemory, memory
+from rpmiddleware.builtin.memory import IConversationMemory, Memory, buildMemory, lorebook, memory
 from rpmiddleware.builtin.memory.conversation import (
     CHARACTER,
     COMPLETE,
@@ -26,7 +28,7 @@ from rpmiddleware.builtin.memory.conversation import (
     Conversation,
     Key,
 )
-from rpmiddleware.builtin.memory.lorebook import activate, bookOf, entryFrom
+from rpmiddleware.builtin.memory.lorebook import EntryReader, activate, bookOf, entryFrom
 from rpmiddleware.builtin.memory.planner import Limits, labels, lineOf, plan
 from rpmiddleware.builtin.memory.store import CHECKPOINT_EVERY, MemoryStore, StoreError
 from rpmiddleware.cardhasher import CardHasher
@@ -274,6 +276,63 @@ class LorebookTests(SynchronousTestCase):
         kept, left = activate(entries, ["the inn"], True, 105)
         self.assertEqual([e.priority for e in kept], [1])
         self.assertEqual(len(left), 1, "lower priority gives way")
+
+    def test_readerRemembersUnchangedEntries(self) -> None:
+        """
+        An entry reader reads an edited book's changed entries only, and
+        gives the same book as reading it afresh; it remembers at most its
+        size.
+        """
+        card = exampleCard()
+        card["data"]["character_book"] = {
+            "entries": [
+                {"keys": [f"place-{i}"], "content": f"Place {i}.", "insertion_order": i}
+                for i in range(6)
+            ]
+        }
+        read: list[dict[str, Any]] = []
+
+        def counted(raw: Any, source: str = "card") -> Any:
+            read.append(raw)
+            return entryFrom(raw, source)
+
+        self.patch(lorebook, "entryFrom", counted)
+        reader = EntryReader(size=8)
+        first = bookOf(card, reader)
+        edited = copy.deepcopy(card)
+        edited["data"]["character_book"]["entries"][2]["content"] = "Place 2, burnt down."
+        read.clear()
+        again = bookOf(edited, reader)
+        self.assertEqual([r["content"] for r in read], ["Place 2, burnt down."])
+        self.assertEqual(again, bookOf(edited))
+        self.assertEqual(again.entries[0], first.entries[0])
+        self.assertEqual(len(reader), 7)
+        small = EntryReader(size=3)
+        bookOf(card, small)
+        self.assertEqual(len(small), 3)
+
+    def test_plainKeysCompiledWhenNeeded(self) -> None:
+        """
+        A plain key's pattern is compiled only once a text holds its words;
+        it still matches whole words only, in any case.
+        """
+        compiled: list[str] = []
+        real = re.compile
+
+        def counting(pattern: Any, flags: int = 0) -> Any:
+            compiled.append(pattern)
+            return real(pattern, flags)
+
+        self.patch(lorebook.re, "compile", counting)
+        entries = self.entries(
+            {"keys": ["tower"], "content": "T"}, {"keys": ["mill"], "content": "M"}
+        )
+        self.assertEqual(compiled, [])
+        kept, _ = activate(entries, ["the TOWER and the millstone"], False, 1000)
+        self.assertEqual([e.content for e in kept], ["T"])
+        self.assertEqual(len(compiled), 2, "the text holds both keys' words")
+        activate(entries, ["nothing here"], False, 1000)
+        self.assertEqual(len(compiled), 2)
 
 
 class StoreTests(SynchronousTestCase):

@@ -44,7 +44,7 @@ from rpmiddleware.builtin.memory.conversation import (
     Key,
     Where,
 )
-from rpmiddleware.builtin.memory.lorebook import Book, bookOf, entryFrom
+from rpmiddleware.builtin.memory.lorebook import Book, EntryReader, bookOf, entryFrom
 from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
 from rpmiddleware.builtin.memory.planner import Limits, Plan, plan
 from rpmiddleware.builtin.memory.settings import MemorySettings
@@ -145,6 +145,7 @@ class Memory(ChainPlugin):
         self._summarizerCard: dict[str, Any] | None = None
         #: Lorebooks of owned cards, and the game's knowledge, by integration.
         self._books: OrderedDict[int, tuple[Mapping[str, Any], Book]] = OrderedDict()
+        self._readEntry = EntryReader()
         self._known: dict[str, list[LoreEntry]] = {}
         self.counts = {"planned": 0, "tokens": 0, "summaries": 0, "summaryFailures": 0}
 
@@ -319,12 +320,12 @@ class Memory(ChainPlugin):
         never changes), each time for any other.
         """
         if not isinstance(card, OwnedDocument):
-            return bookOf(card)
+            return bookOf(card, self._readEntry)
         cached = self._books.get(id(card))
         if cached is not None and cached[0] is card:
             self._books.move_to_end(id(card))
             return cached[1]
-        book = bookOf(card)
+        book = bookOf(card, self._readEntry)
         self._books[id(card)] = (card, book)
         while len(self._books) > BOOKS_CACHED:
             self._books.popitem(last=False)
