@@ -217,20 +217,26 @@ BOUNDS = """
 - **Audio in.** A WAV upload is base64-decoded, parsed, downmixed, resampled one-shot to 16 kHz and
   base64-encoded again; the 0.77 MB message itself is unmasked and UTF-8-validated by Autobahn
   and parsed by `json` on both paths.
-- **Cards.** `rfc8785` is pure Python (about 12-18 ms for a 200 KB card); RPEngine's canonical
-  form (`rpmiddleware.canonical`, which is RFC 8785 except for some numbers) comes from the C
-  `json` encoder for a card without floats or unusual keys in about 1.5 ms, after a walk of
-  about 1 ms that checks it, and SHA-256 adds 0.1 ms: that bounds a cold hash. A cached hash is an
-  identity lookup on a card the middleware owns. A game's own dict is read every time (it may
-  have changed in place), in three short reactor turns: sorted JSON (the state it was given),
-  the parse into a private copy (about 1 ms), the walk and hash. A diff is bounded by C-speed
-  `==` over what did not change and by its 128-operation limit; checking a patch re-encodes the
-  patched card (about 1.5 ms). Threads would not help: all of this holds the GIL. What is left in
-  the longest turn is one of those pieces plus the I/O the reactor serves in the same iteration;
-  the simulated RPEngine checks and hashes every card and deep copies on the other CPU (which
-  may share a physical core on this VM). Full (generation 2) garbage collections pass over every
-  stored card tree, so the benchmark freezes its own 21 card copies (`gc.freeze`) as belonging to
-  the game.
+- **Cards.** `rfc8785` is pure Python (about 12-18 ms for a 200 KB card); RPEngine's canonical form
+  (`rpmiddleware.canonical`, which is RFC 8785 except for some numbers) comes from the C `json`
+  encoder for a card without floats or unusual keys in about 1.5 ms, after a walk of about 1 ms that
+  checks it, and SHA-256 adds 0.1 ms: that bounds a cold hash. A cached hash is an identity lookup
+  on a card the middleware owns. A game's own dict is read every time (it may have changed in
+  place), in three short reactor turns: sorted JSON (the state it was given), the parse into a
+  private copy (about 1 ms), the walk and hash. A diff is bounded by C-speed `==` over what did not
+  change and by its 128-operation limit; checking a patch re-encodes the patched card (about 1.5
+  ms). Threads would not help: all of this holds the GIL. What is left in the longest turn is one of
+  those pieces plus the I/O the reactor serves in the same iteration; the simulated RPEngine checks
+  and hashes every card and deep copies on the other CPU (which may share a physical core on this
+  VM). Full (generation 2) garbage collections pass over every stored card tree, so the benchmark
+  freezes its own 21 card copies (`gc.freeze`) as belonging to the game. The memory plugin reads the
+  card's lorebook whenever a request's card is a new document (a game that edits its card sends one
+  each turn): each entry once per content (`rpmiddleware.builtin.memory.lorebook.EntryReader`), a
+  plain key's pattern compiled only once a text holds its words. A 200 KB card's 848 entries cost
+  about 7 ms read cold and 0.85 ms once read; the cold read is what keeps the longest turn over 10
+  ms (13.6 ms on 2026-12-06 04:40 UTC). Before, every one of its 1696 keys was compiled at every
+  read (more than `re` keeps compiled), about 95 ms a request: 112.7 ms longest in the full run of
+  04:06 UTC.
 - **Load.** One core runs everything per chunk above for every stream. Sampled with py-spy at 200
   heavy streams (2026-12-06 02:20 UTC, the daemon as users start it under the independent driver;
   `docs/benchmarks/load-profile.md`, flame graph in `docs/benchmarks/load-200-heavy.svg`): the audio
