@@ -385,11 +385,13 @@ def writeReport(
     """
     The report: this run's sections, then those kept from an earlier run
     (C{kept}) that this run did not redo; C{running} names sections still to
-    come while the run goes on.
+    come while the run goes on, whose earlier results stay until they end (a
+    run that fails part way loses nothing it did not replace).
     """
-    ran = {section.source for section in sections} | set(running or ())
-    keptSections = [(source, text) for source, text in kept[0] if source not in ran]
-    keptGoals = [row for row in kept[1] if row[0] not in ran]
+    done = {section.source for section in sections}
+    ran = done | set(running or ())
+    keptSections = [(source, text) for source, text in kept[0] if source not in done]
+    keptGoals = [row for row in kept[1] if row[0] not in done]
     lines = [
         "# Benchmarks",
         "",
@@ -442,7 +444,7 @@ def writeReport(
                     f"{mine:.{digits}f} {unit} | {ratio} |",
                 )
             )
-    figures += [row for row in kept[2] if row[0] not in ran]
+    figures += [row for row in kept[2] if row[0] not in done]
     if figures:
         order = {name: index for index, name in enumerate(BENCHMARKS)}
         lines += [

@@ -90,6 +90,27 @@ class ReportTests(SynchronousTestCase):
         )
         self.assertIn("**Still running: load, cards**", text)
 
+    def test_sectionsToComeKeptUntilReplaced(self) -> None:
+        """
+        A run that stops part way (a section fails) leaves the earlier
+        results of the sections it did not reach in the file.
+        """
+        output = self.mktemp()
+        self.written(
+            [section("hop", "Hop", "old hop"), section("cards", "Cards", "old cards")], output
+        )
+        text = cli.writeReport(
+            [section("hop", "Hop", "new hop")],
+            False,
+            "now",
+            "0.00",
+            cli.previousReport(output),
+            ["cards"],
+        )
+        self.assertIn("| cards | old cards | 1.0x | yes |", text)
+        self.assertIn("## Cards", text)
+        self.assertNotIn("old hop", text)
+
 
 class NeedsTests(SynchronousTestCase):
     def test_missingExtraNamed(self) -> None:
