@@ -309,19 +309,19 @@ BOUNDS = """
   machine had been about 40% of its samples at 250 streams); counts its message ids and formats a
   timestamp once a millisecond; paces each stream with a plain timer; and freezes what start-up made
   out of its collector, whose full passes had held it 21-42 ms. At 250 streams it went from 62-86%
-  of its core to 25-35%. In the run above (03:45 UTC) the host was slow in the heavy-load part: the
-  relay needed 3.8-4.0 ms/s per stream at 200-250 streams, where it had needed 2.6 in the run of
-  03:23 UTC, and had a chunk p99 of 130 and 170 ms at 200 and 250, so neither server carried more
-  than 100 streams within the absolute bounds and this benchmark's verdict on the 250-stream goal is
-  the host's. In the run of 03:23 UTC, on a faster host (before the driver froze its collector), the
-  relay carried 200 streams and the middleware 100, with a p99 of 32.7 ms and a max of 164 ms at 250
-  streams at 75% of its core; single rounds at 250 streams measured alone after the driver's freeze
-  gave the middleware a p99 of 5.2 ms and a max of 11 ms at 88% of its core. The independent run
-  (its own section above) carried 250 streams. Ratios and tails still move with the host: on the
-  night of 2026-12-05 to 06 two other engineers ran test suites on the same two CPUs (load average
-  2-6), a loop of soxr calls took 26 us at 23:20 UTC and 32-57 us from 00:00, and the relay's CPU
-  per stream at the same load moved between 2.1 and 4.4 ms/s within hours. CPU per real-time stream
-  (CPU time over speech delivered) moves less than delays, hence the three alternating runs a level.
+  of its core to 25-35%. In the run of 2026-12-06 04:46 UTC the host was fast (the relay needed
+  2.5-2.8 ms/s per stream) and both servers carried 300 streams within the bounds, the middleware
+  with a chunk p99 of 2.7 ms and a max of 16.5 ms at 250 streams at 74% of its core. In the runs of
+  03:45 and 04:06 UTC the host was slow in the heavy part (the relay 3.2-4.0 ms/s per stream; its
+  p99 130 and 170 ms at 200 and 250 streams in the first, its max 365 ms at 250 in the second) and
+  neither server carried 250 streams within the bounds. On this host the 250-stream verdict follows
+  the host's speed during the run, which the relay's figures beside it show; the independent run
+  (its own section above) carried 250 streams on the slower host of 03:40 UTC. Ratios and tails
+  still move with the host: on the night of 2026-12-05 to 06 two other engineers ran test suites on
+  the same two CPUs (load average 2-6), a loop of soxr calls took 26 us at 23:20 UTC and 32-57 us
+  from 00:00, and the relay's CPU per stream at the same load moved between 2.1 and 4.4 ms/s within
+  hours. CPU per real-time stream (CPU time over speech delivered) moves less than delays, hence the
+  three alternating runs a level.
 - **The machine's own tail.** This is a virtual machine (Firecracker) on a shared host: a thread
   spinning on CPU 0 saw gaps of up to 14 ms while a bursty process ran on CPU 1, and a process
   waiting in `epoll` is now and then woken tens of milliseconds late. Those stalls, not the
