@@ -309,9 +309,10 @@ BOUNDS = """
   machine had been about 40% of its samples at 250 streams); counts its message ids and formats a
   timestamp once a millisecond; paces each stream with a plain timer; and freezes what start-up made
   out of its collector, whose full passes had held it 21-42 ms. At 250 streams it went from 62-86%
-  of its core to 25-35%. In the run of 2026-12-06 04:46 UTC the host was fast (the relay needed
-  2.5-2.8 ms/s per stream) and both servers carried 300 streams within the bounds, the middleware
-  with a chunk p99 of 2.7 ms and a max of 16.5 ms at 250 streams at 74% of its core. In the runs of
+  of its core to 25-35%. In the runs of 2026-12-06 04:46 UTC and 04:58 UTC (`python -m bench hop
+  load`, the one above) the host was fast (the relay needed 2.2-2.8 ms/s per stream) and both
+  servers carried 300 and 250 streams within the bounds, the middleware with a chunk p99 of 2.7 and
+  2.0 ms and a max of 16.5 and 12.4 ms at 250 streams, at 74% and 64% of its core. In the runs of
   03:45 and 04:06 UTC the host was slow in the heavy part (the relay 3.2-4.0 ms/s per stream; its
   p99 130 and 170 ms at 200 and 250 streams in the first, its max 365 ms at 250 in the second) and
   neither server carried 250 streams within the bounds. On this host the 250-stream verdict follows
