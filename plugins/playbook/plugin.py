@@ -47,12 +47,12 @@ from rpmiddleware.timeline import Timeline
 
 NAME = wire.PLUGIN_NAME
 
-#: The only engine-to-game envelopes this plugin looks at (every audio chunk
-#: passes here; the rest go straight on).
 #: RPEngine tells the player's spoken words only in voice.capture.transcript,
 #: for a capture that asked for them (app.rs stt_completed); a recording sent
 #: as event.audio is transcribed without telling.
 HEARD = "voice.capture.transcript"
+#: The only engine-to-game envelopes this plugin looks at (every audio chunk
+#: passes here; the rest go straight on).
 WATCHED = frozenset({HEARD, "reply.text.delta", "reply.text.completed"}) | TERMINAL
 
 #: Client id of requests that carry none (the in-process Python API).
