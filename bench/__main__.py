@@ -178,7 +178,7 @@ BOUNDS = """
   had a p99 of 57.6 ms at 250 and the product one backlog at 200 (p99 91 ms); resampling nothing,
   the product cost 0.94x, 0.94x and 0.96x the relay. Its run of 01:58 UTC, before finished turns
   were freed at once (below), had 1.28x, 1.18x and 1.22x, and 250 streams carried (p99 11.7 ms);
-  before the middleware read whole frames itself (`rpmiddleware/framereader.py`), its run of
+  before the middleware read whole frames itself (`rpmiddleware/web/framereader.py`), its run of
   2026-12-05 23:26 UTC had 1.52x, 1.26x and 1.24x, 250 streams not carried (p99 28.5 ms at 91% of
   the core), and 1.01x, 1.03x and 0.96x resampling nothing. So what the middleware costs beyond the
   relay is converting the speech, about 0.5-1.2 ms of CPU per second of a stream (85 us a 100 ms
@@ -194,7 +194,8 @@ BOUNDS = """
   JSON and the write, plus validation of the envelope, the session's dedup window, the default
   chain's plugins in each direction, the router, the client endpoint's turn state and its own
   message. It does not pay what the relay pays for reading the frame: Autobahn's frame machine (the
-  middleware reads a whole ordinary frame itself, `rpmiddleware/framereader.py`: 3.7 against 12.7 us
+  middleware reads a whole ordinary frame itself, `rpmiddleware/web/framereader.py`: 3.7 against
+  12.7 us
   for a 100-byte delta, 8.3 against 17.9 us for a 12 KB speech chunk, the same protocol measured
   both ways) and Autobahn's UTF-8 validator (38 us for a 12 KB speech chunk; the middleware checks
   text with CPython's strict decoder, 1.3 us, which its JSON reader needs anyway).
@@ -218,7 +219,8 @@ BOUNDS = """
   base64-encoded again; the 0.77 MB message itself is unmasked and UTF-8-validated by Autobahn
   and parsed by `json` on both paths.
 - **Cards.** `rfc8785` is pure Python (about 12-18 ms for a 200 KB card); RPEngine's canonical form
-  (`rpmiddleware.canonical`, which is RFC 8785 except for some numbers) comes from the C `json`
+  (`rpmiddleware.cards.canonical`, which is RFC 8785 except for some numbers) comes from the C
+  `json`
   encoder for a card without floats or unusual keys in about 1.5 ms, after a walk of about 1 ms that
   checks it, and SHA-256 adds 0.1 ms: that bounds a cold hash. A cached hash is an identity lookup
   on a card the middleware owns. A game's own dict is read every time (it may have changed in
@@ -272,7 +274,8 @@ BOUNDS = """
 - **Reactor pauses and the garbage collector.** A full collection holds the reactor for as long as
   it takes to pass over every tracked object. At start-up the daemon holds about 73,000 (its
   modules, classes, functions and plugin chain); frozen out of the collector after start-up
-  (`rpmiddleware/collector.py`, `gc.freeze`), a full pass at 100 heavy streams went from 20-35 ms to
+  (`rpmiddleware/runtime/collector.py`, `gc.freeze`), a full pass at 100 heavy streams went from
+  20-35 ms to
   4-6 ms. Libraries imported later, when first needed (numpy and soxr when RPEngine connects, aiortc
   at the first WebRTC offer), are frozen as they are imported (`importFrozen`): numpy left in the
   passes made a full one take 24 ms at 200 heavy streams. Reply streams of the client endpoint keep
@@ -281,7 +284,8 @@ BOUNDS = """
   the stream, the stream kept the turn's observer), so every finished turn, with its envelopes,
   stayed alive until a full pass: at 250 streams the tracked objects grew from 36,000 to 54,000 in 8
   s and the full pass that freed them held the reactor 21-31 ms. A finished stream now lets its
-  observers go (`rpmiddleware/api.py`), the turns are freed at once, the tracked objects stay near
+  observers go (`rpmiddleware/core/replystream.py`), the turns are freed at once, the tracked
+  objects stay near
   43,000 (the memory plugin's entries grow, as they should), the youngest passes are a quarter as
   many, and no full pass falls in most 10 s windows up to 300 streams; the longest pass left is
   about 4-6 ms. The longest pauses left at high load are the machine's (the relay shows them too)

@@ -6,7 +6,7 @@ Benchmark 5: character cards.
     game's dict read again (CardHasher on a document it does not own) and
     cached (CardHasher on a card the middleware owns: found by identity);
   - diff time on a 200 KB card, jsonpatch.make_patch against
-    rpmiddleware.carddiff.diff, for three kinds of edit;
+    rpmiddleware.cards.diff.diff, for three kinds of edit;
   - card bytes on the wire over a 20-turn session with small edits: what
     card-cache sends (snapshot, patch, reference) against a snapshot every
     turn, RPEngine's side played by the simulator's own card store;
@@ -34,15 +34,15 @@ from twisted.internet.task import LoopingCall, deferLater
 from bench.common import Section, median, percentile, pin, table
 from bench.peers import Peer
 from rpmiddleware.builtin.card_cache import CardCache, jsonSize
-from rpmiddleware.carddiff import diff
-from rpmiddleware.cards import CardHasher, canonicalHash, snapshotTransfer
-from rpmiddleware.config import Settings
-from rpmiddleware.discovery import buildChain, discoverPlugins
-from rpmiddleware.middleware import Middleware, PluginServices
+from rpmiddleware.cards.diff import diff
+from rpmiddleware.cards.validation import CardHasher, canonicalHash, snapshotTransfer
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.discovery import buildChain, discoverPlugins
+from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.cardstore import SessionCardStore
 from rpmiddleware.testing.kit import PluginHarness, exampleCard
 from rpmiddleware.testing.live import startMiddleware
-from rpmiddleware.timeline import Timeline
 
 TEXT_ONLY = {"modalities": ["text"], "language": "en"}
 
@@ -311,7 +311,7 @@ async def run(reactor: Any, quick: bool = False) -> Section:
     body = f"""
 Hash time: median of {runs} runs. *rfc8785* is the pure-Python RFC 8785 encoder plus nothing
 else (for these cards, which hold no floats, the same bytes as RPEngine's canonical form);
-*cold* is `rpmiddleware.cards.canonicalHash`, RPEngine's canonical form from the C `json`
+*cold* is `rpmiddleware.cards.validation.canonicalHash`, RPEngine's canonical form from the C `json`
 encoder after one walk checks the card has nothing the two would spell differently (floats,
 unusual keys); *unowned* is `CardHasher.hashNow` on a game's dict, which may have changed in place
 since the last turn, so it is read again (and a private copy made); *cached* is `CardHasher.hashNow`
@@ -322,7 +322,7 @@ travels in a request), found by identity. Ratio: cached / cold.
 
 Diff time on the 200 KB card (median; `make_patch` over fewer runs): `jsonpatch.make_patch`
 looks for moves in arrays and is quadratic in them (reversing the lorebook took it 21 s when
-measured once, so it is not run here); `rpmiddleware.carddiff.diff` trims arrays by common prefix
+measured once, so it is not run here); `rpmiddleware.cards.diff.diff` trims arrays by common prefix
 and suffix and gives up past 128 operations, when a snapshot is sent instead.
 
 {table(["edit", "make_patch", "carddiff.diff", "speed-up", "operations"], diffRows)}

@@ -45,8 +45,8 @@ from rpmiddleware.engine.session import (
     copyKey,
     malformedEnding,
 )
-from rpmiddleware.envelope import PROTOCOL, Direction, Envelope, loadJson
-from rpmiddleware.messages import MESSAGES, ProtocolViolation, validate
+from rpmiddleware.protocol.envelope import PROTOCOL, Direction, Envelope, loadJson
+from rpmiddleware.protocol.messages import MESSAGES, ProtocolViolation, validate
 from rpmiddleware.testing.live import LiveMiddleware, TestClient, connectClient
 
 ORIGIN = "https://rpengine.gemtavern.com"

@@ -39,9 +39,9 @@ from twisted.internet.task import deferLater
 from bench.common import Section, median, percentile, pin, table
 from bench.peers import Peer
 from bench.wire import WholeFrames
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import exampleCard
-from rpmiddleware.websocket import QuietFraming
+from rpmiddleware.web.websocket import QuietFraming
 
 ORIGIN = "https://rpengine.gemtavern.com"
 HOP_HEADERS = [

@@ -1,5 +1,5 @@
 """
-Per-frame JSON reading: L{rpmiddleware.envelope.loadJson} (msgspec first,
+Per-frame JSON reading: L{rpmiddleware.protocol.envelope.loadJson} (msgspec first,
 json's reader for what msgspec refuses) against json's reader alone (what
 loadJson was before), on the frames the hot path reads most: RPEngine's
 C{reply.text.delta}, a C{reply.audio.chunk} carrying 32 KiB of PCM16 in
@@ -18,7 +18,7 @@ import timeit
 from collections.abc import Callable
 from typing import Any
 
-from rpmiddleware.envelope import Envelope, loadJson, loadJsonStdlib
+from rpmiddleware.protocol.envelope import Envelope, loadJson, loadJsonStdlib
 
 
 def frames() -> dict[str, bytes]:

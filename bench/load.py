@@ -33,8 +33,8 @@ from twisted.internet.task import deferLater
 from bench.common import Section, median, percentile, pin, processCpu, table
 from bench.hop import ORIGIN, Socket, ofType
 from bench.peers import Peer
-from rpmiddleware.collector import freezeStartup
-from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, Envelope, isoTimestamp
+from rpmiddleware.protocol.envelope import PROTOCOL, PROTOCOL_VERSION, Envelope, isoTimestamp
+from rpmiddleware.runtime.collector import freezeStartup
 from rpmiddleware.testing.kit import exampleCard
 
 CHUNK = 4410
@@ -305,7 +305,7 @@ async def loadRound(
         # The driver's own full collections held its reactor 21-42 ms at 250
         # streams, and every chunk it read meanwhile was timed late, for
         # either server: what start-up and the connections made is frozen
-        # out of them, as the daemon does its own (rpmiddleware.collector).
+        # out of them, as the daemon does its own (rpmiddleware.runtime.collector).
         freezeStartup()
         # Spread the first turns over one turn's length, as independent players
         # would be; turns that all start together measure a burst instead.

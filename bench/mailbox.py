@@ -42,7 +42,7 @@ from bench.hop import CHUNK_SAMPLES, Rig, Socket, ofType
 from bench.peers import Peer
 from rpmiddleware.engine.mailbox.audioslots import pcm16Wav
 from rpmiddleware.engine.mailbox.files import FROM_ENGINE, TO_ENGINE
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import exampleCard
 
 HOP_HEADERS = [

@@ -32,7 +32,7 @@ from twisted.internet.task import LoopingCall, deferLater
 from bench.common import Section, median, table
 from bench.hop import ORIGIN, Socket, ofType
 from bench.peers import Peer
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import exampleCard
 
 CONNECTIONS = 200

@@ -179,7 +179,7 @@ def serveMiddleware(args: argparse.Namespace) -> None:
     if args.as_daemon:
         # The reactor twistd rpmiddleware chooses (the asyncio reactor when
         # WebRTC's extra is installed), before anything touches the reactor.
-        from rpmiddleware.config import Settings
+        from rpmiddleware.config.settings import Settings
         from rpmiddleware.webrtc.reactor import chooseDaemonReactor
 
         chooseDaemonReactor(Settings())
@@ -193,8 +193,8 @@ def serveMiddleware(args: argparse.Namespace) -> None:
         serve(reactor, startRelay(reactor), args)
         return
 
-    from rpmiddleware.config import Settings, loadSettings
-    from rpmiddleware.middleware import Middleware
+    from rpmiddleware.config.settings import Settings, loadSettings
+    from rpmiddleware.core.middleware import Middleware
     from rpmiddleware.testing.live import startMiddleware
 
     settings = loadSettings(args.config) if args.config else Settings()
@@ -212,7 +212,7 @@ def serveMiddleware(args: argparse.Namespace) -> None:
     live = startMiddleware(reactor, settings, middleware=middleware)
     if not args.no_freeze:
         # As twistd rpmiddleware does (rpmiddleware/tap.py).
-        from rpmiddleware.collector import freezeWhenRunning
+        from rpmiddleware.runtime.collector import freezeWhenRunning
 
         freezeWhenRunning(reactor)
     serve(reactor, live.port, args)

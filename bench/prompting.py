@@ -3,7 +3,7 @@ Benchmark 8: what the memory plugin costs per turn.
 
 Planning a request with a 500-turn conversation (none of it summarized: the
 worst case) and a 200-entry lorebook, against the floor measured in the same
-run: RPEngine's own assembly of the same card (rpmiddleware.engineprompt),
+run: RPEngine's own assembly of the same card (rpmiddleware.protocol.prompt),
 which any faithful planner has to do at least once.  Then the whole plugin
 step (plan, the check with RPEngine's assembly, the card's hash), and the
 store's write of one turn (one WAL transaction) against a bare sqlite3
@@ -28,11 +28,11 @@ from rpmiddleware.builtin.memory.conversation import CHARACTER, COMPLETE, PLAYER
 from rpmiddleware.builtin.memory.lorebook import bookOf
 from rpmiddleware.builtin.memory.planner import Limits, plan
 from rpmiddleware.builtin.memory.store import MemoryStore
-from rpmiddleware.cardhasher import CardHasher
-from rpmiddleware.cards import snapshotTransfer
-from rpmiddleware.engineprompt import assemble, promptRequest
+from rpmiddleware.cards.hasher import CardHasher
+from rpmiddleware.cards.validation import snapshotTransfer
+from rpmiddleware.protocol.prompt import assemble, promptRequest
+from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import PluginHarness, exampleCard
-from rpmiddleware.timeline import Timeline
 
 TURNS = 500
 ENTRIES = 200

@@ -40,8 +40,8 @@ from scipy.signal.windows import blackmanharris
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from rpmiddleware.audio.pcm import StreamResampler  # noqa: E402
 from rpmiddleware.builtin.audio_resample import AudioResample, ResampleSettings  # noqa: E402
-from rpmiddleware.pcm import StreamResampler  # noqa: E402
 from rpmiddleware.testing.kit import PluginHarness  # noqa: E402
 
 #: A method given the input once returns the call to time and the call that
@@ -73,7 +73,7 @@ def plain(function: Callable[[np.ndarray, int, int], np.ndarray]) -> Method:
 @plain
 def streamed(samples: np.ndarray, inRate: int, outRate: int) -> np.ndarray:
     """
-    rpmiddleware.pcm.StreamResampler fed 100 ms pieces, as the plugin does.
+    rpmiddleware.audio.pcm.StreamResampler fed 100 ms pieces, as the plugin does.
     """
     stream = StreamResampler(inRate, outRate, "HQ")
     step = int(inRate * CHUNK_SECONDS)

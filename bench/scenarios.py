@@ -15,9 +15,9 @@ from typing import Any
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.task import deferLater
 
-from rpmiddleware.api import ReplyCancelled, ReplyFailed, ReplyStream
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.middleware import Middleware
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.core.replystream import ReplyCancelled, ReplyFailed, ReplyStream
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import LiveMiddleware, TestClient, connectClient
 from rpmiddleware.testing.simulator import SimulatedEngine, SimulatorOptions, connectSimulator

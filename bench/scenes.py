@@ -32,9 +32,9 @@ from twisted.internet.task import Clock
 from bench.common import Section, median, percentile, table
 from rpmiddleware.builtin.actions import IActions
 from rpmiddleware.builtin.scene import IScenes
-from rpmiddleware.config import Settings
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.middleware import DEFAULT_OUTPUT, Middleware
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import DEFAULT_OUTPUT, Middleware
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.inmemory import InMemoryEngine, connectInMemory
 from rpmiddleware.testing.kit import exampleAction, exampleCard
 from rpmiddleware.testing.simoptions import SimulatorOptions

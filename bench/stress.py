@@ -19,8 +19,8 @@ from typing import Any
 from bench.clientfuzzing import KNOWN_CLIENT_FAULTS, fuzzClient
 from bench.fuzzing import fuzzEngine
 from bench.scenarios import clientLoad, engineDrops
-from rpmiddleware.config import Settings
-from rpmiddleware.middleware import Middleware
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import startMiddleware
 from rpmiddleware.testing.simulator import SimulatorOptions, connectSimulator

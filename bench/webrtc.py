@@ -59,8 +59,8 @@ def serve(portFile: str, hangover: int) -> None:
     asyncioreactor.install()
     from twisted.internet import reactor
 
-    from rpmiddleware.config import Settings
-    from rpmiddleware.middleware import Middleware
+    from rpmiddleware.config.settings import Settings
+    from rpmiddleware.core.middleware import Middleware
     from rpmiddleware.testing.live import startMiddleware
     from rpmiddleware.testing.simulator import SimulatorOptions, connectSimulator
 

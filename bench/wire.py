@@ -13,7 +13,7 @@ queue.  These two paths keep it well below that.
 The servers see the same bytes as from Autobahn: each message one masked
 frame, FIN set, the shortest length, a fresh random key.  Anything else
 (a control frame, a fragment, any state but open) is Autobahn's, as in
-L{rpmiddleware.framereader}, which does the same for the server's side.
+L{rpmiddleware.web.framereader}, which does the same for the server's side.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 from random import randbytes
 from typing import Any
 
-from rpmiddleware.framemask import unmask
+from rpmiddleware.web.framemask import unmask
 
 _TEXT_WHOLE = 0x81
 _BINARY_WHOLE = 0x82

@@ -20,7 +20,7 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from rpmiddleware.audio import (
+from rpmiddleware.audio.format import (
     QUALITIES,
     AudioError,
     canonicalFormat,
@@ -28,16 +28,16 @@ from rpmiddleware.audio import (
     encodeBase64,
     endsSegment,
 )
-from rpmiddleware.collector import importFrozen
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import (
+from rpmiddleware.plugin.base import ChainPlugin, PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin.interfaces import (
     IChainContext,
     IEngineSessionInfo,
     IEnvelopePlugin,
     IPluginServices,
     ITimingSource,
 )
-from rpmiddleware.messages import (
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.messages import (
     INPUT_AUDIO_FORMATS,
     INPUT_SAMPLE_RATE,
     MAX_INPUT_AUDIO_SECONDS,
@@ -45,10 +45,10 @@ from rpmiddleware.messages import (
     OUTPUT_SAMPLE_RATE,
     TERMINAL,
 )
-from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
+from rpmiddleware.runtime.collector import importFrozen
 
 if TYPE_CHECKING:
-    from rpmiddleware.pcm import Pcm16Resampler
+    from rpmiddleware.audio.pcm import Pcm16Resampler
 
 NAME = "audio-resample"
 MIN_RATE = 8000
@@ -109,7 +109,7 @@ def normalizeEventAudio(
         field, fit for a C{request.error} message.
     """
     # numpy and soxr: imported with the first audio, not when the daemon starts.
-    from rpmiddleware.pcm import decodePcm, encodePcm, resample, toMono
+    from rpmiddleware.audio.pcm import decodePcm, encodePcm, resample, toMono
 
     if not isinstance(audio, Mapping):
         raise AudioError("event.audio must be an object")
@@ -191,7 +191,7 @@ def _newResampler(inRate: int, outRate: int, quality: str) -> Pcm16Resampler:
     RPEngine connects (L{AudioResample.engineSessionStarted}); otherwise the
     first one made imports them (about 90 ms, once).
     """
-    from rpmiddleware.pcm import Pcm16Resampler
+    from rpmiddleware.audio.pcm import Pcm16Resampler
 
     return Pcm16Resampler(inRate, outRate, quality)
 
@@ -455,8 +455,8 @@ class AudioResample(ChainPlugin):
         now (a reactor turn later, once the session's welcome is written),
         while no request waits, instead of with the first reply's request.
         """
-        if "rpmiddleware.pcm" not in sys.modules:
-            context.reactor.callLater(0, importFrozen, "rpmiddleware.pcm")
+        if "rpmiddleware.audio.pcm" not in sys.modules:
+            context.reactor.callLater(0, importFrozen, "rpmiddleware.audio.pcm")
 
     def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
         self._rates.clear()

@@ -34,16 +34,16 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import (
+from rpmiddleware.plugin.base import ChainPlugin, PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin.interfaces import (
     IChainContext,
     IEngineSessionInfo,
     IEnvelopePlugin,
     IHeldWork,
     IPluginServices,
 )
-from rpmiddleware.messages import OPENING, TERMINAL, WITHDRAWING, Capacity
-from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.messages import OPENING, TERMINAL, WITHDRAWING, Capacity
 
 NAME = "capacity-gate"
 

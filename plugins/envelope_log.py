@@ -25,11 +25,11 @@ from typing import IO, Any
 from twisted.logger import Logger, LogLevel
 from zope.interface import implementer
 
-from rpmiddleware.envelope import Direction, Envelope, isoTimestamp
-from rpmiddleware.interfaces import IChainObserver, IEnvelopePlugin, IPluginServices
-from rpmiddleware.messages import TERMINAL
-from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
-from rpmiddleware.timeline import Timeline
+from rpmiddleware.plugin.base import ChainPlugin, PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin.interfaces import IChainObserver, IEnvelopePlugin, IPluginServices
+from rpmiddleware.protocol.envelope import Direction, Envelope, isoTimestamp
+from rpmiddleware.protocol.messages import TERMINAL
+from rpmiddleware.protocol.timeline import Timeline
 
 NAME = "logging"
 LEVELS = {"debug": LogLevel.debug, "info": LogLevel.info}

@@ -10,7 +10,7 @@ from typing import Any
 from twisted.application import service
 from twisted.python import usage
 
-from rpmiddleware.config import ConfigError, Settings, check, loadSettings
+from rpmiddleware.config.settings import ConfigError, Settings, check, loadSettings
 
 
 class Options(usage.Options):
@@ -78,15 +78,15 @@ def makeService(options: Options, reactor: Any = None) -> service.IService:
         reactor = installed
     import txaio
 
-    from rpmiddleware.collector import freezeWhenRunning
-    from rpmiddleware.service import makeMiddlewareService
+    from rpmiddleware.daemon.service import makeMiddlewareService
+    from rpmiddleware.runtime.collector import freezeWhenRunning
 
     # Autobahn logs through txaio, whose level defaults to everything; its
     # debug chatter (every frame, every option) would drown our own events.
     txaio.set_global_log_level("info")  # type: ignore[attr-defined]
 
     if options["demo"]:
-        from rpmiddleware.demo import giveDemoCharacter, giveDemoPlaybook
+        from rpmiddleware.testing.demo import giveDemoCharacter, giveDemoPlaybook
 
         giveDemoPlaybook(options.settings)
         giveDemoCharacter(options.settings)
@@ -97,7 +97,7 @@ def makeService(options: Options, reactor: Any = None) -> service.IService:
     # Start-up's objects out of the collector's later passes (collector.py).
     freezeWhenRunning(reactor)
     if options["demo"]:
-        from rpmiddleware.demo import DemoService
+        from rpmiddleware.testing.demo import DemoService
 
         demo = DemoService(reactor, middleware, top, mailbox=bool(options.settings.engine.mailbox))
         demo.setServiceParent(top)

@@ -28,7 +28,7 @@ from rpmiddleware.tap import Options, makeService
 #: (numpy, soxr and the module that uses them), the first WebRTC offer
 #: (aiortc), the first action declared (jsonschema) and a remote moderation
 #: service (treq).
-LAZY = ("numpy", "soxr", "rpmiddleware.pcm", "aiortc", "jsonschema", "treq")
+LAZY = ("numpy", "soxr", "rpmiddleware.audio.pcm", "aiortc", "jsonschema", "treq")
 
 
 def report(**fields: Any) -> None:
@@ -43,7 +43,7 @@ def stereoWav(rate: int, seconds: float) -> str:
     """
     A 440 Hz tone as a base64 PCM16 stereo WAV, made without numpy.
     """
-    from rpmiddleware.audio import encodeBase64, pcm16Wav
+    from rpmiddleware.audio.format import encodeBase64, pcm16Wav
 
     samples = array("h")
     for n in range(int(rate * seconds)):
@@ -56,7 +56,7 @@ async def idleThenSpokenTurn(reactor: Any, port: int) -> None:
     # Once the reactor runs (start-up's own calls made), before anything of
     # the test is imported: the simulated RPEngine's modules use numpy.
     report(atStart=loaded())
-    from rpmiddleware.audio import exactLength
+    from rpmiddleware.audio.format import exactLength
     from rpmiddleware.testing.kit import exampleCard
     from rpmiddleware.testing.live import connectClient
     from rpmiddleware.testing.simmailbox import spokenChunks

@@ -12,11 +12,11 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
-from rpmiddleware.api import ReplyCancelled, ReplyFailed, ReplyStream
-from rpmiddleware.cards import InvalidCard, canonicalHash
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IPluginServices, IReplyStream
-from rpmiddleware.middleware import Middleware
+from rpmiddleware.cards.validation import InvalidCard, canonicalHash
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.core.replystream import ReplyCancelled, ReplyFailed, ReplyStream
+from rpmiddleware.plugin.interfaces import IPluginServices, IReplyStream
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import exampleCard, examplePromptContext
 
 

@@ -1,5 +1,5 @@
 """
-Tests for the audio-resample plugin, rpmiddleware.audio and rpmiddleware.pcm.
+Tests for the audio-resample plugin, rpmiddleware.audio.format and rpmiddleware.audio.pcm.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ from hypothesis.extra import numpy as hnp
 from scipy.signal.windows import blackmanharris
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware import pcm
-from rpmiddleware.audio import (
+from rpmiddleware.audio import pcm
+from rpmiddleware.audio.format import (
     AudioError,
     decodeBase64,
     encodeBase64,
     exactLength,
     strictBase64,
 )
+from rpmiddleware.audio.pcm import Pcm16Resampler, StreamResampler, decodePcm, encodePcm, resample
 from rpmiddleware.builtin.audio_resample import (
     PREPARE_DELAY,
     AudioResample,
@@ -32,10 +33,9 @@ from rpmiddleware.builtin.audio_resample import (
     audioResample,
     endsSegment,
 )
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IEnvelopePlugin
-from rpmiddleware.messages import MAX_INPUT_AUDIO_SECONDS
-from rpmiddleware.pcm import Pcm16Resampler, StreamResampler, decodePcm, encodePcm, resample
+from rpmiddleware.plugin.interfaces import IEnvelopePlugin
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.messages import MAX_INPUT_AUDIO_SECONDS
 from rpmiddleware.testing.kit import PluginHarness
 
 

@@ -21,8 +21,8 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
 from bench.wire import WholeFrames, maskedFrame
-from rpmiddleware.framemask import unmask
-from rpmiddleware.websocket import QuietFraming
+from rpmiddleware.web.framemask import unmask
+from rpmiddleware.web.websocket import QuietFraming
 from tests.test_framemask import frame
 from tests.test_framereader import LIMIT, AutobahnRecording, Transport, opened, txaioOnFakeReactor
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.canonical import (
+from rpmiddleware.cards.canonical import (
     _serdeNumber,
     _slowJson,
     canonicalHash,
@@ -26,7 +26,7 @@ from rpmiddleware.canonical import (
     knownPlainJson,
     plainJson,
 )
-from rpmiddleware.cardhasher import CardHasher
+from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.testing.kit import exampleCard
 
 # Expected bytes below were produced by serde_json 1.0.150 (with zmij 1.0.23,

@@ -12,13 +12,13 @@ from zope.interface.verify import verifyObject
 
 from rpmiddleware.builtin.capacity_gate import CapacityGate, buildCapacityGate, capacityGate
 from rpmiddleware.builtin.card_cache import CardCache
-from rpmiddleware.cards import CardHasher, canonicalHash, snapshotTransfer
-from rpmiddleware.config import Settings
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IEnvelopePlugin, IPluginFactory
-from rpmiddleware.middleware import PluginServices
+from rpmiddleware.cards.validation import CardHasher, canonicalHash, snapshotTransfer
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import PluginServices
+from rpmiddleware.plugin.interfaces import IEnvelopePlugin, IPluginFactory
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import REFERENCE_CARD, PluginHarness, exampleCard
-from rpmiddleware.timeline import Timeline
 
 WORK = ("reply.request", "voice.capture.start")
 

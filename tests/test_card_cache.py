@@ -19,21 +19,21 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
 
 from rpmiddleware.builtin.card_cache import CardCache, buildCardCache, cardCache, jsonSize
-from rpmiddleware.canonical import canonicalJson
-from rpmiddleware.cards import CardHasher
-from rpmiddleware.config import Settings
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IEnvelopePlugin, IPluginFactory
-from rpmiddleware.middleware import PluginServices
+from rpmiddleware.cards.canonical import canonicalJson
+from rpmiddleware.cards.validation import CardHasher
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import PluginServices
+from rpmiddleware.plugin.interfaces import IEnvelopePlugin, IPluginFactory
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import HeldHasher, PluginHarness, exampleCard
-from rpmiddleware.timeline import Timeline
 
 
 def independentHash(document: Any) -> str:
     """
     The card hash RPEngine computes (its serde_json canonical form, which
     tests/test_canonical.py holds to serde_json's own output), computed here
-    directly rather than through rpmiddleware.cards and its hasher.  RFC 8785
+    directly rather than through rpmiddleware.cards.validation and its hasher.  RFC 8785
     would not do: these cards hold floats, which RPEngine writes otherwise.
     """
     return hashlib.sha256(canonicalJson(document)).hexdigest()

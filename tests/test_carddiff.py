@@ -1,5 +1,5 @@
 """
-L{rpmiddleware.carddiff}: patches a person would write for a game's small
+L{rpmiddleware.cards.diff}: patches a person would write for a game's small
 edits, bounded in length, applied without copying the whole card.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 import jsonpatch
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.carddiff import OPERATION_LIMIT, applyPatch, diff
+from rpmiddleware.cards.diff import OPERATION_LIMIT, applyPatch, diff
 
 
 def lore(n: int) -> dict[str, Any]:

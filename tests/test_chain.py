@@ -12,16 +12,16 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
-from rpmiddleware.chain import PluginChain
-from rpmiddleware.envelope import Direction, Envelope
-from rpmiddleware.interfaces import (
+from rpmiddleware.core.chain import PluginChain
+from rpmiddleware.plugin.base import ChainPlugin, PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin.interfaces import (
     IChainContext,
     IChainObserver,
     IEngineSessionInfo,
     IEnvelopePlugin,
     IPluginFactory,
 )
-from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
+from rpmiddleware.protocol.envelope import Direction, Envelope
 from rpmiddleware.testing.kit import FakeSession, PluginHarness, captureLogEvents
 
 

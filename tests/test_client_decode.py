@@ -13,10 +13,10 @@ import wave
 import numpy as np
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.audio import pcm16Wav as wavBytes
+from rpmiddleware.audio.format import pcm16Wav as wavBytes
 from rpmiddleware.client.decode import decodeAudio, sniff
-from rpmiddleware.client.errors import AudioDecodeError
 from rpmiddleware.client.tts import base64Bytes
+from rpmiddleware.protocol.clienterrors import AudioDecodeError
 from tests.test_client_helpers import opusBase64, tone, wavBase64
 
 

@@ -20,8 +20,8 @@ from typing import Any
 from twisted.internet.defer import DeferredList, inlineCallbacks
 from twisted.internet.task import deferLater
 
-from rpmiddleware.audio import exactLength
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.audio.format import exactLength
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.memorynet import runOnNetwork
 from rpmiddleware.testing.simmailbox import spokenChunks
 from rpmiddleware.testing.simoptions import defaultReplyText

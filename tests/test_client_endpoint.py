@@ -17,7 +17,7 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
-from rpmiddleware.interfaces import IEnvelopePlugin
+from rpmiddleware.plugin.interfaces import IEnvelopePlugin
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import connectClient
 from rpmiddleware.testing.memorynet import runOnNetwork
@@ -578,7 +578,7 @@ class Upstream:
         self.envelopes: list[Any] = []
 
     def envelopeToEngine(self, envelope: Any, context: Any) -> None:
-        from rpmiddleware.enginerules import checkEnvelope
+        from rpmiddleware.protocol.rules import checkEnvelope
 
         checkEnvelope({**envelope.fields, "messageId": "m", "timestamp": "t"})
         self.envelopes.append(envelope)
@@ -607,10 +607,10 @@ class ConnectionRig:
     def __init__(self, configure: Any = None) -> None:
         from twisted.internet.task import Clock
 
-        from rpmiddleware.cards import CardHasher
-        from rpmiddleware.config import Settings
-        from rpmiddleware.middleware import Middleware, PluginServices
-        from rpmiddleware.timeline import Timeline
+        from rpmiddleware.cards.validation import CardHasher
+        from rpmiddleware.config.settings import Settings
+        from rpmiddleware.core.middleware import Middleware, PluginServices
+        from rpmiddleware.protocol.timeline import Timeline
         from tests.test_client_helpers import clockedEndpoint
 
         self.clock = Clock()
@@ -638,7 +638,7 @@ class ConnectionRig:
         self.clock.advance(0)
 
     def answer(self, requestId: str, type: str, **fields: Any) -> None:
-        from rpmiddleware.envelope import Envelope
+        from rpmiddleware.protocol.envelope import Envelope
 
         self.middleware.router.deliver(Envelope.build(type, "s", requestId=requestId, **fields))
         self.clock.advance(0)

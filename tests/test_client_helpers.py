@@ -22,20 +22,20 @@ from twisted.trial.unittest import SkipTest, TestCase
 from twisted.web.client import Agent
 from zope.interface import implementer
 
-from rpmiddleware.cards import CardHasher
+from rpmiddleware.cards.validation import CardHasher
 from rpmiddleware.client.capacity import CapacityMonitor
 from rpmiddleware.client.endpoint import ClientEndpoint
-from rpmiddleware.client.errors import AudioDecodeError
 from rpmiddleware.client.sessions import SessionStore
 from rpmiddleware.client.settings import ClientSettings
-from rpmiddleware.config import Settings
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.middleware import Middleware, PluginServices
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.protocol.clienterrors import AudioDecodeError
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import TestClient, connectClient, startMiddleware
 from rpmiddleware.testing.memorynet import MemoryNetwork
 from rpmiddleware.testing.simulator import SimulatorOptions, connectSimulator
-from rpmiddleware.timeline import Timeline
 
 #: Messages after which a turn has nothing more to say.
 TURN_ENDS = ("reply-complete", "tts-cancelled")

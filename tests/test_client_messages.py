@@ -10,15 +10,17 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.client import errors, messages
-from rpmiddleware.client.errors import CLIENT_CODES, ENGINE_TO_CLIENT, engineErrorMessage
-from rpmiddleware.client.messages import (
+from rpmiddleware.client import messages
+from rpmiddleware.client.messages import configureChanges, decodeFrame, turnOptions
+from rpmiddleware.protocol import clienterrors as errors
+from rpmiddleware.protocol import clientfields
+from rpmiddleware.protocol.clienterrors import (
+    CLIENT_CODES,
+    ENGINE_TO_CLIENT,
     InvalidMessage,
-    configureChanges,
-    decodeFrame,
-    turnOptions,
+    engineErrorMessage,
 )
-from rpmiddleware.messages import ERROR_CODES
+from rpmiddleware.protocol.messages import ERROR_CODES
 
 
 def frame(value: Any) -> bytes:
@@ -59,27 +61,27 @@ class DecodeFrameTests(SynchronousTestCase):
 class FieldTests(SynchronousTestCase):
     def test_string(self) -> None:
         with self.assertRaises(InvalidMessage) as caught:
-            messages.string({"type": "text"}, "text")
+            clientfields.string({"type": "text"}, "text")
         self.assertEqual(str(caught.exception), "text needs text")
         with self.assertRaises(InvalidMessage) as caught:
-            messages.string({"type": "text", "text": 5}, "text")
+            clientfields.string({"type": "text", "text": 5}, "text")
         self.assertEqual(str(caught.exception), "text.text must be a string, got a number")
         with self.assertRaises(InvalidMessage):
-            messages.string({"type": "text", "text": "   "}, "text")
-        self.assertEqual(messages.string({"type": "text", "text": "hi"}, "text"), "hi")
+            clientfields.string({"type": "text", "text": "   "}, "text")
+        self.assertEqual(clientfields.string({"type": "text", "text": "hi"}, "text"), "hi")
 
     def test_number(self) -> None:
-        self.assertEqual(messages.number({"type": "ping", "timestamp": 1.5}, "timestamp"), 1.5)
+        self.assertEqual(clientfields.number({"type": "ping", "timestamp": 1.5}, "timestamp"), 1.5)
         for bad in (True, "1", None, [1]):
             with self.assertRaises(InvalidMessage):
-                messages.number({"type": "ping", "timestamp": bad}, "timestamp")
+                clientfields.number({"type": "ping", "timestamp": bad}, "timestamp")
 
     def test_identifier(self) -> None:
         message = {"type": "reconnect", "sessionId": "x" * 257}
         with self.assertRaises(InvalidMessage) as caught:
-            messages.identifier(message, "sessionId")
+            clientfields.identifier(message, "sessionId")
         self.assertIn("longer than 256", str(caught.exception))
-        self.assertIsNone(messages.identifier({"type": "character"}, "x", required=False))
+        self.assertIsNone(clientfields.identifier({"type": "character"}, "x", required=False))
 
     def test_attachments(self) -> None:
         parsed = messages.attachments(

@@ -13,10 +13,10 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.client.flow import SendGuard, transportBacklog
-from rpmiddleware.client.messages import InvalidMessage
 from rpmiddleware.client.sessions import ClientConfig, SessionLookupError, SessionStore
 from rpmiddleware.client.settings import ClientSettings, loadDefaultCharacter
-from rpmiddleware.config import ConfigError, Settings, parseSettings
+from rpmiddleware.config.settings import ConfigError, Settings, parseSettings
+from rpmiddleware.protocol.clienterrors import InvalidMessage
 from rpmiddleware.testing.kit import exampleCard
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.cards import CardHasher
+from rpmiddleware.cards.validation import CardHasher
 from rpmiddleware.client.connection import DEPTH_INTERVAL, ClientConnection
 from rpmiddleware.client.status import (
     HISTORY_SECONDS,
@@ -22,12 +22,12 @@ from rpmiddleware.client.status import (
     clientLabel,
     hubFor,
 )
-from rpmiddleware.config import Settings
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware, PluginServices
 from rpmiddleware.engine.session import EngineSession
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.middleware import Middleware, PluginServices
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import exampleCard
-from rpmiddleware.timeline import Timeline
 from tests.test_client_helpers import clockedEndpoint
 from tests.test_engine_session import FakeWriter as EngineWriter
 

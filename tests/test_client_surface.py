@@ -10,13 +10,13 @@ import inspect
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.cards import CardHasher
+from rpmiddleware.cards.validation import CardHasher
 from rpmiddleware.client.connection import ClientConnection
 from rpmiddleware.client.messages import CLIENT_TYPES
 from rpmiddleware.client.surface import ClientSurface
-from rpmiddleware.config import Settings
-from rpmiddleware.middleware import Middleware, PluginServices
-from rpmiddleware.timeline import Timeline
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.protocol.timeline import Timeline
 from tests.test_client_helpers import clockedEndpoint
 from tests.test_client_status import FakeClientWriter
 

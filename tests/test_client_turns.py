@@ -23,12 +23,12 @@ import numpy as np
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.api import ReplyStream
-from rpmiddleware.audio import exactLength
-from rpmiddleware.client.errors import ENGINE_TO_CLIENT
+from rpmiddleware.audio.format import exactLength
 from rpmiddleware.client.tts import SpeechOutput
 from rpmiddleware.client.turns import AUDIO, TEXT, VOICE, Turn
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.core.replystream import ReplyStream
+from rpmiddleware.protocol.clienterrors import ENGINE_TO_CLIENT
+from rpmiddleware.protocol.envelope import Envelope
 
 REQUEST = "r1"
 REPLY = "Well met, traveller. The road north is closed! Take the ferry instead."

@@ -1,5 +1,5 @@
 """
-Client messages that belong to plugins (rpmiddleware.clientext): a plugin
+Client messages that belong to plugins (rpmiddleware.plugin.clientext): a plugin
 names its types, the endpoint accepts them while it is in the chain and
 hands them over through the chain, and the plugin's answers reach the
 connection of the client that asked.
@@ -13,15 +13,15 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
-from rpmiddleware.cards import CardHasher
-from rpmiddleware.client.extensions import ExtensionBridge
-from rpmiddleware.clientext import clientMessage, toClient
-from rpmiddleware.config import Settings
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
-from rpmiddleware.middleware import Middleware, PluginServices
-from rpmiddleware.plugin import ChainPlugin
-from rpmiddleware.timeline import Timeline
+from rpmiddleware.cards.validation import CardHasher
+from rpmiddleware.client.clientext import ExtensionBridge
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.plugin.base import ChainPlugin
+from rpmiddleware.plugin.clientext import clientMessage, toClient
+from rpmiddleware.plugin.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.timeline import Timeline
 from tests.test_client_helpers import clockedEndpoint
 from tests.test_client_status import OpenConnections
 

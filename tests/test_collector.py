@@ -1,6 +1,6 @@
 """
 Start-up's objects frozen out of the garbage collector's passes
-(rpmiddleware.collector).
+(rpmiddleware.runtime.collector).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware import collector
-from rpmiddleware.collector import freezeStartup, freezeWhenRunning, importFrozen
+from rpmiddleware.runtime import collector
+from rpmiddleware.runtime.collector import freezeStartup, freezeWhenRunning, importFrozen
 
 
 class Reactor:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.config import (
+from rpmiddleware.config.settings import (
     ALTERNATE_PRODUCTION_ORIGIN,
     DEVELOPMENT_ORIGIN,
     PRODUCTION_ORIGIN,

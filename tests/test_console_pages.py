@@ -13,7 +13,7 @@ from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from twisted.web.test.requesthelper import DummyRequest
 
-from rpmiddleware.config import Settings
+from rpmiddleware.config.settings import Settings
 from rpmiddleware.console.pages import (
     FILES,
     INDEX,
@@ -24,7 +24,7 @@ from rpmiddleware.console.pages import (
 )
 from rpmiddleware.testing.live import connectClient, startMiddleware
 from rpmiddleware.testing.memorynet import MemoryNetwork, runOnNetwork
-from rpmiddleware.websocket import listenerOrigins
+from rpmiddleware.web.websocket import listenerOrigins
 
 
 class HostTests(SynchronousTestCase):

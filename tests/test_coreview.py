@@ -1,5 +1,5 @@
 """
-The core's view (L{rpmiddleware.coreview.CoreView}) as the middleware
+The core's view (L{rpmiddleware.core.view.CoreView}) as the middleware
 provides it, the one reader of C{capacity.update}, and an outer layer (the
 capacity monitor) driven by a fake view of a test's own.
 """
@@ -14,13 +14,13 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import Interface, implementer
 
 from rpmiddleware.client.capacity import CapacityMonitor
-from rpmiddleware.config import Settings
-from rpmiddleware.coreview import CoreView, EngineSessionView, WaitingWork
-from rpmiddleware.envelope import Direction, Envelope
-from rpmiddleware.interfaces import IChainContext, IHeldWork
-from rpmiddleware.messages import Capacity
-from rpmiddleware.middleware import Middleware
-from rpmiddleware.plugin import ChainPlugin
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.core.view import CoreView, EngineSessionView, WaitingWork
+from rpmiddleware.plugin.base import ChainPlugin
+from rpmiddleware.plugin.interfaces import IChainContext, IHeldWork
+from rpmiddleware.protocol.envelope import Direction, Envelope
+from rpmiddleware.protocol.messages import Capacity
 from rpmiddleware.testing.kit import exampleCard
 from tests.test_engine_session import FakeWriter
 

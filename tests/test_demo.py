@@ -11,9 +11,9 @@ from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from rpmiddleware.config import Settings
-from rpmiddleware.demo import DEMO_CHARACTER, DemoService, giveDemoCharacter
+from rpmiddleware.config.settings import Settings
 from rpmiddleware.tap import Options, makeService
+from rpmiddleware.testing.demo import DEMO_CHARACTER, DemoService, giveDemoCharacter
 from rpmiddleware.testing.kit import captureLogEvents, exampleCard
 from rpmiddleware.testing.live import connectClient
 

@@ -12,8 +12,8 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 import twisted.plugins
-from rpmiddleware.config import ConfigError, parseSettings
-from rpmiddleware.discovery import (
+from rpmiddleware.config.settings import ConfigError, parseSettings
+from rpmiddleware.core.discovery import (
     PluginRegistry,
     buildChain,
     chainOrder,
@@ -21,14 +21,14 @@ from rpmiddleware.discovery import (
     discoverPlugins,
     logChain,
 )
-from rpmiddleware.plugin import PluginFactory
+from rpmiddleware.plugin.base import PluginFactory
 from rpmiddleware.testing.kit import captureLogEvents
 from tests.test_chain import Recorder
 
 GOOD_DROPIN = """
 from zope.interface import implementer
-from rpmiddleware.interfaces import IEnvelopePlugin
-from rpmiddleware.plugin import ChainPlugin, PluginFactory
+from rpmiddleware.plugin.interfaces import IEnvelopePlugin
+from rpmiddleware.plugin.base import ChainPlugin, PluginFactory
 
 
 @implementer(IEnvelopePlugin)
@@ -105,7 +105,7 @@ class DropinTests(SynchronousTestCase):
         """
         from twisted.internet.task import Clock
 
-        from rpmiddleware.middleware import Middleware
+        from rpmiddleware.core.middleware import Middleware
 
         events = captureLogEvents(self)
         settings = parseSettings(
@@ -211,7 +211,7 @@ class OrderTests(SynchronousTestCase):
         from twisted.internet.task import Clock
 
         import rpmiddleware.builtin as plugins
-        from rpmiddleware.middleware import Middleware
+        from rpmiddleware.core.middleware import Middleware
 
         middleware = Middleware.fromSettings(Clock(), parseSettings({}))
         expected = sorted(plugins.DEFAULT_CHAIN, key=plugins.DEFAULT_CHAIN.__getitem__)

@@ -14,10 +14,10 @@ from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from rpmiddleware.client.protocol import ClientProtocol
-from rpmiddleware.config import Settings
-from rpmiddleware.engine.protocol import EngineProtocol
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.client.websocket import ClientProtocol
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.engine.websocket import EngineProtocol
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import captureLogEvents
 from rpmiddleware.testing.live import connectClient, startMiddleware
 from tests.test_client_helpers import sendCapacityAndWait

@@ -10,11 +10,11 @@ from typing import Any
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.api import ReplyCancelled, ReplyFailed
-from rpmiddleware.config import Settings
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.core.replystream import ReplyCancelled, ReplyFailed
 from rpmiddleware.engine.session import CLOSE_SUPERSEDED, EngineSession
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.middleware import Middleware
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import captureLogEvents, exampleCard
 from tests.test_chain import Recorder
 from tests.test_engine_session import FakeWriter
@@ -303,7 +303,7 @@ class RefusalTests(SynchronousTestCase):
         Each envelope that leaves the chain toward RPEngine is checked once,
         at the engine link; the session only stamps and sizes it.
         """
-        from rpmiddleware import enginerules
+        from rpmiddleware.protocol import rules as enginerules
 
         checked: list[str] = []
         check = enginerules.checkEnvelope

@@ -18,9 +18,9 @@ from rpmiddleware.engine.session import (
     SessionOptions,
     decodeText,
 )
-from rpmiddleware.envelope import PROTOCOL, Envelope
-from rpmiddleware.interfaces import IEngineSessionInfo
-from rpmiddleware.messages import ProtocolViolation
+from rpmiddleware.plugin.interfaces import IEngineSessionInfo
+from rpmiddleware.protocol.envelope import PROTOCOL, Envelope
+from rpmiddleware.protocol.messages import ProtocolViolation
 from rpmiddleware.testing.kit import captureLogEvents
 
 
@@ -373,7 +373,7 @@ class RPEngineAnswerTests(SynchronousTestCase):
         is checked once, by the engine link: test_engine_link's
         RefusalTests).
         """
-        from rpmiddleware.enginerules import MAX_MESSAGE_BYTES, EngineRefusal
+        from rpmiddleware.protocol.rules import MAX_MESSAGE_BYTES, EngineRefusal
 
         h = SessionHarness()
         h.hello()

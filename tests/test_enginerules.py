@@ -12,9 +12,9 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.cards import InvalidCard, validateCard
-from rpmiddleware.enginerules import EngineRefusal, checkEnvelope
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.cards.validation import InvalidCard, validateCard
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.rules import EngineRefusal, checkEnvelope
 from rpmiddleware.testing.kit import exampleCard, examplePromptContext, exampleResponseRule
 
 RULE = exampleResponseRule()

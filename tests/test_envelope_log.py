@@ -23,12 +23,12 @@ from rpmiddleware.builtin.envelope_log import (
     envelopeLog,
     isSecretName,
 )
-from rpmiddleware.envelope import Direction, Envelope
-from rpmiddleware.interfaces import IChainObserver, IEnvelopePlugin
-from rpmiddleware.messages import MESSAGES
-from rpmiddleware.plugin import ChainPlugin
+from rpmiddleware.plugin.base import ChainPlugin
+from rpmiddleware.plugin.interfaces import IChainObserver, IEnvelopePlugin
+from rpmiddleware.protocol.envelope import Direction, Envelope
+from rpmiddleware.protocol.messages import MESSAGES
+from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import PluginHarness, exampleCard
-from rpmiddleware.timeline import Timeline
 
 FIELDS = (
     "direction",

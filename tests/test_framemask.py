@@ -1,5 +1,5 @@
 """
-Unmasking client frames (rpmiddleware.framemask) and the guarded protocol's
+Unmasking client frames (rpmiddleware.web.framemask) and the guarded protocol's
 use of it: the payload RFC 6455 5.3 defines, whether a frame comes in one
 read or byte by byte, small or large.
 """
@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.framemask import SMALL_PAYLOAD, IntegerUnmasker, unmask, unmasker
-from rpmiddleware.websocket import GuardedServerFactory, GuardedServerProtocol
+from rpmiddleware.web.framemask import SMALL_PAYLOAD, IntegerUnmasker, unmask, unmasker
+from rpmiddleware.web.websocket import GuardedServerFactory, GuardedServerProtocol
 
 
 def masked(payload: bytes, key: bytes) -> bytes:

@@ -1,6 +1,6 @@
 """
 The guarded protocol's own reading of whole ordinary frames
-(rpmiddleware.framereader) against Autobahn's machine: for any stream of
+(rpmiddleware.web.framereader) against Autobahn's machine: for any stream of
 frames, ordinary or not, cut into reads anywhere, the same messages in the
 same order, the same bytes written back (pongs, closes), the same state and
 the same traffic counts.
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.websocket import GuardedServerFactory, GuardedServerProtocol, QuietFraming
+from rpmiddleware.web.websocket import GuardedServerFactory, GuardedServerProtocol, QuietFraming
 from tests.test_framemask import UPGRADE, frame
 
 #: The limit the factories here set, small enough that frames over it are cheap.

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -167,24 +167,77 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     return found
 
 
-#: The outer layers: the client endpoint, the console and /metrics.  They see
-#: the core through L{rpmiddleware.coreview.CoreView} alone.
-OUTER_LAYERS = ("rpmiddleware.client", "rpmiddleware.console", "rpmiddleware.metrics")
+#: rpmiddleware's packages from the bottom up, as docs/architecture.md draws
+#: them: a module imports modules of its own package, or of a package in a
+#: lower layer, never one beside or above it.  The finder the package
+#: installs in a checkout and the package's face (C{rpmiddleware}, its
+#: version) are the bottom; C{tap}, twistd's entry point, is the top.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("rpmiddleware.sourcelayout",),
+    ("rpmiddleware",),
+    ("rpmiddleware.runtime",),
+    ("rpmiddleware.cards", "rpmiddleware.audio", "rpmiddleware.web"),
+    ("rpmiddleware.protocol",),
+    ("rpmiddleware.config",),
+    ("rpmiddleware.plugin",),
+    ("rpmiddleware.builtin",),
+    ("rpmiddleware.engine",),
+    ("rpmiddleware.core",),
+    ("rpmiddleware.webrtc",),
+    ("rpmiddleware.client",),
+    ("rpmiddleware.console",),
+    ("rpmiddleware.daemon",),
+    ("rpmiddleware.testing",),
+    ("rpmiddleware.tap",),
+)
+
+#: The outer layers: the client endpoint, WebRTC, the console and /metrics.
+#: They see the core through L{rpmiddleware.core.view.CoreView} alone.
+OUTER_LAYERS = ("rpmiddleware.client", "rpmiddleware.webrtc", "rpmiddleware.console")
+#: The core's modules the outer layers may import: the view itself, and the
+#: reply stream that the view's Python API hands back.
+VIEW = ("rpmiddleware.core.view", "rpmiddleware.core.replystream")
 #: The concrete core (and what assembles it, and the plugins): what the view
 #: stands in front of.
 CONCRETE_CORE = (
-    "rpmiddleware.middleware",
-    "rpmiddleware.chain",
+    "rpmiddleware.core",
     "rpmiddleware.engine",
-    "rpmiddleware.router",
-    "rpmiddleware.timeline",
-    "rpmiddleware.enginequeue",
-    "rpmiddleware.inorder",
-    "rpmiddleware.discovery",
-    "rpmiddleware.service",
-    "rpmiddleware.tap",
     "rpmiddleware.builtin",
+    "rpmiddleware.daemon",
+    "rpmiddleware.testing",
+    "rpmiddleware.tap",
 )
+
+
+def packageOf(name: str) -> str:
+    """
+    The package of L{LAYERS} that module C{name} belongs to.
+    """
+    found = [p for layer in LAYERS for p in layer if within(name, (p,)) and p != "rpmiddleware"]
+    return max(found, key=len) if found else "rpmiddleware"
+
+
+def layerOf(name: str) -> int:
+    package = packageOf(name)
+    return next(i for i, layer in enumerate(LAYERS) if package in layer)
+
+
+def upwardImports(modules: Iterable[str], graph: dict[str, dict[str, int]]) -> list[str]:
+    """
+    Every import of a module in another package of the same layer or a
+    higher one, described with its line.
+    """
+    found = []
+    for module in sorted(modules):
+        for target, line in sorted(graph.get(module, {}).items()):
+            if packageOf(target) == packageOf(module):
+                continue
+            if layerOf(target) >= layerOf(module):
+                found.append(
+                    f"{module} (line {line}) imports {target}: "
+                    f"{packageOf(module)} may not import {packageOf(target)}"
+                )
+    return found
 
 
 def within(name: str, packages: tuple[str, ...]) -> bool:
@@ -205,7 +258,7 @@ def reachesCore(graph: dict[str, dict[str, int]], start: str) -> list[str] | Non
                 if target in paths:
                     continue
                 paths[target] = paths[module] + [target]
-                if within(target, CONCRETE_CORE):
+                if within(target, CONCRETE_CORE) and target not in VIEW:
                     return paths[target]
                 following.append(target)
         frontier = following
@@ -307,30 +360,69 @@ class ImportGraphTests(SynchronousTestCase):
         The client endpoint, the console and C{/metrics} import no module of
         the concrete core (the middleware, chain, engine link and sessions,
         router, timeline, engine queue, the plugins), directly or through
-        other modules: they are given a L{rpmiddleware.coreview.CoreView},
+        other modules: they are given a L{rpmiddleware.core.view.CoreView},
         which imports none of them either.
         """
         modules, graph = importGraph()
         outer = sorted(m for m in modules if within(m, OUTER_LAYERS))
         self.assertIn("rpmiddleware.client.status", outer)
-        self.assertIn("rpmiddleware.metrics", outer)
+        self.assertIn("rpmiddleware.console.metrics", outer)
+        self.assertIn("rpmiddleware.webrtc.voice", outer)
         found = [
             " -> ".join(path)
-            for start in [*outer, "rpmiddleware.coreview"]
+            for start in [*outer, *VIEW]
             if (path := reachesCore(graph, start)) is not None
         ]
         self.assertEqual(found, [], "\n".join(found))
 
     def test_reachesCore(self) -> None:
         graph = {
-            "rpmiddleware.client.a": {"rpmiddleware.api": 1},
-            "rpmiddleware.api": {"rpmiddleware.engine.link": 3},
+            "rpmiddleware.client.a": {"rpmiddleware.core.replystream": 1},
+            "rpmiddleware.core.replystream": {"rpmiddleware.engine.link": 3},
             "rpmiddleware.engine.link": {},
         }
         self.assertEqual(
             reachesCore(graph, "rpmiddleware.client.a"),
-            ["rpmiddleware.client.a", "rpmiddleware.api", "rpmiddleware.engine.link"],
+            ["rpmiddleware.client.a", "rpmiddleware.core.replystream", "rpmiddleware.engine.link"],
         )
         self.assertIsNone(
-            reachesCore({"rpmiddleware.client.a": {"rpmiddleware.api": 1}}, "rpmiddleware.client.a")
+            reachesCore(
+                {"rpmiddleware.client.a": {"rpmiddleware.core.replystream": 1}},
+                "rpmiddleware.client.a",
+            )
+        )
+
+    def test_layersByPackage(self) -> None:
+        """
+        Every import points down: no module imports one of a package beside
+        or above its own in L{LAYERS}, and every module is in one of them.
+        """
+        modules, graph = importGraph()
+        self.assertEqual(
+            [m for m in modules if packageOf(m) == "rpmiddleware" and m != "rpmiddleware"],
+            [],
+            "modules in no package of LAYERS",
+        )
+        found = upwardImports(modules, graph)
+        self.assertEqual(found, [], "\n".join(found))
+
+    def test_upwardImportsFound(self) -> None:
+        """
+        The layer check names an import that points up or sideways, and lets
+        one inside a package or down pass.
+        """
+        graph = {
+            "rpmiddleware.protocol.messages": {"rpmiddleware.cards.validation": 3},
+            "rpmiddleware.core.chain": {"rpmiddleware.core.router": 4},
+            "rpmiddleware.cards.diff": {"rpmiddleware.audio.format": 5},
+            "rpmiddleware.engine.link": {"rpmiddleware.core.middleware": 7},
+        }
+        self.assertEqual(
+            upwardImports(graph, graph),
+            [
+                "rpmiddleware.cards.diff (line 5) imports rpmiddleware.audio.format: "
+                "rpmiddleware.cards may not import rpmiddleware.audio",
+                "rpmiddleware.engine.link (line 7) imports rpmiddleware.core.middleware: "
+                "rpmiddleware.engine may not import rpmiddleware.core",
+            ],
         )

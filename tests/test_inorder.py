@@ -1,5 +1,5 @@
 """
-L{rpmiddleware.inorder}: the game's envelopes reach the chain in the order
+L{rpmiddleware.core.inorder}: the game's envelopes reach the chain in the order
 it gave them, whenever each becomes ready.
 """
 
@@ -12,15 +12,15 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
-from rpmiddleware.api import ReplyCancelled
-from rpmiddleware.config import Settings
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.inorder import InOrder
-from rpmiddleware.interfaces import IEnvelopePlugin
-from rpmiddleware.middleware import Middleware, PluginServices
-from rpmiddleware.plugin import ChainPlugin
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.inorder import InOrder
+from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.core.replystream import ReplyCancelled
+from rpmiddleware.plugin.base import ChainPlugin
+from rpmiddleware.plugin.interfaces import IEnvelopePlugin
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import HeldHasher, exampleCard
-from rpmiddleware.timeline import Timeline
 
 
 def envelope(requestId: str) -> Envelope:

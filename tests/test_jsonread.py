@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.client.messages import InvalidMessage, decodeFrame
-from rpmiddleware.envelope import loadJson, loadJsonStdlib, loadJsonUtf8
+from rpmiddleware.client.messages import decodeFrame
+from rpmiddleware.protocol.clienterrors import InvalidMessage
+from rpmiddleware.protocol.envelope import loadJson, loadJsonStdlib, loadJsonUtf8
 
 
 def typed(value: Any) -> Any:

@@ -19,13 +19,13 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.api import ReplyStream
-from rpmiddleware.config import Settings
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.core.replystream import ReplyStream
 from rpmiddleware.engine.mailbox.audioslots import parseWav, silentSlot
 from rpmiddleware.engine.mailbox.files import FROM_ENGINE, TO_ENGINE, writeAtomic
 from rpmiddleware.engine.mailbox.service import MailboxOptions, MailboxService
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.middleware import Middleware
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import captureLogEvents, exampleCard
 from rpmiddleware.testing.simengine import SimulatedEngine
 from rpmiddleware.testing.simmailbox import MailboxTransport, spokenChunks

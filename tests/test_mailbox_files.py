@@ -31,7 +31,7 @@ from rpmiddleware.engine.mailbox.audioslots import (
     silentSlot,
     slotNameOf,
 )
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.protocol.envelope import Envelope
 
 
 class FolderCase(SynchronousTestCase):

@@ -16,10 +16,10 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from rpmiddleware.config import ConfigError, parseSettings
-from rpmiddleware.demo import DemoService
+from rpmiddleware.config.settings import ConfigError, parseSettings
 from rpmiddleware.engine.mailbox.service import MailboxService
 from rpmiddleware.tap import Options, makeService
+from rpmiddleware.testing.demo import DemoService
 from rpmiddleware.testing.kit import captureLogEvents
 from rpmiddleware.testing.live import connectClient
 

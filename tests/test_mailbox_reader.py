@@ -13,12 +13,12 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.api import ReplyStream
-from rpmiddleware.client.errors import LLM_ERROR, LLM_TIMEOUT, engineErrorMessage
 from rpmiddleware.client.turns import Turn
+from rpmiddleware.console.metrics import MiddlewareMetrics
+from rpmiddleware.core.replystream import ReplyStream
 from rpmiddleware.engine.mailbox.files import TO_ENGINE
 from rpmiddleware.engine.mailbox.watch import PROBE_PREFIX
-from rpmiddleware.metrics import MiddlewareMetrics
+from rpmiddleware.protocol.clienterrors import LLM_ERROR, LLM_TIMEOUT, engineErrorMessage
 from rpmiddleware.testing.kit import captureLogEvents
 from tests.test_client_turns import Recorder
 from tests.test_mailbox_endpoint import Rig, ending, transportOf

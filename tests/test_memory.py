@@ -31,10 +31,12 @@ from rpmiddleware.builtin.memory.conversation import (
 from rpmiddleware.builtin.memory.lorebook import EntryReader, activate, bookOf, entryFrom
 from rpmiddleware.builtin.memory.planner import Limits, labels, lineOf, plan
 from rpmiddleware.builtin.memory.store import CHECKPOINT_EVERY, MemoryStore, StoreError
-from rpmiddleware.cardhasher import CardHasher
-from rpmiddleware.clientext import FROM_CLIENT, TO_CLIENT, fromClient
-from rpmiddleware.config import Settings
-from rpmiddleware.engineprompt import (
+from rpmiddleware.cards.hasher import CardHasher
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import PluginServices
+from rpmiddleware.plugin.clientext import FROM_CLIENT, TO_CLIENT, fromClient
+from rpmiddleware.plugin.interfaces import IClientExtension, IEnvelopePlugin, IPluginFactory
+from rpmiddleware.protocol.prompt import (
     PromptTooLarge,
     assemble,
     exampleMessages,
@@ -42,10 +44,8 @@ from rpmiddleware.engineprompt import (
     renderMacros,
     speakerKey,
 )
-from rpmiddleware.interfaces import IClientExtension, IEnvelopePlugin, IPluginFactory
-from rpmiddleware.middleware import PluginServices
+from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import PluginHarness, exampleCard
-from rpmiddleware.timeline import Timeline
 
 KEY = Key("game", "mira", "save-1")
 

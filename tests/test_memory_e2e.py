@@ -1,6 +1,6 @@
 """
 The memory plugin against the simulated RPEngine, which assembles every
-prompt as RPEngine's core does (rpmiddleware.engineprompt after prompt.rs):
+prompt as RPEngine's core does (rpmiddleware.protocol.prompt after prompt.rs):
 what each model invocation holds, across turns, restarts, summaries and
 barge-in.  No sockets and no real time: an in-memory link on a Clock.
 """
@@ -14,14 +14,14 @@ from typing import Any
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.api import ReplyStream
 from rpmiddleware.builtin.memory import IConversationMemory, Memory
 from rpmiddleware.builtin.memory.summarizer import SUMMARIZER_ID
 from rpmiddleware.client.status import promptSummary
-from rpmiddleware.config import Settings
-from rpmiddleware.engineprompt import AssembledPrompt
-from rpmiddleware.metrics import MiddlewareMetrics
-from rpmiddleware.middleware import Middleware
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.console.metrics import MiddlewareMetrics
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.core.replystream import ReplyStream
+from rpmiddleware.protocol.prompt import AssembledPrompt
 from rpmiddleware.testing.inmemory import InMemoryEngine, connectInMemory
 from rpmiddleware.testing.kit import exampleCard, examplePromptContext
 from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText

@@ -8,8 +8,14 @@ from datetime import datetime
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.envelope import PROTOCOL, Direction, Envelope, isoTimestamp
-from rpmiddleware.messages import MESSAGES, ProtocolViolation, ackReference, textOfDelta, validate
+from rpmiddleware.protocol.envelope import PROTOCOL, Direction, Envelope, isoTimestamp
+from rpmiddleware.protocol.messages import (
+    MESSAGES,
+    ProtocolViolation,
+    ackReference,
+    textOfDelta,
+    validate,
+)
 
 
 def engineEnvelope(type: str, sessionId: str | None = "s1", **fields: object) -> dict:

@@ -13,14 +13,14 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.test.requesthelper import DummyRequest
 
-from rpmiddleware.cards import CardHasher
-from rpmiddleware.config import Settings
+from rpmiddleware.cards.validation import CardHasher
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.console.metrics import MetricsResource, MiddlewareMetrics, transferBytes
+from rpmiddleware.core.middleware import Middleware, PluginServices
 from rpmiddleware.engine.session import EngineSession
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.metrics import MetricsResource, MiddlewareMetrics, transferBytes
-from rpmiddleware.middleware import Middleware, PluginServices
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import exampleCard
-from rpmiddleware.timeline import Timeline
 from tests.test_engine_session import FakeWriter
 
 
@@ -249,7 +249,7 @@ class ResampleTests(SynchronousTestCase):
         Each conversion's time, read on the reactor's clock, is observed:
         here each chunk's decoding takes 10 ms of the Clock.
         """
-        from rpmiddleware import pcm as pcmlib
+        from rpmiddleware.audio import pcm as pcmlib
 
         rig = Rig()
         rig.connect()

@@ -25,8 +25,8 @@ from rpmiddleware.builtin.moderation import (
     masked,
     moderation,
 )
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IEnvelopePlugin
+from rpmiddleware.plugin.interfaces import IEnvelopePlugin
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import REFERENCE_CARD, PluginHarness
 
 

@@ -20,14 +20,14 @@ from rpmiddleware.builtin.playbook import wire as pw
 from rpmiddleware.builtin.playbook.clientmessages import OWN
 from rpmiddleware.builtin.playbook.parser import parsePlaybook, parseText
 from rpmiddleware.builtin.playbook.tools import FunctionTool, ToolCall, ToolSet, discoverTools
-from rpmiddleware.cards import CardHasher
-from rpmiddleware.clientext import turnFailed
-from rpmiddleware.config import Settings
-from rpmiddleware.enginerules import checkEnvelope, checkPromptContext
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.middleware import PluginServices
+from rpmiddleware.cards.validation import CardHasher
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import PluginServices
+from rpmiddleware.plugin.clientext import turnFailed
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.rules import checkEnvelope, checkPromptContext
+from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import REFERENCE_CARD, PluginHarness
-from rpmiddleware.timeline import Timeline
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "quest-giver.toml"
 _HEAD = {"protocol", "protocolVersion", "messageId", "timestamp", "sessionId"}

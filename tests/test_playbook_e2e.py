@@ -20,14 +20,14 @@ from twisted.trial.unittest import TestCase
 from rpmiddleware.builtin.playbook import PlaybookPlugin
 from rpmiddleware.builtin.playbook.parser import loadPlaybookFile
 from rpmiddleware.builtin.playbook.tools import FunctionTool
-from rpmiddleware.cards import CardHasher
+from rpmiddleware.cards.validation import CardHasher
 from rpmiddleware.client.settings import ClientSettings
-from rpmiddleware.config import Settings
-from rpmiddleware.middleware import Middleware, PluginServices
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.live import TestClient
 from rpmiddleware.testing.memorynet import runOnNetwork
 from rpmiddleware.testing.simoptions import defaultReplyText
-from rpmiddleware.timeline import Timeline
 from tests.test_client_helpers import MemoryClientCase, buildChain, requestsOf, types
 from tests.test_demo import startFastDemo
 

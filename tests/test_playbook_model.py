@@ -17,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from rpmiddleware.builtin.playbook.model import Matcher, PlaybookError, Rule
 from rpmiddleware.builtin.playbook.parser import loadPlaybookFile, parsePlaybook, parseText
 from rpmiddleware.builtin.playbook.tools import FunctionTool
-from rpmiddleware.enginerules import INTERACTION_MODES, checkPromptContext
+from rpmiddleware.protocol.rules import INTERACTION_MODES, checkPromptContext
 
 TOP = Path(__file__).resolve().parent.parent
 EXAMPLE = TOP / "docs" / "examples" / "quest-giver.toml"

@@ -14,14 +14,14 @@ from twisted.trial.unittest import SynchronousTestCase
 from rpmiddleware.builtin.playbook import PlaybookPlugin
 from rpmiddleware.builtin.playbook.parser import parsePlaybook
 from rpmiddleware.builtin.playbook.wire import PREFIX
-from rpmiddleware.cards import CardHasher
+from rpmiddleware.cards.validation import CardHasher
+from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.client.connection import ClientConnection
-from rpmiddleware.client.extensions import ExtensionBridge
-from rpmiddleware.config import Settings
-from rpmiddleware.envelope import Direction, Envelope
-from rpmiddleware.middleware import Middleware, PluginServices
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.protocol.envelope import Direction, Envelope
+from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import exampleCard
-from rpmiddleware.timeline import Timeline
 from tests.test_client_helpers import clockedEndpoint
 from tests.test_client_status import FakeClientWriter, OpenConnections
 

@@ -16,13 +16,15 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
-from rpmiddleware.cards import CardHasher
+from rpmiddleware.cards.validation import CardHasher
 from rpmiddleware.client.connection import ClientConnection
 from rpmiddleware.client.status import attachHub
-from rpmiddleware.config import ConfigError, Settings, parseSettings
-from rpmiddleware.discovery import PluginRegistry, buildChain, describeChain, importFactory
-from rpmiddleware.envelope import Direction, Envelope
-from rpmiddleware.interfaces import (
+from rpmiddleware.config.settings import ConfigError, Settings, parseSettings
+from rpmiddleware.console.metrics import MiddlewareMetrics
+from rpmiddleware.core.discovery import PluginRegistry, buildChain, describeChain, importFactory
+from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.plugin.base import ChainPlugin, PluginFactory, PluginNameError
+from rpmiddleware.plugin.interfaces import (
     IChainContext,
     IEnvelopePlugin,
     IHeldWork,
@@ -30,16 +32,14 @@ from rpmiddleware.interfaces import (
     IPluginServices,
     ITimingSource,
 )
-from rpmiddleware.metrics import MiddlewareMetrics
-from rpmiddleware.middleware import Middleware, PluginServices
-from rpmiddleware.plugin import ChainPlugin, PluginFactory, PluginNameError
+from rpmiddleware.protocol.envelope import Direction, Envelope
+from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import (
     EngineWouldRefuse,
     PluginHarness,
     captureLogEvents,
     pluginServices,
 )
-from rpmiddleware.timeline import Timeline
 from tests.test_client_helpers import clockedEndpoint
 from tests.test_client_status import FakeClientWriter
 

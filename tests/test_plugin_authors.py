@@ -25,11 +25,11 @@ from twisted.trial.runner import TestLoader
 from twisted.trial.unittest import SynchronousTestCase
 
 import twisted.plugins
-from rpmiddleware.client.extensions import ExtensionBridge
+from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.client.status import attachHub, clientLabel
-from rpmiddleware.config import ConfigError, loadSettings, parseSettings
-from rpmiddleware.discovery import buildChain, discoverPlugins
-from rpmiddleware.middleware import Middleware
+from rpmiddleware.config.settings import ConfigError, loadSettings, parseSettings
+from rpmiddleware.core.discovery import buildChain, discoverPlugins
+from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.testing.inmemory import connectInMemory
 from rpmiddleware.testing.kit import captureLogEvents, exampleCard, pluginServices
 from tests.test_client_helpers import clockedEndpoint

@@ -16,15 +16,15 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
-from rpmiddleware.client.extensions import ExtensionBridge
+from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.client.status import attachHub, clientLabel
-from rpmiddleware.clientext import isPluginField, pluginFields
-from rpmiddleware.config import Settings
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.engine.session import EngineSession
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IChainContext, IEnvelopePlugin
-from rpmiddleware.middleware import Middleware
-from rpmiddleware.plugin import ChainPlugin
+from rpmiddleware.plugin.base import ChainPlugin
+from rpmiddleware.plugin.clientext import isPluginField, pluginFields
+from rpmiddleware.plugin.interfaces import IChainContext, IEnvelopePlugin
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import captureLogEvents, exampleCard, pluginServices
 from tests.test_client_helpers import clockedEndpoint
 from tests.test_client_status import FakeClientWriter, OpenConnections
@@ -234,5 +234,5 @@ class HarnessTests(SynchronousTestCase):
             with self.assertRaises(TypeError) as caught:
                 PluginHarness(given)  # type: ignore[arg-type]
             self.assertIn("NotAPlugin", str(caught.exception))
-            self.assertIn("subclass rpmiddleware.plugin.ChainPlugin", str(caught.exception))
+            self.assertIn("subclass rpmiddleware.plugin.base.ChainPlugin", str(caught.exception))
         self.assertEqual(PluginHarness(Undeclared()).chain.names, ["undeclared"])

@@ -1,7 +1,7 @@
 """
 Property tests for card identity and card transfers: the canonical hash
 ignores key order and whitespace, L{CardHasher} agrees with it for owned
-and unowned documents, L{rpmiddleware.carddiff} patches round-trip, and
+and unowned documents, L{rpmiddleware.cards.diff} patches round-trip, and
 over a whole session of small edits every transfer card-cache chooses is one
 RPEngine's own cache accepts with the right hash.
 """
@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.builtin.card_cache import CardCache, jsonSize, smallerPatch
-from rpmiddleware.carddiff import applyPatch, diff
-from rpmiddleware.cards import CanonicalCard, CardHasher, canonicalHash, snapshotTransfer
+from rpmiddleware.cards.diff import applyPatch, diff
+from rpmiddleware.cards.validation import CanonicalCard, CardHasher, canonicalHash, snapshotTransfer
+from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.cardstore import SessionCardStore, simulatorHash
 from rpmiddleware.testing.kit import PluginHarness, exampleCard
-from rpmiddleware.timeline import Timeline
 
 #: I-JSON numbers: RFC 8785 refuses integers beyond 2**53.
 _scalars = (

@@ -22,17 +22,18 @@ from rpmiddleware.client.messages import (
     CONFIGURE_KEYS,
     MODALITY_CHOICES,
     OUTPUT_KEYS,
-    InvalidMessage,
     configureChanges,
     decodeFrame,
 )
 from rpmiddleware.client.settings import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
-from rpmiddleware.enginerules import (
+from rpmiddleware.protocol import clientfields
+from rpmiddleware.protocol.clienterrors import InvalidMessage
+from rpmiddleware.protocol.messages import AUDIO_INPUT_LANGUAGES, SPEECH_OUTPUT_LANGUAGES, VOICES
+from rpmiddleware.protocol.rules import (
     AUDIO_PROCESSING_PROFILES,
     INTERACTION_MODES,
     SILENCE_BEHAVIORS,
 )
-from rpmiddleware.messages import AUDIO_INPUT_LANGUAGES, SPEECH_OUTPUT_LANGUAGES, VOICES
 from tests.test_properties_messages import jsonValues
 
 _FIELD_NAMES = sorted(
@@ -73,11 +74,11 @@ def _readers(name: str) -> list[tuple[str | None, Callable[[dict[str, Any]], Any
     one message type it is for (C{None}: any).
     """
     return [
-        (None, lambda m: messages.string(m, name)),
-        (None, lambda m: messages.string(m, name, empty=True)),
-        (None, lambda m: messages.identifier(m, name, required=False)),
-        (None, lambda m: messages.number(m, name)),
-        (None, lambda m: messages.obj(m, name)),
+        (None, lambda m: clientfields.string(m, name)),
+        (None, lambda m: clientfields.string(m, name, empty=True)),
+        (None, lambda m: clientfields.identifier(m, name, required=False)),
+        (None, lambda m: clientfields.number(m, name)),
+        (None, lambda m: clientfields.obj(m, name)),
         (None, lambda m: messages.attachments(m, required=True)),
         (None, lambda m: messages.attachments(m, required=False)),
         ("voice-capture", messages.voiceAction),

@@ -15,8 +15,8 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.engine.session import EngineSession, SessionOptions, decodeText
-from rpmiddleware.envelope import PROTOCOL, Direction, Envelope
-from rpmiddleware.messages import MESSAGES, ProtocolViolation, validate
+from rpmiddleware.protocol.envelope import PROTOCOL, Direction, Envelope
+from rpmiddleware.protocol.messages import MESSAGES, ProtocolViolation, validate
 
 scalars = (
     st.none()

@@ -25,8 +25,8 @@ from twisted.trial.unittest import TestCase
 from bench.clientfuzzing import KNOWN_CLIENT_FAULTS, fuzzClient
 from bench.scenarios import clientLoad
 from rpmiddleware.client.settings import ClientSettings
-from rpmiddleware.config import Settings
-from rpmiddleware.middleware import Middleware
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import LiveMiddleware, TestClient, connectClient, startMiddleware
 from rpmiddleware.testing.simoptions import defaultReplyText

@@ -14,8 +14,8 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
 from bench.scenarios import CUTS, Attempt, engineDrops
-from rpmiddleware.config import Settings
-from rpmiddleware.middleware import Middleware
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import LiveMiddleware, startMiddleware
 from rpmiddleware.testing.simulator import SimulatedEngine, SimulatorOptions, connectSimulator

@@ -15,8 +15,8 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
 from bench.fuzzing import fuzzEngine
-from rpmiddleware.config import Settings
-from rpmiddleware.middleware import Middleware
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.testing.live import startMiddleware
 
 

@@ -18,8 +18,8 @@ from twisted.internet.task import deferLater
 from twisted.python.failure import Failure
 from twisted.trial.unittest import TestCase
 
-from rpmiddleware.config import Settings
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import captureLogEvents
 from rpmiddleware.testing.live import LiveMiddleware, TestClient, connectClient, startMiddleware
 from tests.test_client_helpers import sendCapacityAndWait, whenRouted

@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.router import GameRouter
+from rpmiddleware.core.router import GameRouter
+from rpmiddleware.protocol.envelope import Envelope
 
 
 def chunk() -> Envelope:

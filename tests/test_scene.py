@@ -12,8 +12,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.builtin.scene.director import answerer, named, reactor
 from rpmiddleware.builtin.scene.model import Scene, SceneError, parseScene
-from rpmiddleware.cards import CardHasher
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.cards.validation import CardHasher
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import exampleCard
 
 

@@ -17,11 +17,11 @@ from twisted.trial.unittest import SynchronousTestCase
 from rpmiddleware.builtin.actions import IActions
 from rpmiddleware.builtin.memory import IConversationMemory
 from rpmiddleware.builtin.scene import IScenes
-from rpmiddleware.client.extensions import ExtensionBridge
+from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.client.status import hubFor
-from rpmiddleware.config import Settings
-from rpmiddleware.engineprompt import AssembledPrompt
-from rpmiddleware.middleware import Middleware
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.protocol.prompt import AssembledPrompt
 from rpmiddleware.testing.inmemory import connectInMemory
 from rpmiddleware.testing.kit import exampleAction, exampleCard
 from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText

@@ -1,6 +1,6 @@
 """
 The declarative schemas' errors: msgspec's words read back into the field
-and the problem, which every validator built on L{rpmiddleware.schema}
+and the problem, which every validator built on L{rpmiddleware.protocol.schema}
 words for its reader.
 """
 
@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import msgspec
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.schema import TOML_WORDS, SchemaError, SchemaProblem, conform
+from rpmiddleware.protocol.schema import TOML_WORDS, SchemaError, SchemaProblem, conform
 
 
 class Inner(msgspec.Struct, forbid_unknown_fields=True):

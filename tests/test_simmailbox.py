@@ -17,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from rpmiddleware.engine.mailbox.audioslots import AudioLayout, createSlots, parseWav, silentSlot
 from rpmiddleware.engine.mailbox.files import FROM_ENGINE, TO_ENGINE, makeStem, writeEnvelope
 from rpmiddleware.engine.mailbox.service import MailboxOptions, manifest
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.simcore import AUDIO_TRANSPORT_FAILED_MESSAGE
 from rpmiddleware.testing.simmailbox import (

@@ -21,8 +21,8 @@ from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from rpmiddleware.canonical import canonicalHash
-from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, Envelope
+from rpmiddleware.cards.canonical import canonicalHash
+from rpmiddleware.protocol.envelope import PROTOCOL, PROTOCOL_VERSION, Envelope
 from rpmiddleware.testing.capture import (
     INAUDIBLE_MESSAGE,
     INCOMPLETE_RECORDING_MESSAGE,

@@ -29,8 +29,8 @@ BUILD = textwrap.dedent(
     """
     import sys
     from twisted.internet.task import Clock
-    from rpmiddleware.config import parseSettings
-    from rpmiddleware.middleware import Middleware
+    from rpmiddleware.config.settings import parseSettings
+    from rpmiddleware.core.middleware import Middleware
     import rpmiddleware.builtin
 
     middleware = Middleware.fromSettings(Clock(), parseSettings({}))

@@ -50,7 +50,7 @@ class StartupImportTests(SynchronousTestCase):
         jsonschema or treq); a client's recording and the reply's speech
         are then converted as always (48 kHz stereo to RPEngine's 16 kHz
         mono, RPEngine's 44.1 kHz to the client's 24 kHz, every sample
-        accounted for), L{rpmiddleware.pcm} imported when RPEngine's session
+        accounted for), L{rpmiddleware.audio.pcm} imported when RPEngine's session
         started.
         """
         folder = self.mktemp()
@@ -64,7 +64,7 @@ class StartupImportTests(SynchronousTestCase):
         self.assertEqual(reports["samples"], reports["expected"])
         # A client alone does not need them; RPEngine's session starting
         # imports them, ahead of any request.
-        self.assertNotIn("rpmiddleware.pcm", reports["beforeEngine"])
-        self.assertIn("rpmiddleware.pcm", reports["afterEngine"])
-        self.assertIn("rpmiddleware.pcm", reports["afterTurn"])
+        self.assertNotIn("rpmiddleware.audio.pcm", reports["beforeEngine"])
+        self.assertIn("rpmiddleware.audio.pcm", reports["afterEngine"])
+        self.assertIn("rpmiddleware.audio.pcm", reports["afterTurn"])
         self.assertIn("soxr", reports["afterTurn"])

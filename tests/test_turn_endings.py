@@ -11,12 +11,12 @@ from typing import Any
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.api import ReplyFailed, ReplyStream
-from rpmiddleware.client.errors import LLM_ERROR, LLM_TIMEOUT, engineErrorMessage
 from rpmiddleware.client.turns import TEXT, Turn
-from rpmiddleware.config import ConfigError, check, parseSettings
-from rpmiddleware.enginequeue import EngineQueue
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.config.settings import ConfigError, check, parseSettings
+from rpmiddleware.core.replystream import ReplyFailed, ReplyStream
+from rpmiddleware.engine.queue import EngineQueue
+from rpmiddleware.protocol.clienterrors import LLM_ERROR, LLM_TIMEOUT, engineErrorMessage
+from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import captureLogEvents
 from tests.test_client_turns import Recorder
 from tests.test_engine_link import Harness

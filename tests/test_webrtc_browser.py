@@ -27,7 +27,7 @@ from twisted.web.server import Site
 from twisted.web.static import Data
 
 from rpmiddleware.client.settings import ClientSettings
-from rpmiddleware.config import Settings
+from rpmiddleware.config.settings import Settings
 from rpmiddleware.testing.kit import exampleCard
 from tests.test_client_helpers import LiveClientCase, requestsOf
 from tests.webrtc_support import AsyncioTestCase, inChildProcess

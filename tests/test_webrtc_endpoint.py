@@ -29,7 +29,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.audio import exactLength
+from rpmiddleware.audio.format import exactLength
 from tests.test_client_helpers import LiveClientCase, requestsOf
 from tests.webrtc_support import TOP, AsyncioTestCase, inChildProcess
 

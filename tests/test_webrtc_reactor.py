@@ -76,7 +76,7 @@ class ReactorChoiceTests(SynchronousTestCase):
         aiortc still import.
         """
         out = child(
-            WITHOUT_EXTRA + "from rpmiddleware.config import Settings\n"
+            WITHOUT_EXTRA + "from rpmiddleware.config.settings import Settings\n"
             "from rpmiddleware.webrtc import bridge, endpoint, vad\n"
             "from rpmiddleware.webrtc.reactor import chooseDaemonReactor, unavailableReason\n"
             "print(unavailableReason())\n"
@@ -91,7 +91,7 @@ class ReactorChoiceTests(SynchronousTestCase):
     def test_disabledInConfiguration(self) -> None:
         out = child(
             "import sys\n"
-            "from rpmiddleware.config import Settings\n"
+            "from rpmiddleware.config.settings import Settings\n"
             "from rpmiddleware.webrtc.reactor import chooseDaemonReactor\n"
             "settings = Settings()\n"
             "settings.webrtc.enabled = False\n"
@@ -113,7 +113,7 @@ class ReactorChoiceTests(SynchronousTestCase):
         if missing is not None:
             self.skipTest(missing)
         out = child(
-            "from rpmiddleware.config import Settings\n"
+            "from rpmiddleware.config.settings import Settings\n"
             "from rpmiddleware.webrtc.reactor import chooseDaemonReactor\n"
             "print(chooseDaemonReactor(Settings()))\n"
             "from twisted.internet import reactor\n"
@@ -133,7 +133,7 @@ class ReactorChoiceTests(SynchronousTestCase):
             self.skipTest(missing)
         out = child(
             "import sys\n"
-            "from rpmiddleware.config import Settings\n"
+            "from rpmiddleware.config.settings import Settings\n"
             "from rpmiddleware.webrtc.reactor import availability, chooseDaemonReactor\n"
             "print(chooseDaemonReactor(Settings()))\n"
             "print('aiortc' in sys.modules, 'av' in sys.modules)\n"
@@ -160,7 +160,7 @@ class ReactorChoiceTests(SynchronousTestCase):
             "with open(os.path.join(top, 'aiortc', '__init__.py'), 'w') as f:\n"
             "    f.write('raise ImportError(\"broken build\")')\n"
             "sys.path.insert(0, top)\n"
-            "from rpmiddleware.config import Settings\n"
+            "from rpmiddleware.config.settings import Settings\n"
             "from rpmiddleware.webrtc.reactor import availability, chooseDaemonReactor\n"
             "print(chooseDaemonReactor(Settings()))\n"
             "from twisted.internet import reactor\n"

@@ -110,7 +110,7 @@ class SpeechTrackTests(SynchronousTestCase):
         Chunks of odd sizes across two segments play the same samples as
         the whole signal resampled at once: no gap, no click, no drift.
         """
-        from rpmiddleware.pcm import resample
+        from rpmiddleware.audio.pcm import resample
 
         signal = sine(0.6, 300.0)
         cuts = [0, 1234, 4410, 9999, 13230, 20000, len(signal)]  # 13230: a segment boundary

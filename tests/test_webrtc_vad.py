@@ -13,12 +13,12 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from rpmiddleware.config.settings import VadSettings
 from rpmiddleware.webrtc.vad import (
     SAMPLE_RATE,
     SpeechEnded,
     SpeechStarted,
     VadEvent,
-    VadSettings,
     VoiceActivityDetector,
 )
 

@@ -1,6 +1,6 @@
 """
 Reads and writes without Autobahn's per-frame debug line
-(rpmiddleware.websocket.QuietFraming, which the guarded protocols and the
+(rpmiddleware.web.websocket.QuietFraming, which the guarded protocols and the
 benchmark's client use): the same bytes and counts, and Autobahn's own path
 whenever its debug lines are wanted or its queue is in use.
 """
@@ -15,7 +15,7 @@ from autobahn.websocket.protocol import TrafficStats
 from twisted.internet.testing import StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.websocket import QuietFraming
+from rpmiddleware.web.websocket import QuietFraming
 
 
 class Recorded(QuietFraming, WebSocketServerProtocol):  # type: ignore[misc]

@@ -27,7 +27,6 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from rpmiddleware import meta as metakeys
 from rpmiddleware.builtin.actions.api import IActions
 from rpmiddleware.builtin.actions.model import (
     MAX_RESPONSE_RULES,
@@ -42,13 +41,14 @@ from rpmiddleware.builtin.actions.model import (
     readCall,
 )
 from rpmiddleware.builtin.memory.api import HEARD_ROLES, heard
-from rpmiddleware.clientext import answerOp, clientMessage, toClient, unclaimedResult
-from rpmiddleware.engineprompt import trimmed
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
-from rpmiddleware.messages import OPENING, TERMINAL
-from rpmiddleware.plugin import ChainPlugin
-from rpmiddleware.promptcontext import addSceneText
+from rpmiddleware.plugin.base import ChainPlugin
+from rpmiddleware.plugin.clientext import answerOp, clientMessage, toClient, unclaimedResult
+from rpmiddleware.plugin.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
+from rpmiddleware.protocol import meta as metakeys
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.messages import OPENING, TERMINAL
+from rpmiddleware.protocol.prompt import trimmed
+from rpmiddleware.protocol.promptcontext import addSceneText
 
 NAME = "actions"
 #: Its own message, and the answers to its calls (which the playbook's

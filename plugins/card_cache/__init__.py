@@ -14,7 +14,7 @@ cost a round trip, and heals C{card_resync_required} by sending the request
 again with a snapshot, so the game never sees it.
 
 Canonical cards come from the shared L{CardHasher}, which finds the hash of a
-card the middleware owns by identity; diffs come from L{rpmiddleware.carddiff},
+card the middleware owns by identity; diffs come from L{rpmiddleware.cards.diff},
 linear in the card's size and bounded in length, and for a large card they run
 in a reactor turn of their own, so that no single turn does more than a few
 milliseconds of card work.  While one envelope waits for such work, later
@@ -40,8 +40,8 @@ from rpmiddleware.builtin.card_cache.transfers import (
     smallerPatch,
     transferSize,
 )
-from rpmiddleware.interfaces import IPluginServices
-from rpmiddleware.plugin import PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin.base import PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin.interfaces import IPluginServices
 
 __all__ = [
     "ALIAS_LIMIT",

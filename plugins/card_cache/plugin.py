@@ -16,8 +16,8 @@ from zope.interface import implementer
 
 from rpmiddleware.builtin.card_cache.store import ContentStore, Key, Sent, SessionCards, trim
 from rpmiddleware.builtin.card_cache.transfers import candidatePatch, reproduces, transferSize
-from rpmiddleware.carddiff import applyPatch
-from rpmiddleware.cards import (
+from rpmiddleware.cards.diff import applyPatch
+from rpmiddleware.cards.validation import (
     CARD_FORMAT,
     CanonicalCard,
     CardHasher,
@@ -27,12 +27,12 @@ from rpmiddleware.cards import (
     transferOperations,
     validateCard,
 )
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IChainContext, IEngineSessionInfo, IEnvelopePlugin
-from rpmiddleware.messages import TERMINAL
-from rpmiddleware.plugin import ChainPlugin
-from rpmiddleware.reactorturn import hasTurns, inLaterTurn
-from rpmiddleware.timeline import Timeline
+from rpmiddleware.plugin.base import ChainPlugin
+from rpmiddleware.plugin.interfaces import IChainContext, IEngineSessionInfo, IEnvelopePlugin
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.messages import TERMINAL
+from rpmiddleware.protocol.timeline import Timeline
+from rpmiddleware.runtime.reactorturn import hasTurns, inLaterTurn
 
 NAME = "card-cache"
 
@@ -287,7 +287,7 @@ class CardCache(ChainPlugin):
         """
         C{work(*args)} in a reactor turn of its own when the card is large,
         so that the turn that received the card and this one each stay
-        short (L{rpmiddleware.reactorturn}); inline for small cards.
+        short (L{rpmiddleware.runtime.reactorturn}); inline for small cards.
         """
         if size <= self._threshold or not hasTurns(context.reactor):
             return work(*args)

@@ -9,9 +9,9 @@ import hashlib
 import json
 from typing import Any
 
-from rpmiddleware.canonical import knownPlainJson
-from rpmiddleware.carddiff import applyPatch, diff
-from rpmiddleware.cards import CanonicalCard, canonicalHash
+from rpmiddleware.cards.canonical import knownPlainJson
+from rpmiddleware.cards.diff import applyPatch, diff
+from rpmiddleware.cards.validation import CanonicalCard, canonicalHash
 
 
 def jsonSize(value: Any) -> int:
@@ -40,7 +40,7 @@ def transferSize(transfer: Any, card: CanonicalCard | None) -> int:
 def candidatePatch(base: CanonicalCard, target: CanonicalCard) -> list[dict[str, Any]] | None:
     """
     RFC 6902 operations turning C{base} into C{target}, or C{None} when
-    there are none short enough (see L{rpmiddleware.carddiff}) or they are
+    there are none short enough (see L{rpmiddleware.cards.diff}) or they are
     not smaller than C{target} itself.  Unchecked: see L{reproduces}.
     """
     operations = diff(base.document, target.document)

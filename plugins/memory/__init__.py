@@ -27,8 +27,8 @@ from rpmiddleware.builtin.memory.api import IConversationMemory
 from rpmiddleware.builtin.memory.plugin import NAME, Memory
 from rpmiddleware.builtin.memory.settings import MemorySettings, readSettings
 from rpmiddleware.builtin.memory.store import StoreError
-from rpmiddleware.interfaces import IPluginServices
-from rpmiddleware.plugin import PluginFactory
+from rpmiddleware.plugin.base import PluginFactory
+from rpmiddleware.plugin.interfaces import IPluginServices
 
 __all__ = ["IConversationMemory", "Memory", "MemorySettings", "buildMemory", "memory"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from zope.interface import Attribute, Interface
 
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.protocol.envelope import Envelope
 
 
 class IConversationMemory(Interface):

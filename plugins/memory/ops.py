@@ -27,8 +27,8 @@ from typing import Any
 from rpmiddleware.builtin.memory.api import IConversationMemory as Memory
 from rpmiddleware.builtin.memory.conversation import SESSION_PREFIX, Where
 from rpmiddleware.builtin.memory.store import InvalidDocument, StoreError
-from rpmiddleware.clientext import toClient
-from rpmiddleware.interfaces import IChainContext
+from rpmiddleware.plugin.clientext import toClient
+from rpmiddleware.plugin.interfaces import IChainContext
 
 MAX_TEXT = 8000
 MAX_ID = 256

@@ -4,7 +4,7 @@ world knowledge, fitted into RPEngine's prompt by RPEngine's own estimate.
 
 RPEngine gives its model the card's C{mes_example} lines as chat messages
 and the card's text fields as the system prompt
-(L{rpmiddleware.engineprompt}), so that is where memory goes:
+(L{rpmiddleware.protocol.prompt}), so that is where memory goes:
 
   - the conversation becomes C{mes_example} lines after the card's own
     examples (a C{<START>} between), one message per entry, the character's
@@ -47,7 +47,7 @@ from rpmiddleware.builtin.memory.conversation import (
 )
 from rpmiddleware.builtin.memory.lorebook import BEFORE_CHAR, activate
 from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
-from rpmiddleware.engineprompt import (
+from rpmiddleware.protocol.prompt import (
     estimateTokens,
     eventTokens,
     exampleMessages,

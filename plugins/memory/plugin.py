@@ -55,20 +55,20 @@ from rpmiddleware.builtin.memory.summarizer import (
     summaryRequest,
     toCondense,
 )
-from rpmiddleware.cardhasher import OwnedDocument
-from rpmiddleware.cards import snapshotTransfer, transferDocument
-from rpmiddleware.clientext import clientMessage
-from rpmiddleware.engineprompt import renderMacros, trimmed
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import (
+from rpmiddleware.cards.hasher import OwnedDocument
+from rpmiddleware.cards.validation import snapshotTransfer, transferDocument
+from rpmiddleware.plugin.base import ChainPlugin
+from rpmiddleware.plugin.clientext import clientMessage
+from rpmiddleware.plugin.interfaces import (
     IChainContext,
     IClientExtension,
     IEngineSessionInfo,
     IEnvelopePlugin,
     IMetricsSource,
 )
-from rpmiddleware.messages import CANCELLING, OPENING, TERMINAL, textOfDelta
-from rpmiddleware.plugin import ChainPlugin
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.messages import CANCELLING, OPENING, TERMINAL, textOfDelta
+from rpmiddleware.protocol.prompt import renderMacros, trimmed
 
 NAME = "memory"
 #: The client message this plugin adds (L{ops}).

@@ -30,8 +30,8 @@ from rpmiddleware.builtin.moderation.settings import (
     NAME,
     ModerationSettings,
 )
-from rpmiddleware.interfaces import IPluginServices
-from rpmiddleware.plugin import PluginFactory
+from rpmiddleware.plugin.base import PluginFactory
+from rpmiddleware.plugin.interfaces import IPluginServices
 
 __all__ = [
     "ACTIONS",

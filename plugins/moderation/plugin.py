@@ -23,10 +23,10 @@ from zope.interface import implementer
 from rpmiddleware.builtin.moderation.remote import ModerationService, Verdict
 from rpmiddleware.builtin.moderation.rules import CONTEXT_CHARS, Hit, Rules, masked, maskedWhole
 from rpmiddleware.builtin.moderation.settings import NAME, ModerationSettings
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IChainContext, IEngineSessionInfo, IEnvelopePlugin
-from rpmiddleware.messages import CANCELLING, OPENING, TERMINAL, textOfDelta
-from rpmiddleware.plugin import ChainPlugin
+from rpmiddleware.plugin.base import ChainPlugin
+from rpmiddleware.plugin.interfaces import IChainContext, IEngineSessionInfo, IEnvelopePlugin
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.messages import CANCELLING, OPENING, TERMINAL, textOfDelta
 
 _DELTA_FIELDS = ("text", "delta", "content")
 
@@ -61,7 +61,7 @@ class Moderation(ChainPlugin):
 
     name = NAME
     #: A bug here must not let unchecked text through: the chain ends the
-    #: envelope's request instead of passing it on (rpmiddleware.chain).
+    #: envelope's request instead of passing it on (rpmiddleware.core.chain).
     failClosed = True
     log = Logger()
 

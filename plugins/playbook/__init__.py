@@ -37,8 +37,8 @@ from rpmiddleware.builtin.playbook.model import Playbook, PlaybookError
 from rpmiddleware.builtin.playbook.parser import loadPlaybookFile
 from rpmiddleware.builtin.playbook.plugin import NAME, PlaybookPlugin
 from rpmiddleware.builtin.playbook.tools import discoverTools
-from rpmiddleware.interfaces import IPluginServices
-from rpmiddleware.plugin import PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin.base import PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin.interfaces import IPluginServices
 
 __all__ = ["NAME", "IPlaybooks", "PlaybookPlugin", "build", "playbook"]
 

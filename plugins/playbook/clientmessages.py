@@ -3,7 +3,7 @@ The playbook plugin's client messages: what a client sends it, checked, and
 what it tells a client.
 
 Clients send three messages, which reach the plugin through the chain as any
-plugin's do (L{rpmiddleware.clientext}):
+plugin's do (L{rpmiddleware.plugin.clientext}):
 
   - C{playbook} C{{playbook: object | null}} or C{{toml: string}}: play this
     playbook (null: back to the configured one);
@@ -17,7 +17,7 @@ also takes from an in-process game.  The plugin's envelopes toward the game
 become the client's C{stage-change}, C{tool-call-start}, C{tool-call-end}
 (exactly the seed's fields), C{playbook-state} and C{error}, and its ask for
 an C{auto_event} turn becomes the endpoint's L{startTurn
-<rpmiddleware.clientext.startTurn>}.  Nothing in the core knows a playbook.
+<rpmiddleware.plugin.clientext.startTurn>}.  Nothing in the core knows a playbook.
 """
 
 from __future__ import annotations
@@ -26,11 +26,15 @@ from collections.abc import Callable
 from typing import Any
 
 from rpmiddleware.builtin.playbook import wire
-from rpmiddleware.client import messages as fields
-from rpmiddleware.client.errors import CLIENT_CODES, INTERNAL_ERROR, errorMessage
-from rpmiddleware.client.messages import InvalidMessage
-from rpmiddleware.clientext import startTurn, toClient
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.plugin.clientext import startTurn, toClient
+from rpmiddleware.protocol import clientfields as fields
+from rpmiddleware.protocol.clienterrors import (
+    CLIENT_CODES,
+    INTERNAL_ERROR,
+    InvalidMessage,
+    errorMessage,
+)
+from rpmiddleware.protocol.envelope import Envelope
 
 #: The client message types the plugin takes.
 CLIENT_TYPES = ("playbook", "event", "tool-result")

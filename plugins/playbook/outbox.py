@@ -25,8 +25,8 @@ from twisted.logger import Logger
 
 from rpmiddleware.builtin.playbook import wire
 from rpmiddleware.builtin.playbook.clientmessages import toGame
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IChainContext
+from rpmiddleware.plugin.interfaces import IChainContext
+from rpmiddleware.protocol.envelope import Envelope
 
 Item = Envelope | Callable[[], Envelope | None]
 

@@ -10,7 +10,7 @@ enforces it, and builds the immutable objects of
 L{rpmiddleware.builtin.playbook.model}.
 
 The checks are written out rather than declared as schemas
-(L{rpmiddleware.schema}): most of them reach across the document (a
+(L{rpmiddleware.protocol.schema}): most of them reach across the document (a
 transition's target stage, the tools a stage allows, a middleware tool that
 must exist, defaults merged into each stage and then checked whole with
 RPEngine's prompt rules) or answer with what the author should write instead
@@ -52,8 +52,8 @@ from rpmiddleware.builtin.playbook.model import (
     ToolSpec,
     ToolUse,
 )
-from rpmiddleware.enginerules import INTERACTION_MODES, EngineRefusal, checkPromptContext
-from rpmiddleware.messages import VOICES
+from rpmiddleware.protocol.messages import VOICES
+from rpmiddleware.protocol.rules import INTERACTION_MODES, EngineRefusal, checkPromptContext
 
 _ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _TOP_KEYS = frozenset({"name", "description", "version", "initial", "defaults", "stages", "tools"})

@@ -24,7 +24,6 @@ from typing import Any
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from rpmiddleware import meta
 from rpmiddleware.builtin.playbook import wire
 from rpmiddleware.builtin.playbook.api import IPlaybooks
 from rpmiddleware.builtin.playbook.clientmessages import CLIENT_TYPES, fromClient, invalid
@@ -37,13 +36,14 @@ from rpmiddleware.builtin.playbook.rules import IDLE_TEXT, Transitions, dueIdleR
 from rpmiddleware.builtin.playbook.sessions import Sessions
 from rpmiddleware.builtin.playbook.state import OpenRequest, SessionState, ToolRun
 from rpmiddleware.builtin.playbook.tools import ToolRunner
-from rpmiddleware.client.messages import InvalidMessage
-from rpmiddleware.clientext import TURN_FAILED, clientMessage, unclaimedResult
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
-from rpmiddleware.messages import CANCELLING, OPENING, TERMINAL, textOfDelta
-from rpmiddleware.plugin import ChainPlugin
-from rpmiddleware.timeline import Timeline
+from rpmiddleware.plugin.base import ChainPlugin
+from rpmiddleware.plugin.clientext import TURN_FAILED, clientMessage, unclaimedResult
+from rpmiddleware.plugin.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
+from rpmiddleware.protocol import meta
+from rpmiddleware.protocol.clienterrors import InvalidMessage
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.messages import CANCELLING, OPENING, TERMINAL, textOfDelta
+from rpmiddleware.protocol.timeline import Timeline
 
 NAME = wire.PLUGIN_NAME
 

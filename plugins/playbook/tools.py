@@ -35,9 +35,9 @@ from zope.interface import implementer
 from rpmiddleware.builtin.playbook import wire
 from rpmiddleware.builtin.playbook.model import Playbook, ToolUse
 from rpmiddleware.builtin.playbook.state import SessionState, ToolRun
-from rpmiddleware.clientext import unclaimedResult
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import ITool, IToolProvider
+from rpmiddleware.plugin.clientext import unclaimedResult
+from rpmiddleware.plugin.interfaces import ITool, IToolProvider
+from rpmiddleware.protocol.envelope import Envelope
 
 log = Logger()
 

@@ -4,7 +4,7 @@ L{rpmiddleware.builtin.playbook.clientmessages}, or an in-process game
 directly) and what it tells, before it becomes the client's messages.
 
 The plugin keeps the dialogue logic and speaks to clients through the client
-extension (L{rpmiddleware.clientext}); nothing in the core knows these
+extension (L{rpmiddleware.plugin.clientext}); nothing in the core knows these
 names.  Every one of them carries the client session id in C{meta["client"]};
 those toward the game also carry it as the field C{clientId}.  They stay in
 the plugin: the outbox turns those toward the game into client messages
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.protocol.envelope import Envelope
 
 #: The name the playbook plugin has in the chain.
 PLUGIN_NAME = "playbook"

@@ -20,8 +20,8 @@ from typing import Any
 from rpmiddleware.builtin.scene.api import IScenes
 from rpmiddleware.builtin.scene.model import SceneError
 from rpmiddleware.builtin.scene.plugin import NAME, ScenePlugin
-from rpmiddleware.interfaces import IPluginServices
-from rpmiddleware.plugin import PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin.base import PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin.interfaces import IPluginServices
 
 __all__ = ["IScenes", "SceneError", "ScenePlugin", "buildScene", "scene"]
 

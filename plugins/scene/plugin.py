@@ -50,14 +50,14 @@ from rpmiddleware.builtin.scene.model import (
     parseMember,
     parseScene,
 )
-from rpmiddleware.clientext import answerOp, clientMessage, toClient
-from rpmiddleware.engineprompt import trimmed
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
-from rpmiddleware.messages import CANCELLING, OPENING, TERMINAL
-from rpmiddleware.meta import CLIENT, ORIGIN, SPEAKER, TURN
-from rpmiddleware.plugin import ChainPlugin
-from rpmiddleware.promptcontext import AUTO_EVENT, addSceneText
+from rpmiddleware.plugin.base import ChainPlugin
+from rpmiddleware.plugin.clientext import answerOp, clientMessage, toClient
+from rpmiddleware.plugin.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.messages import CANCELLING, OPENING, TERMINAL
+from rpmiddleware.protocol.meta import CLIENT, ORIGIN, SPEAKER, TURN
+from rpmiddleware.protocol.prompt import trimmed
+from rpmiddleware.protocol.promptcontext import AUTO_EVENT, addSceneText
 
 NAME = "scene"
 CLIENT_TYPES = ("scene",)

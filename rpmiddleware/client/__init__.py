@@ -39,7 +39,7 @@ and the endpoint:
   - L{protocol}: the Autobahn protocol and factory.
 """
 
-from rpmiddleware.client.protocol import ClientFactory, ClientProtocol
 from rpmiddleware.client.settings import ClientSettings
+from rpmiddleware.client.websocket import ClientFactory, ClientProtocol
 
 __all__ = ["ClientFactory", "ClientProtocol", "ClientSettings"]

@@ -1,7 +1,7 @@
 """
 RPEngine's availability as clients see it: the C{capacity} message.
 
-One monitor per endpoint watches the core (L{rpmiddleware.coreview.CoreView}:
+One monitor per endpoint watches the core (L{rpmiddleware.core.view.CoreView}:
 is an RPEngine connected? what did its last C{capacity.update} say?), and
 tells every connection when anything a client would show changes.  Clients
 learn why their turn waits: no RPEngine (with the link that opens it), or
@@ -17,9 +17,9 @@ from typing import Any
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
-from rpmiddleware.config import PRODUCTION_ORIGIN
-from rpmiddleware.coreview import CoreView, EngineSessionView
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.config.settings import PRODUCTION_ORIGIN
+from rpmiddleware.core.view import CoreView, EngineSessionView
+from rpmiddleware.protocol.envelope import Envelope
 
 Listener = Callable[[], None]
 

@@ -11,19 +11,20 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from rpmiddleware.cards import InvalidCard, validateCard
+from rpmiddleware.cards.validation import InvalidCard, validateCard
 from rpmiddleware.client import messages as wire
-from rpmiddleware.client.messages import InvalidMessage
 from rpmiddleware.client.settings import Character
 from rpmiddleware.client.surface import ClientSurface
+from rpmiddleware.protocol import clientfields
+from rpmiddleware.protocol.clienterrors import InvalidMessage
 
 log = Logger()
 
 
 def handleCharacter(client: ClientSurface, message: dict[str, Any]) -> None:
-    characterId = wire.identifier(message, "characterId")
-    integrationId = wire.identifier(message, "integrationId", required=False)
-    card = wire.obj(message, "card")
+    characterId = clientfields.identifier(message, "characterId")
+    integrationId = clientfields.identifier(message, "integrationId", required=False)
+    card = clientfields.obj(message, "card")
     try:
         validateCard(card)
     except InvalidCard as e:

@@ -1,7 +1,7 @@
 """
 One client connection: the thin composition of its parts, each with one job.
 
-Independent of Autobahn (L{rpmiddleware.client.protocol} adapts it):
+Independent of Autobahn (L{rpmiddleware.client.websocket} adapts it):
 
   - L{rpmiddleware.client.inbox}: its messages, handled one at a time in
     order; reading pauses while one is waited for;
@@ -35,17 +35,21 @@ from twisted.python.failure import Failure
 from rpmiddleware.client import messages as wire
 from rpmiddleware.client.capacity import DEPTH_INTERVAL, CapacityNotices
 from rpmiddleware.client.endpoint import ClientEndpoint, Writer
-from rpmiddleware.client.errors import INTERNAL_ERROR, INVALID_MESSAGE, errorMessage
 from rpmiddleware.client.flow import SendGuard
 from rpmiddleware.client.inbox import Inbox
-from rpmiddleware.client.messages import InvalidMessage
 from rpmiddleware.client.resume import resumeSession
 from rpmiddleware.client.sessions import ClientConfig, ClientSession
 from rpmiddleware.client.settings import Character
 from rpmiddleware.client.surface import Opener, Reply
 from rpmiddleware.client.turnqueue import TurnQueue
 from rpmiddleware.client.turns import Turn
-from rpmiddleware.coreview import CoreView
+from rpmiddleware.core.view import CoreView
+from rpmiddleware.protocol.clienterrors import (
+    INTERNAL_ERROR,
+    INVALID_MESSAGE,
+    InvalidMessage,
+    errorMessage,
+)
 
 if TYPE_CHECKING:
     from rpmiddleware.client.decode import DecodedAudio

@@ -17,9 +17,9 @@ format we take, AUDIO_PROCESSING_ERROR when a format we take could not be
 turned into usable audio (corrupt, empty, too long).
 
 This module needs numpy, so the endpoint imports it at the first recording,
-in the decoding thread (L{rpmiddleware.client.protocol.ClientFactory.decode}),
+in the decoding thread (L{rpmiddleware.client.websocket.ClientFactory.decode}),
 not at start; the other client modules name L{DecodedAudio} only as a type,
-and L{AudioDecodeError} is in L{rpmiddleware.client.errors}.
+and L{AudioDecodeError} is in L{rpmiddleware.protocol.clienterrors}.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from rpmiddleware.audio import encodeBase64, strictBase64
-from rpmiddleware.client.errors import (
+from rpmiddleware.audio.format import encodeBase64, strictBase64
+from rpmiddleware.audio.pcm import encodePcm, toMono
+from rpmiddleware.protocol.clienterrors import (
     AUDIO_PROCESSING_ERROR,
     INVALID_AUDIO_FORMAT,
     AudioDecodeError,
 )
-from rpmiddleware.messages import MAX_INPUT_AUDIO_SECONDS
-from rpmiddleware.pcm import encodePcm, toMono
+from rpmiddleware.protocol.messages import MAX_INPUT_AUDIO_SECONDS
 
 #: Codec padding (an Opus frame is 20 ms) past 30 s that is trimmed, not refused.
 LENGTH_TOLERANCE = 0.1

@@ -17,7 +17,6 @@ from rpmiddleware.client import messages as wire
 from rpmiddleware.client.attachments import handleAttachments
 from rpmiddleware.client.capacity import CapacityMonitor
 from rpmiddleware.client.character import handleCharacter, handleConfigure
-from rpmiddleware.client.errors import WEBRTC_UNAVAILABLE
 from rpmiddleware.client.reconnect import handleReconnect
 from rpmiddleware.client.sessions import SessionStore
 from rpmiddleware.client.settings import Character, ClientSettings
@@ -29,9 +28,11 @@ from rpmiddleware.client.turnmessages import (
     handleText,
     handleVoiceCapture,
 )
-from rpmiddleware.clientext import extensionTypes, fromClient
-from rpmiddleware.coreview import CoreView
-from rpmiddleware.interfaces import IClientExtension
+from rpmiddleware.core.view import CoreView
+from rpmiddleware.plugin.clientext import extensionTypes, fromClient
+from rpmiddleware.plugin.interfaces import IClientExtension
+from rpmiddleware.protocol import clientfields
+from rpmiddleware.protocol.clienterrors import WEBRTC_UNAVAILABLE
 
 if TYPE_CHECKING:
     from rpmiddleware.client.decode import DecodedAudio
@@ -65,7 +66,7 @@ class ClientEndpoint:
     What every connection of the endpoint shares.
 
     @ivar decode: decodes a base64 recording, off the reactor thread when it
-        can; fails with L{rpmiddleware.client.errors.AudioDecodeError}.
+        can; fails with L{rpmiddleware.protocol.clienterrors.AudioDecodeError}.
     @ivar handlers: the dispatch table, client message type to its handler
         (every type L{rpmiddleware.client.messages.CLIENT_TYPES} names).
     """
@@ -83,7 +84,7 @@ class ClientEndpoint:
     answerOffer: Handler | None = None
     handlers: dict[str, Handler] = field(init=False, repr=False, compare=False)
     #: Client message types the chain's plugins take, to the plugin's name
-    #: (L{rpmiddleware.clientext}); each is handed to the chain as it came.
+    #: (L{rpmiddleware.plugin.clientext}); each is handed to the chain as it came.
     extensions: dict[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -125,7 +126,7 @@ def handlePing(client: ClientSurface, message: dict[str, Any]) -> None:
     Answered on the channel it came by: an LLMRTC client that pings on its
     WebRTC data channel waits for the C{pong} there.
     """
-    client.reply(wire.pong(wire.number(message, "timestamp")))
+    client.reply(wire.pong(clientfields.number(message, "timestamp")))
 
 
 def handleExtension(client: ClientSurface, message: dict[str, Any]) -> None:

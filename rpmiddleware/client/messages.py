@@ -20,20 +20,24 @@ from typing import Annotated, Any
 import msgspec
 
 from rpmiddleware.client.settings import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
-from rpmiddleware.enginerules import (
+from rpmiddleware.protocol.clienterrors import InvalidMessage
+from rpmiddleware.protocol.clientfields import (
+    jsonName,
+    string,
+)
+from rpmiddleware.protocol.envelope import jsonBytes, loadJson, loadJsonUtf8
+from rpmiddleware.protocol.messages import AUDIO_INPUT_LANGUAGES, SPEECH_OUTPUT_LANGUAGES, VOICES
+from rpmiddleware.protocol.rules import (
     AUDIO_PROCESSING_PROFILES,
     INTERACTION_MODES,
     SILENCE_BEHAVIORS,
     EngineRefusal,
     checkResponseProcessing,
 )
-from rpmiddleware.envelope import jsonBytes, loadJson, loadJsonUtf8
-from rpmiddleware.messages import AUDIO_INPUT_LANGUAGES, SPEECH_OUTPUT_LANGUAGES, VOICES
-from rpmiddleware.schema import SchemaError, conform
+from rpmiddleware.protocol.schema import SchemaError, conform
 
 #: The version of the voice-client protocol spoken here.
 PROTOCOL_VERSION = 1
-MAX_ID_LENGTH = 256
 #: An attachment's alt text longer than this is cut (it becomes prompt text).
 MAX_ALT_CHARS = 1000
 
@@ -82,12 +86,6 @@ OUTPUT_KEYS = frozenset(
 TURN_MESSAGES = ("text", "audio", "voice-capture")
 
 
-class InvalidMessage(ValueError):
-    """
-    A client message that cannot be used; the text says why.
-    """
-
-
 # Reading.
 
 
@@ -97,7 +95,7 @@ def decodeFrame(
     """
     One WebSocket message (its text, or the bytes of it) as a JSON object
     with a string C{type}: one of the protocol's, or of C{extensions} (the
-    types the chain's plugins take, L{rpmiddleware.clientext}).
+    types the chain's plugins take, L{rpmiddleware.plugin.clientext}).
     """
     if isBinary:
         raise InvalidMessage("binary frames are not part of the protocol; send JSON text")
@@ -110,7 +108,7 @@ def decodeFrame(
     except RecursionError:
         raise InvalidMessage("the message is nested too deeply")
     if not isinstance(value, dict):
-        raise InvalidMessage(f"a message must be a JSON object, got {_jsonName(value)}")
+        raise InvalidMessage(f"a message must be a JSON object, got {jsonName(value)}")
     kind = value.get("type")
     if not isinstance(kind, str) or not kind:
         raise InvalidMessage("a message must have a string type")
@@ -120,59 +118,7 @@ def decodeFrame(
     return value
 
 
-def _jsonName(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _required(message: Mapping[str, Any], name: str) -> Any:
-    if name not in message or message[name] is None:
-        raise InvalidMessage(f"{message['type']} needs {name}")
-    return message[name]
-
-
-def string(message: Mapping[str, Any], name: str, *, empty: bool = False) -> str:
-    value = _required(message, name)
-    if not isinstance(value, str):
-        raise InvalidMessage(f"{message['type']}.{name} must be a string, got {_jsonName(value)}")
-    if not empty and not value.strip():
-        raise InvalidMessage(f"{message['type']}.{name} must not be empty")
-    return value
-
-
-def identifier(message: Mapping[str, Any], name: str, *, required: bool = True) -> str | None:
-    if not required and message.get(name) is None:
-        return None
-    value = string(message, name)
-    if len(value) > MAX_ID_LENGTH:
-        raise InvalidMessage(f"{message['type']}.{name} is longer than {MAX_ID_LENGTH} characters")
-    return value
-
-
-def number(message: Mapping[str, Any], name: str) -> float | int:
-    value = _required(message, name)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidMessage(f"{message['type']}.{name} must be a number, got {_jsonName(value)}")
-    return value
-
-
-def obj(message: Mapping[str, Any], name: str) -> dict[str, Any]:
-    value = _required(message, name)
-    if not isinstance(value, dict):
-        raise InvalidMessage(f"{message['type']}.{name} must be an object, got {_jsonName(value)}")
-    return value
-
-
-#: msgspec's type names as L{_jsonName} says them, for schema errors.
+#: msgspec's type names as L{jsonName} says them, for schema errors.
 _WORDS = {
     "str": "a string",
     "int": "a whole number",
@@ -266,7 +212,7 @@ def turnOptions(message: Mapping[str, Any]) -> dict[str, Any]:
     if options is None:
         changes: dict[str, Any] = {}
     elif not isinstance(options, dict):
-        raise InvalidMessage(f"{kind}.options must be an object, got {_jsonName(options)}")
+        raise InvalidMessage(f"{kind}.options must be an object, got {jsonName(options)}")
     else:
         changes = settingsChanges(options, f"{kind}.options", TURN_OPTION_KEYS)
     if kind == "voice-capture" and message.get("silenceBehavior") is not None:
@@ -286,7 +232,7 @@ def settingsChanges(fields: Mapping[str, Any], where: str, keys: frozenset[str])
     output = fields.get("output")
     if output is not None:
         if not isinstance(output, dict):
-            raise InvalidMessage(f"{where}.output must be an object, got {_jsonName(output)}")
+            raise InvalidMessage(f"{where}.output must be an object, got {jsonName(output)}")
         unknown = sorted(k for k in output if k not in OUTPUT_KEYS)
         if unknown:
             raise InvalidMessage(
@@ -340,7 +286,7 @@ def _player(value: Any, where: str) -> dict[str, Any] | None:
         raise InvalidMessage(f"{where} must be an object or null")
     if "displayName" in value and not isinstance(value["displayName"], str):
         raise InvalidMessage(
-            f"{where}.displayName must be a string, got {_jsonName(value['displayName'])}"
+            f"{where}.displayName must be a string, got {jsonName(value['displayName'])}"
         )
     return value
 
@@ -368,7 +314,7 @@ def _named(value: Any, choices: Collection[str], where: str, what: str) -> Any:
 
 
 def _shown(value: Any) -> str:
-    return repr(value[:32]) if isinstance(value, str) else _jsonName(value)
+    return repr(value[:32]) if isinstance(value, str) else jsonName(value)
 
 
 def _outputChanges(output: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -394,7 +340,7 @@ def _outputChanges(output: Mapping[str, Any], where: str) -> dict[str, Any]:
         ):
             raise InvalidMessage(
                 f"{where}.sampleRate must be a whole number from {MIN_SAMPLE_RATE} "
-                f"to {MAX_SAMPLE_RATE}, got {_jsonName(value) if type(value) is not int else value}"
+                f"to {MAX_SAMPLE_RATE}, got {jsonName(value) if type(value) is not int else value}"
             )
         changes["sampleRate"] = value
     if "streaming" in output:

@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from rpmiddleware.client import messages as wire
-from rpmiddleware.client.errors import SESSION_EXPIRED, SESSION_NOT_FOUND
 from rpmiddleware.client.sessions import SessionLookupError
 from rpmiddleware.client.surface import ClientSurface
+from rpmiddleware.protocol import clientfields
+from rpmiddleware.protocol.clienterrors import SESSION_EXPIRED, SESSION_NOT_FOUND
 
 
 def handleReconnect(client: ClientSurface, message: dict[str, Any]) -> None:
-    sessionId = wire.identifier(message, "sessionId")
+    sessionId = clientfields.identifier(message, "sessionId")
     assert sessionId is not None
     if sessionId == client.session.id:
         client.send(wire.reconnectAck(True, sessionId, bool(client.session.history)))

@@ -24,10 +24,11 @@ from typing import Any
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from rpmiddleware.client.messages import Attachment, InvalidMessage
+from rpmiddleware.client.messages import Attachment
 from rpmiddleware.client.settings import Character, ClientSettings
-from rpmiddleware.enginerules import EngineRefusal, checkOutput, checkPromptContext
-from rpmiddleware.messages import SPEECH_MODEL
+from rpmiddleware.protocol.clienterrors import InvalidMessage
+from rpmiddleware.protocol.messages import SPEECH_MODEL
+from rpmiddleware.protocol.rules import EngineRefusal, checkOutput, checkPromptContext
 
 #: Expired session ids remembered so they can be told apart from unknown ones.
 EXPIRED_MEMORY = 4096
@@ -96,7 +97,7 @@ class ClientConfig:
     def check(self, defaults: ClientSettings, where: str) -> None:
         """
         Check what this configuration would send with RPEngine's own rules
-        (L{rpmiddleware.enginerules}), so that a client learns the exact
+        (L{rpmiddleware.protocol.rules}), so that a client learns the exact
         field at once instead of from RPEngine's refusal of a turn.
 
         @param where: the message the settings came in (C{configure},

@@ -2,7 +2,7 @@
 The client endpoint's settings, and the default character it serves.
 
 The settings themselves are the C{[client]} section of the configuration
-(L{rpmiddleware.config.ClientSettings}, re-exported here); this module adds
+(L{rpmiddleware.config.settings.ClientSettings}, re-exported here); this module adds
 the default character they point at.
 """
 
@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from rpmiddleware.cards import InvalidCard, validateCard
-from rpmiddleware.config import (
+from rpmiddleware.cards.validation import InvalidCard, validateCard
+from rpmiddleware.config.settings import (
     MAX_SAMPLE_RATE,
     MIN_SAMPLE_RATE,
     ClientSettings,

@@ -9,7 +9,7 @@ of the connection.  The console page is such a client; it gets nothing a
 game could not ask for.  C{docs/client-protocol.md} documents the message.
 
 One L{StatusHub} per client endpoint watches the core's view
-(L{rpmiddleware.coreview.CoreView}: RPEngine comes and goes, every envelope
+(L{rpmiddleware.core.view.CoreView}: RPEngine comes and goes, every envelope
 from RPEngine: timeline marks, errors), the capacity monitor (queue history
 for a chart), and reads the rest when it builds a snapshot: connected
 clients, the chain's plugin names, the requests' records with what plugins
@@ -34,12 +34,11 @@ from twisted.logger import Logger
 
 from rpmiddleware import __version__
 from rpmiddleware.client.capacity import CapacityMonitor, engineLink
-from rpmiddleware.client.errors import clientCode
-from rpmiddleware.client.messages import InvalidMessage
 from rpmiddleware.client.settings import Character
 from rpmiddleware.client.surface import ClientSurface, Handler
-from rpmiddleware.coreview import CoreView, EngineSessionView
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.core.view import CoreView, EngineSessionView
+from rpmiddleware.protocol.clienterrors import InvalidMessage, clientCode
+from rpmiddleware.protocol.envelope import Envelope
 
 #: Turns and errors a snapshot carries, newest first.
 STATUS_TURNS = 20
@@ -275,7 +274,7 @@ class StatusHub:
     def _waiting(self) -> tuple[int, int]:
         """
         Requests waiting in the engine link (no RPEngine) and in the
-        plugins that hold work (L{rpmiddleware.interfaces.IHeldWork}: the
+        plugins that hold work (L{rpmiddleware.plugin.interfaces.IHeldWork}: the
         capacity gate's local queue, a third party's).
         """
         waiting = self.middleware.waiting()

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet.defer import Deferred
 
-from rpmiddleware.api import ReplyStream
 from rpmiddleware.client.sessions import ClientConfig, ClientSession
 from rpmiddleware.client.settings import Character, ClientSettings
 from rpmiddleware.client.turns import Turn
-from rpmiddleware.coreview import CoreView
+from rpmiddleware.core.replystream import ReplyStream
+from rpmiddleware.core.view import CoreView
 
 if TYPE_CHECKING:
     from rpmiddleware.client.decode import DecodedAudio

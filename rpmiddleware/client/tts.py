@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rpmiddleware.audio import encodeBase64, endsSegment, pcm16Wav, strictBase64
-from rpmiddleware.messages import OUTPUT_SAMPLE_RATE
+from rpmiddleware.audio.format import encodeBase64, endsSegment, pcm16Wav, strictBase64
+from rpmiddleware.protocol.messages import OUTPUT_SAMPLE_RATE
 
 if TYPE_CHECKING:
-    from rpmiddleware.pcm import Pcm16Resampler
+    from rpmiddleware.audio.pcm import Pcm16Resampler
 
 #: Longest reply collected for a non-streaming C{tts} WAV: it is held in
 #: memory and sent as one message (17 MB of PCM at 48 kHz).
@@ -94,7 +94,7 @@ class SpeechOutput:
             if self._resampler is None:
                 # numpy and soxr: loaded by the first segment converted here (with
                 # the audio-resample plugin in the chain, none is).
-                from rpmiddleware.pcm import Pcm16Resampler
+                from rpmiddleware.audio.pcm import Pcm16Resampler
 
                 self._resampler = Pcm16Resampler(inRate, self.rate, QUALITY)
                 self._segment = key

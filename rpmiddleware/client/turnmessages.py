@@ -16,14 +16,19 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from rpmiddleware.api import ReplyStream
 from rpmiddleware.client import messages as wire
 from rpmiddleware.client.attachments import attachmentContext, keepAttachments
-from rpmiddleware.client.errors import INTERNAL_ERROR, INVALID_MESSAGE, AudioDecodeError
-from rpmiddleware.client.messages import InvalidMessage
 from rpmiddleware.client.sessions import ClientConfig
 from rpmiddleware.client.surface import ClientSurface
 from rpmiddleware.client.turns import TEXT, VOICE
+from rpmiddleware.core.replystream import ReplyStream
+from rpmiddleware.protocol import clientfields
+from rpmiddleware.protocol.clienterrors import (
+    INTERNAL_ERROR,
+    INVALID_MESSAGE,
+    AudioDecodeError,
+    InvalidMessage,
+)
 
 if TYPE_CHECKING:
     from rpmiddleware.client.decode import DecodedAudio
@@ -47,7 +52,7 @@ def turnConfig(client: ClientSurface, message: dict[str, Any]) -> ClientConfig:
 
 
 def handleText(client: ClientSurface, message: dict[str, Any]) -> None:
-    typed = wire.string(message, "text")
+    typed = clientfields.string(message, "text")
     config = turnConfig(client, message)
     client.character()
     context = attachmentContext(client)
@@ -64,7 +69,7 @@ def handleAudio(client: ClientSurface, message: dict[str, Any]) -> Deferred[None
     A recording: decoded (off the reactor thread) before its turn starts;
     the connection reads nothing else meanwhile.
     """
-    data = wire.string(message, "data")
+    data = clientfields.string(message, "data")
     attached = wire.attachments(message, required=False)
     config = turnConfig(client, message)
     client.character()

@@ -20,15 +20,15 @@ from typing import Any
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from rpmiddleware.api import ReplyStream
 from rpmiddleware.client.attachments import attachmentContext
 from rpmiddleware.client.capacity import CapacityMonitor
-from rpmiddleware.client.errors import INTERNAL_ERROR, RATE_LIMITED
 from rpmiddleware.client.sessions import ClientConfig
 from rpmiddleware.client.settings import Character
 from rpmiddleware.client.surface import ClientSurface, Opener
 from rpmiddleware.client.tts import SpeechOutput
 from rpmiddleware.client.turns import AUDIO, Turn
+from rpmiddleware.core.replystream import ReplyStream
+from rpmiddleware.protocol.clienterrors import INTERNAL_ERROR, RATE_LIMITED
 
 
 class TurnQueue:

@@ -25,7 +25,7 @@ C{cancel_request} reply.cancelled).
 
 A turn may hold several lines, each by one character (a scene's: the
 addressed character's answer, then another's reaction).  Every envelope of a
-line carries its speaker in C{meta["speaker"]} (L{rpmiddleware.meta.SPEAKER}:
+line carries its speaker in C{meta["speaker"]} (L{rpmiddleware.protocol.meta.SPEAKER}:
 C{characterId}, C{name}, C{voice}), and each message of that line says it as
 C{speaker}: C{llm-chunk}, C{llm}, C{tts-start}, C{tts-chunk}, C{tts} and C{tts-complete}, each line
 with its own C{tts-start} and C{tts-complete}; C{reply-complete} lists the
@@ -36,7 +36,7 @@ not read) says C{tts-cancelled} at once and is silent from then on: whatever
 RPEngine had already sent for it is dropped, so nothing of it can be mistaken
 for the next turn.  Every message carries the turn's C{turnId}.
 
-A plugin's fields (C{x-...}, L{rpmiddleware.clientext.pluginFields}) on an
+A plugin's fields (C{x-...}, L{rpmiddleware.plugin.clientext.pluginFields}) on an
 envelope reach every message sent for that envelope, and are never counted
 among RPEngine's statistics (C{docs/client-protocol.md}, I{Unknown and extra
 fields}).
@@ -50,16 +50,21 @@ from typing import Any, Protocol
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
-from rpmiddleware.api import ReplyStream
-from rpmiddleware.audio import encodeBase64
-from rpmiddleware.client.errors import LLM_TIMEOUT, TTS_ERROR, engineErrorMessage, errorMessage
+from rpmiddleware.audio.format import encodeBase64
 from rpmiddleware.client.messages import turnMessage
 from rpmiddleware.client.tts import SpeechOutput, SpeechTooLong
-from rpmiddleware.clientext import isPluginField, pluginFields
-from rpmiddleware.coreview import EngineQueueView
-from rpmiddleware.envelope import ENVELOPE_FIELDS, Envelope
-from rpmiddleware.messages import textOfDelta
-from rpmiddleware.meta import SPEAKER
+from rpmiddleware.core.replystream import ReplyStream
+from rpmiddleware.core.view import EngineQueueView
+from rpmiddleware.plugin.clientext import isPluginField, pluginFields
+from rpmiddleware.protocol.clienterrors import (
+    LLM_TIMEOUT,
+    TTS_ERROR,
+    engineErrorMessage,
+    errorMessage,
+)
+from rpmiddleware.protocol.envelope import ENVELOPE_FIELDS, Envelope
+from rpmiddleware.protocol.messages import textOfDelta
+from rpmiddleware.protocol.meta import SPEAKER
 
 #: What a turn is about: typed text, a recording, or the RPEngine microphone.
 TEXT, AUDIO, VOICE = "text", "audio", "voice"

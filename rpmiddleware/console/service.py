@@ -14,10 +14,10 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 
 from rpmiddleware.client.status import StatusHub, attachHub
+from rpmiddleware.console.metrics import MetricsResource, MiddlewareMetrics
 from rpmiddleware.console.pages import IndexPage, LoopbackOnly, StaticDirectory
-from rpmiddleware.coreview import CoreView
-from rpmiddleware.metrics import MetricsResource, MiddlewareMetrics
-from rpmiddleware.web import CLIENT_PATH
+from rpmiddleware.core.view import CoreView
+from rpmiddleware.web.site import CLIENT_PATH
 
 INDEX_PATH = b"/"
 FILES_PATH = b"/console"
@@ -73,8 +73,8 @@ def mountConsole(
     Everything the console needs, with a L{ConsoleService} under C{parent}.
 
     @param endpoints: the WebSocket factories by path, as given to
-        L{rpmiddleware.web.buildSite}.
-    @return: the pages by path, for L{rpmiddleware.web.buildSite}.
+        L{rpmiddleware.web.site.buildSite}.
+    @return: the pages by path, for L{rpmiddleware.web.site.buildSite}.
     """
     metrics = MiddlewareMetrics(middleware, endpoints)
     hub = None

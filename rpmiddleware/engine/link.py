@@ -24,15 +24,15 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from rpmiddleware.engine.session import CLOSE_SUPERSEDED, EngineSession
-from rpmiddleware.enginerules import EngineRefusal, checkOutgoing
-from rpmiddleware.envelope import Direction, Envelope, summarize
-from rpmiddleware.interfaces import IEngineSessionInfo
-from rpmiddleware.messages import MESSAGES, WITHDRAWING
+from rpmiddleware.plugin.interfaces import IEngineSessionInfo
+from rpmiddleware.protocol.envelope import Direction, Envelope, summarize
+from rpmiddleware.protocol.messages import MESSAGES, WITHDRAWING
+from rpmiddleware.protocol.rules import EngineRefusal, checkOutgoing
 
 
 class ChainEnd(Protocol):
     """
-    What the engine link uses of the chain (L{rpmiddleware.chain.PluginChain}
+    What the engine link uses of the chain (L{rpmiddleware.core.chain.PluginChain}
     provides it): the link is built after the chain and given it, and the
     chain knows nothing of the link.
     """

@@ -18,8 +18,8 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from rpmiddleware.enginerules import MAX_MESSAGE_BYTES, EngineRefusal
-from rpmiddleware.envelope import (
+from rpmiddleware.plugin.interfaces import IEngineSessionInfo
+from rpmiddleware.protocol.envelope import (
     Direction,
     Envelope,
     isoTimestamp,
@@ -27,8 +27,7 @@ from rpmiddleware.envelope import (
     newMessageId,
     summarize,
 )
-from rpmiddleware.interfaces import IEngineSessionInfo
-from rpmiddleware.messages import (
+from rpmiddleware.protocol.messages import (
     MAX_ID_LENGTH,
     MESSAGES,
     WITHDRAWING,
@@ -36,6 +35,7 @@ from rpmiddleware.messages import (
     ackReference,
     validate,
 )
+from rpmiddleware.protocol.rules import MAX_MESSAGE_BYTES, EngineRefusal
 
 #: RPEngine's answer to a message it cannot read: no requestId, no
 #: sourceMessageId, no ack (app.rs transport_message).
@@ -341,7 +341,7 @@ class EngineSession:
 
         What it carries is the sender's to check: the engine link checks
         every envelope that leaves the chain
-        (L{rpmiddleware.enginerules.checkOutgoing}), once, before it holds or
+        (L{rpmiddleware.protocol.rules.checkOutgoing}), once, before it holds or
         sends it, and the session's own messages (acks, C{welcome}, the
         mailbox's cancels and probes) are built right.  Only the size is
         judged here, once the envelope is stamped and encoded.

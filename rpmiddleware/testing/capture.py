@@ -40,7 +40,7 @@ import numpy as np
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
-from rpmiddleware.messages import INPUT_SAMPLE_RATE
+from rpmiddleware.protocol.messages import INPUT_SAMPLE_RATE
 from rpmiddleware.testing.simoptions import PlayerTake
 from rpmiddleware.testing.tones import sampleCount
 

@@ -15,7 +15,7 @@ is C{card_resync_required}; a reconstructed card that is not a valid
 Character Card V2 is C{invalid_character_card}.  Patches follow RPEngine's
 own RFC 6902 implementation (C{crates/rp-engine-core/src/json_core.rs}
 C{apply_patch_value}); hashes are RPEngine's (SHA-256 of the canonical JSON,
-L{rpmiddleware.canonical.canonicalHash}).
+L{rpmiddleware.cards.canonical.canonicalHash}).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from rpmiddleware.canonical import canonicalHash
-from rpmiddleware.cards import InvalidCard, validateCard
-from rpmiddleware.envelope import jsonBytes
+from rpmiddleware.cards.canonical import canonicalHash
+from rpmiddleware.cards.validation import InvalidCard, validateCard
+from rpmiddleware.protocol.envelope import jsonBytes
 from rpmiddleware.testing.requestchecks import RequestError
 
 

@@ -10,7 +10,7 @@ ack -- and otherwise ignored.  Messages over 8 MiB are refused too
 check the sessionId, nor refuse unknown types: those are acknowledged and
 ignored.
 
-The envelope rules themselves are L{rpmiddleware.enginerules.checkEnvelope};
+The envelope rules themselves are L{rpmiddleware.protocol.rules.checkEnvelope};
 RPEngine's check also compiles every C{output.responseProcessing} pattern
 (json_core.rs C{validate_output} calls text.rs
 C{parse_response_processing}), so one its regex crate cannot build is
@@ -27,13 +27,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rpmiddleware.enginerules import (
+from rpmiddleware.protocol.envelope import loadJson
+from rpmiddleware.protocol.rules import (
     MAX_MESSAGE_BYTES,
     MAX_RESPONSE_CAPTURE_GROUPS,
     EngineRefusal,
     checkEnvelope,
 )
-from rpmiddleware.envelope import loadJson
 from rpmiddleware.testing.responsetext import ResponseProcessing
 
 #: The types whose C{output} RPEngine checks (json_core.rs validate_envelope_value).

@@ -10,7 +10,7 @@ a fake clock and catch what comes out of either end.
     self.assertEqual(harness.sentToEngine[0]["card"]["mode"], "reference")
 
 What leaves toward RPEngine is checked with RPEngine's rules, as the daemon
-checks it before sending (L{rpmiddleware.enginerules}): an envelope the
+checks it before sending (L{rpmiddleware.protocol.rules}): an envelope the
 daemon would not send fails the test (L{EngineWouldRefuse}).
 """
 
@@ -27,15 +27,15 @@ from twisted.internet.task import Clock
 from twisted.logger import ILogObserver, globalLogPublisher
 from zope.interface import implementer
 
-from rpmiddleware.cardhasher import CanonicalCard, CardHasher
-from rpmiddleware.chain import PluginChain
-from rpmiddleware.config import Settings
-from rpmiddleware.enginerules import EngineRefusal, checkOutgoing
-from rpmiddleware.envelope import Direction, Envelope, summarize
-from rpmiddleware.interfaces import IEngineSessionInfo, IEnvelopePlugin
-from rpmiddleware.messages import MESSAGES
-from rpmiddleware.middleware import DEFAULT_OUTPUT, PluginServices
-from rpmiddleware.timeline import Timeline
+from rpmiddleware.cards.hasher import CanonicalCard, CardHasher
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.chain import PluginChain
+from rpmiddleware.core.middleware import DEFAULT_OUTPUT, PluginServices
+from rpmiddleware.plugin.interfaces import IEngineSessionInfo, IEnvelopePlugin
+from rpmiddleware.protocol.envelope import Direction, Envelope, summarize
+from rpmiddleware.protocol.messages import MESSAGES
+from rpmiddleware.protocol.rules import EngineRefusal, checkOutgoing
+from rpmiddleware.protocol.timeline import Timeline
 
 
 @implementer(IEngineSessionInfo)
@@ -45,7 +45,7 @@ class FakeSession:
         self.startedAt = startedAt
 
 
-#: The requests the game end gives an eventId (rpmiddleware.middleware).
+#: The requests the game end gives an eventId (rpmiddleware.core.middleware).
 _REQUEST_TYPES = ("reply.request", "voice.capture.start")
 
 #: The start of the middleware's own envelope types (never RPEngine's).
@@ -59,7 +59,7 @@ REFERENCE_CARD = {"format": "chara_card_v2", "mode": "reference", "targetHash": 
 def _notAPlugin(thing: object) -> str:
     return (
         f"{thing!r} does not provide IEnvelopePlugin: subclass "
-        "rpmiddleware.plugin.ChainPlugin (or declare @implementer(IEnvelopePlugin) on its "
+        "rpmiddleware.plugin.base.ChainPlugin (or declare @implementer(IEnvelopePlugin) on its "
         "class), or pass a list of plugins that do"
     )
 
@@ -93,7 +93,7 @@ def pluginServices(
 ) -> PluginServices:
     """
     The services a plugin's factory is built with
-    (L{rpmiddleware.interfaces.IPluginServices}), as the daemon lends them:
+    (L{rpmiddleware.plugin.interfaces.IPluginServices}), as the daemon lends them:
     C{clock} as the reactor (a new L{Clock} unless given), C{config} (the
     default L{Settings} unless given), a L{CardHasher} (or C{cards}, a
     L{HeldHasher} say) and a new L{Timeline}.
@@ -116,7 +116,7 @@ class PluginHarness:
     A chain of the given plugins between two lists.
 
     @param engineRules: check every envelope that leaves toward RPEngine as
-        the daemon does before sending it (L{rpmiddleware.enginerules}): one
+        the daemon does before sending it (L{rpmiddleware.protocol.rules}): one
         it would not send is not added to C{sentToEngine} but raises
         L{EngineWouldRefuse}, which the chain logs, failing the test.
         C{False} to collect whatever leaves, unchecked.
@@ -185,7 +185,7 @@ class PluginHarness:
     def endClientSession(self, clientId: str) -> None:
         """
         Client session C{clientId} is over, as the client endpoint says
-        when one expires (L{rpmiddleware.interfaces.IClientExtension}).
+        when one expires (L{rpmiddleware.plugin.interfaces.IClientExtension}).
         """
         self.chain.clientSessionEnded(clientId)
 

@@ -20,10 +20,10 @@ from twisted.internet.defer import Deferred, DeferredQueue, inlineCallbacks
 from twisted.internet.interfaces import ITCPTransport
 from twisted.python.failure import Failure
 
-from rpmiddleware.config import Settings
-from rpmiddleware.interfaces import IEnvelopePlugin
-from rpmiddleware.middleware import Middleware
-from rpmiddleware.service import makeMiddlewareService
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.daemon.service import makeMiddlewareService
+from rpmiddleware.plugin.interfaces import IEnvelopePlugin
 
 
 class LiveMiddleware:

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from rpmiddleware.messages import PCM_CHUNK_BYTES
+from rpmiddleware.protocol.messages import PCM_CHUNK_BYTES
 from rpmiddleware.testing.responsetext import (
     ChangedText,
     DisplayTextStream,

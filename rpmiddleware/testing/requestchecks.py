@@ -3,7 +3,7 @@ The checks RPEngine's core makes of a turn after it accepted it, and the
 shape of its errors.
 
 The envelope itself was checked on arrival
-(L{rpmiddleware.enginerules.checkEnvelope}, RPEngine's json_core.rs
+(L{rpmiddleware.protocol.rules.checkEnvelope}, RPEngine's json_core.rs
 C{validate_envelope_value}); what is left is decided when a reply becomes
 active (crates/rp-engine-core/src/app.rs C{start_next_reply}): the output
 language must be one speech synthesis knows and the voice one of its ten,
@@ -23,7 +23,7 @@ from typing import Any
 # speaks even for text-only replies (app.rs supported_tts_language), and the
 # voice against its ten (supported_voice); ENGINE_RETRYABLE_CODES are the
 # errors a game may retry as they are (request_error_code).
-from rpmiddleware.messages import (
+from rpmiddleware.protocol.messages import (
     ENGINE_RETRYABLE_CODES,
     INPUT_SAMPLE_RATE,
     SPEECH_OUTPUT_LANGUAGES,

@@ -303,7 +303,7 @@ class ResponseProcessing:
     """
     Buffered response processing (text.rs parse_response_processing and
     ResponseProcessing::process).  The envelope's shape is checked by
-    L{rpmiddleware.enginerules.checkEnvelope} when it arrives; L{parse}
+    L{rpmiddleware.protocol.rules.checkEnvelope} when it arrives; L{parse}
     only compiles, and fails where Python cannot compile a pattern or a
     capture group does not exist.
     """

@@ -22,9 +22,9 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
-from rpmiddleware.engineprompt import AssembledPrompt
-from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, isoTimestamp
-from rpmiddleware.messages import ENGINE_DEDUP_WINDOW
+from rpmiddleware.protocol.envelope import PROTOCOL, PROTOCOL_VERSION, isoTimestamp
+from rpmiddleware.protocol.messages import ENGINE_DEDUP_WINDOW
+from rpmiddleware.protocol.prompt import AssembledPrompt
 from rpmiddleware.testing.cardstore import SessionCardStore
 from rpmiddleware.testing.envelopecheck import (
     InvalidPayload,

@@ -47,8 +47,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from rpmiddleware.engine.mailbox.audioslots import PCM_CHUNK_BYTES, pcm16Wav
-from rpmiddleware.envelope import PROTOCOL, PROTOCOL_VERSION, isoTimestamp
-from rpmiddleware.messages import MAX_MESSAGE_BYTES
+from rpmiddleware.protocol.envelope import PROTOCOL, PROTOCOL_VERSION, isoTimestamp
+from rpmiddleware.protocol.messages import MAX_MESSAGE_BYTES
 from rpmiddleware.testing.simengine import SimulatedEngine
 from rpmiddleware.testing.simoptions import SimulatorOptions
 

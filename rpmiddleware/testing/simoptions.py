@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rpmiddleware.messages import ENGINE_QUEUE_LIMIT
+from rpmiddleware.protocol.messages import ENGINE_QUEUE_LIMIT
 from rpmiddleware.testing.replystream import PCM_CHUNK_SAMPLES, Pacing
 
 #: RPEngine's package version at the commit the simulator follows

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rpmiddleware.engineprompt import PromptTooLarge, assemble, promptRequest
+from rpmiddleware.protocol.prompt import PromptTooLarge, assemble, promptRequest
 from rpmiddleware.testing.replystream import ReplyStream
 from rpmiddleware.testing.requestchecks import (
     STT_LANGUAGE_NAMES,

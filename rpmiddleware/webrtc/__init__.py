@@ -17,7 +17,7 @@ Modules, one job each:
   - L{endpoint}: the client endpoint's C{offer} hook, and shutdown;
   - L{voice}: one client's peer joined to its client connection.
 
-The settings are C{[webrtc]}, L{rpmiddleware.config.WebRTCSettings}.  Only
+The settings are C{[webrtc]}, L{rpmiddleware.config.settings.WebRTCSettings}.  Only
 L{reactor}, L{bridge}, L{vad} and L{endpoint} import without the extra; the
 others need aiortc.  Nothing imports the global reactor.
 """

@@ -19,7 +19,7 @@ from typing import Any
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
-from rpmiddleware.config import Settings
+from rpmiddleware.config.settings import Settings
 from rpmiddleware.webrtc.reactor import availability
 
 WEBRTC_UNAVAILABLE = "WEBRTC_UNAVAILABLE"

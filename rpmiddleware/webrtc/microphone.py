@@ -3,7 +3,7 @@ The player's microphone: an incoming WebRTC audio track as mono 16 kHz PCM16.
 
 aiortc decodes Opus to 48 kHz PCM16 frames (stereo, whatever the browser
 sent); L{MicrophoneReader} reads them as they arrive, downmixes by averaging
-the channels and resamples with L{rpmiddleware.pcm.StreamResampler} (the
+the channels and resamples with L{rpmiddleware.audio.pcm.StreamResampler} (the
 same soxr path as the C{audio} message, so both kinds of turn sound the
 same to RPEngine), and hands each piece to a callback: the voice activity
 detector.
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from rpmiddleware.pcm import StreamResampler, encodePcm, toMono
+from rpmiddleware.audio.pcm import StreamResampler, encodePcm, toMono
 
 #: What RPEngine takes, and what the detector works at.
 OUTPUT_RATE = 16000

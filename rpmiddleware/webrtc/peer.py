@@ -37,7 +37,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from rpmiddleware.envelope import jsonBytes
+from rpmiddleware.protocol.envelope import jsonBytes
 from rpmiddleware.webrtc.bridge import deferredFromCoroutine, guarded, logFailure, spawn
 from rpmiddleware.webrtc.ice import loopbackGathering, peerConfiguration
 from rpmiddleware.webrtc.microphone import MicrophoneReader

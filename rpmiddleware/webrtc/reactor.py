@@ -46,7 +46,7 @@ def unavailableReason() -> str | None:
     log and for the client's C{error} message.  Imports aiortc (slow, once),
     frozen out of the collector's passes as start-up's modules are.
     """
-    from rpmiddleware.collector import importFrozen
+    from rpmiddleware.runtime.collector import importFrozen
 
     for module, distribution in REQUIRED_MODULES:
         try:
@@ -170,7 +170,7 @@ def chooseDaemonReactor(settings: Any) -> str | None:
     with WebRTC enabled and installed, make it the asyncio reactor.  Logs
     the outcome in one line.
 
-    @param settings: L{rpmiddleware.config.Settings}.
+    @param settings: L{rpmiddleware.config.settings.Settings}.
     @return: C{None} when WebRTC will be served; otherwise why not.
     """
     from twisted.logger import Logger

@@ -33,7 +33,7 @@ import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from av import AudioFrame
 
-from rpmiddleware.pcm import Samples, StreamResampler, decodePcm
+from rpmiddleware.audio.pcm import Samples, StreamResampler, decodePcm
 
 #: RPEngine's speech output rate.
 INPUT_RATE = 44100

@@ -27,10 +27,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
+from rpmiddleware.config.settings import VadSettings
+
 SAMPLE_RATE = 16000
 BYTES_PER_SAMPLE = 2
-#: webrtcvad accepts 10, 20 or 30 ms frames.
-FRAME_MS_CHOICES = (10, 20, 30)
 
 
 class FrameClassifier(Protocol):
@@ -53,43 +53,6 @@ class WebRtcClassifier:
 
     def isSpeech(self, frame: bytes, sampleRate: int) -> bool:
         return bool(self._vad.is_speech(frame, sampleRate))
-
-
-@dataclass
-class VadSettings:
-    """
-    The C{[webrtc]} settings of the detector; see C{docs/webrtc.md}.
-    """
-
-    aggressiveness: int = 2
-    frame_ms: int = 20
-    start_ms: int = 100
-    hangover_ms: int = 600
-    pre_roll_ms: int = 200
-    trail_ms: int = 100
-    max_seconds: float = 30.0
-
-    def check(self) -> None:
-        """
-        @raise ValueError: naming the setting that cannot work.
-        """
-        if self.aggressiveness not in (0, 1, 2, 3):
-            raise ValueError("vad_aggressiveness must be 0, 1, 2 or 3")
-        if self.frame_ms not in FRAME_MS_CHOICES:
-            raise ValueError("vad_frame_ms must be 10, 20 or 30")
-        for name in ("start_ms", "hangover_ms", "pre_roll_ms", "trail_ms"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"vad_{name} must not be negative")
-        if self.trail_ms > self.hangover_ms:
-            raise ValueError("vad_trail_ms must not exceed vad_hangover_ms")
-        if not 1.0 <= self.max_seconds <= 30.0:
-            raise ValueError("vad_max_seconds must be from 1 to 30 (RPEngine's limit)")
-
-    def frames(self, ms: int) -> int:
-        """
-        A duration in whole frames (rounded up, at least one for C{ms > 0}).
-        """
-        return -(-ms // self.frame_ms)
 
 
 @dataclass(frozen=True)

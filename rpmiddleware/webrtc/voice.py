@@ -32,7 +32,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from rpmiddleware.audio import encodeBase64, exactLength, strictBase64
+from rpmiddleware.audio.format import encodeBase64, exactLength, strictBase64
 from rpmiddleware.webrtc.ice import loopbackAddresses
 from rpmiddleware.webrtc.peer import (
     CONNECTION_FAILED,

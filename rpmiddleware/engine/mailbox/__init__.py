@@ -18,6 +18,6 @@ L{rpmiddleware.engine.link.EngineLink} the WebSocket does.
     and polled, as a C{twisted.application} service.
 
 Nothing outside the repository imports these modules (the plugin API is
-L{rpmiddleware.plugin}), so the names they had before this package
+L{rpmiddleware.plugin.base}), so the names they had before this package
 (C{rpmiddleware.engine.mailboxservice}, ...) are not kept.
 """

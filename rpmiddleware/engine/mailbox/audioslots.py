@@ -29,10 +29,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from rpmiddleware.audio import encodeBase64, pcm16Wav
+from rpmiddleware.audio.format import encodeBase64, pcm16Wav
 from rpmiddleware.engine.mailbox.files import FILE_MODE, Refused, readRegularFile
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.messages import OUTPUT_SAMPLE_RATE, PCM_CHUNK_BYTES
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.messages import OUTPUT_SAMPLE_RATE, PCM_CHUNK_BYTES
 
 WAV_FORMAT = "wav_pcm_s16le"
 AUDIO_DIRECTORY = "audio"

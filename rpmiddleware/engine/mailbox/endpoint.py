@@ -25,7 +25,7 @@ import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
@@ -53,12 +53,27 @@ from rpmiddleware.engine.mailbox.files import (
 from rpmiddleware.engine.mailbox.session import MailboxSession, MailboxWriter
 from rpmiddleware.engine.mailbox.watch import ReaderWatch
 from rpmiddleware.engine.session import EngineSession, decodeText
-from rpmiddleware.enginerules import EngineRefusal
-from rpmiddleware.envelope import Envelope, summarize
-from rpmiddleware.messages import ProtocolViolation
+from rpmiddleware.protocol.envelope import Envelope, summarize
+from rpmiddleware.protocol.messages import ProtocolViolation
+from rpmiddleware.protocol.rules import EngineRefusal
 
 if TYPE_CHECKING:
-    from rpmiddleware.middleware import Middleware
+    from rpmiddleware.engine.link import EngineLink
+    from rpmiddleware.engine.session import SessionOptions
+
+
+class EngineHost(Protocol):
+    """
+    What the mailbox needs of the middleware that owns the engine link
+    (L{rpmiddleware.core.middleware.Middleware} provides it): the link its
+    sessions feed, and the options every engine session is made with.
+    """
+
+    @property
+    def link(self) -> EngineLink: ...
+
+    def sessionOptions(self) -> SessionOptions: ...
+
 
 #: RPEngine removes its own ack files two seconds after writing them
 #: (src/filesystem-mailbox-adapter.ts sendNow); ours go the same way.
@@ -260,7 +275,7 @@ class MailboxEndpoint:
 
     def __init__(
         self,
-        middleware: Middleware,
+        middleware: EngineHost,
         clock: IReactorTime,
         folders: Folders,
         layout: AudioLayout,

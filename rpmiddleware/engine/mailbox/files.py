@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from rpmiddleware.messages import MAX_MESSAGE_BYTES
+from rpmiddleware.protocol.messages import MAX_MESSAGE_BYTES
 
 #: The manifest RPEngine reads in the folder the player selects.
 MANIFEST_NAME = "manifest.json"

@@ -32,8 +32,8 @@ from twisted.internet.interfaces import IReactorTime
 
 from rpmiddleware.engine.mailbox.audioslots import SlotLedger
 from rpmiddleware.engine.session import EngineSession, SessionOptions
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.messages import ackReference
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.messages import ackReference
 
 
 class Outbox(Protocol):

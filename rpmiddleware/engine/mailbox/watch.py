@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from twisted.internet.interfaces import IReactorTime
 
-from rpmiddleware.envelope import Envelope
+from rpmiddleware.protocol.envelope import Envelope
 
 if TYPE_CHECKING:
     from rpmiddleware.engine.link import EngineLink

@@ -10,9 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rpmiddleware.envelope import Envelope
-from rpmiddleware.interfaces import IChainContext, IPluginServices
-from rpmiddleware.plugin import ChainPlugin, PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin import (
+    ChainPlugin,
+    Envelope,
+    IChainContext,
+    IPluginServices,
+    PluginFactory,
+    rejectUnknownSettings,
+)
 
 #: The envelopes that end a request: nothing more comes for it.
 ENDINGS = ("reply.completed", "reply.cancelled", "request.error")

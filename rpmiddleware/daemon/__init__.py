@@ -1,0 +1,4 @@
+"""
+What C{twistd rpmiddleware} runs: the listener and everything behind it,
+assembled as services (C{service}).
+"""
