@@ -29,7 +29,7 @@ from rpmiddleware.builtin import (
     playbook,
     scene,
 )
-from rpmiddleware.plugin.interfaces import IPluginFactory
+from rpmiddleware.plugin import IPluginFactory
 
 # The factories are reached through their modules, so that each name here
 # stays the module (``import rpmiddleware.builtin.playbook.tools as t`` works).

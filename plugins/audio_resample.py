@@ -20,35 +20,33 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from rpmiddleware.audio.format import (
-    QUALITIES,
-    AudioError,
-    canonicalFormat,
-    decodeBase64,
-    encodeBase64,
-    endsSegment,
-)
-from rpmiddleware.plugin.base import ChainPlugin, PluginFactory, rejectUnknownSettings
-from rpmiddleware.plugin.interfaces import (
-    IChainContext,
-    IEngineSessionInfo,
-    IEnvelopePlugin,
-    IPluginServices,
-    ITimingSource,
-)
-from rpmiddleware.protocol.envelope import Envelope
-from rpmiddleware.protocol.messages import (
+from rpmiddleware.plugin import (
     INPUT_AUDIO_FORMATS,
     INPUT_SAMPLE_RATE,
     MAX_INPUT_AUDIO_SECONDS,
     OPENING,
     OUTPUT_SAMPLE_RATE,
+    QUALITIES,
     TERMINAL,
+    AudioError,
+    ChainPlugin,
+    Envelope,
+    IChainContext,
+    IEngineSessionInfo,
+    IEnvelopePlugin,
+    IPluginServices,
+    ITimingSource,
+    PluginFactory,
+    canonicalFormat,
+    decodeBase64,
+    encodeBase64,
+    endsSegment,
+    importFrozen,
+    rejectUnknownSettings,
 )
-from rpmiddleware.runtime.collector import importFrozen
 
 if TYPE_CHECKING:
-    from rpmiddleware.audio.pcm import Pcm16Resampler
+    from rpmiddleware.plugin import pcm
 
 NAME = "audio-resample"
 MIN_RATE = 8000
@@ -109,7 +107,7 @@ def normalizeEventAudio(
         field, fit for a C{request.error} message.
     """
     # numpy and soxr: imported with the first audio, not when the daemon starts.
-    from rpmiddleware.audio.pcm import decodePcm, encodePcm, resample, toMono
+    from rpmiddleware.plugin import pcm
 
     if not isinstance(audio, Mapping):
         raise AudioError("event.audio must be an object")
@@ -126,7 +124,7 @@ def normalizeEventAudio(
         raw = decodeBase64(audio.get("data"))
         if not raw:
             raise AudioError("data is empty")
-        frames = decodePcm(raw, fmt, channels)
+        frames = pcm.decodePcm(raw, fmt, channels)
     except AudioError as e:
         raise AudioError(f"event.audio.{e}")
     seconds = len(frames) / rate
@@ -138,13 +136,13 @@ def normalizeEventAudio(
     conforming = audio.get("format") in INPUT_AUDIO_FORMATS
     if conforming and rate == INPUT_SAMPLE_RATE and channels == 1:
         return None
-    mono = resample(toMono(frames), rate, INPUT_SAMPLE_RATE, quality)
+    mono = pcm.resample(pcm.toMono(frames), rate, INPUT_SAMPLE_RATE, quality)
     return {
         **audio,
         "format": engineFormat,
         "sampleRate": INPUT_SAMPLE_RATE,
         "channels": 1,
-        "data": encodeBase64(encodePcm(mono, engineFormat)),
+        "data": encodeBase64(pcm.encodePcm(mono, engineFormat)),
     }
 
 
@@ -155,7 +153,7 @@ class _Segment:
     """
 
     key: Any
-    resampler: Pcm16Resampler
+    resampler: pcm.Pcm16Resampler
     #: A byte of a PCM16 sample split across two chunks.
     carry: bytes = b""
     lastChunkSequence: Any = None
@@ -172,7 +170,7 @@ class _Reply:
     segment: _Segment | None = None
     #: A resampler made ahead for the next segment, so that setting up soxr
     #: does not delay a segment's first chunk.
-    spare: Pcm16Resampler | None = None
+    spare: pcm.Pcm16Resampler | None = None
     #: The call that will make the next one.
     preparing: IDelayedCall | None = None
     #: Tail chunks originated so far: later chunks' sequence moves up by this.
@@ -185,15 +183,15 @@ class _Reply:
         return self.inRate != self.outRate
 
 
-def _newResampler(inRate: int, outRate: int, quality: str) -> Pcm16Resampler:
+def _newResampler(inRate: int, outRate: int, quality: str) -> pcm.Pcm16Resampler:
     """
     A segment's resampler.  numpy and soxr are normally imported when
     RPEngine connects (L{AudioResample.engineSessionStarted}); otherwise the
     first one made imports them (about 90 ms, once).
     """
-    from rpmiddleware.audio.pcm import Pcm16Resampler
+    from rpmiddleware.plugin import pcm
 
-    return Pcm16Resampler(inRate, outRate, quality)
+    return pcm.Pcm16Resampler(inRate, outRate, quality)
 
 
 @implementer(IEnvelopePlugin, ITimingSource)
@@ -358,7 +356,7 @@ class AudioResample(ChainPlugin):
         if reply.spare is None and reply.converting:
             reply.spare = _newResampler(reply.inRate, reply.outRate, self.settings.quality)
 
-    def _resampler(self, reply: _Reply, context: IChainContext) -> Pcm16Resampler:
+    def _resampler(self, reply: _Reply, context: IChainContext) -> pcm.Pcm16Resampler:
         """
         The resampler of a segment that begins: the one made ahead when it
         fits.  The next segment's is made a moment later: not at once,

@@ -34,16 +34,21 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from rpmiddleware.plugin.base import ChainPlugin, PluginFactory, rejectUnknownSettings
-from rpmiddleware.plugin.interfaces import (
+from rpmiddleware.plugin import (
+    OPENING,
+    TERMINAL,
+    WITHDRAWING,
+    Capacity,
+    ChainPlugin,
+    Envelope,
     IChainContext,
     IEngineSessionInfo,
     IEnvelopePlugin,
     IHeldWork,
     IPluginServices,
+    PluginFactory,
+    rejectUnknownSettings,
 )
-from rpmiddleware.protocol.envelope import Envelope
-from rpmiddleware.protocol.messages import OPENING, TERMINAL, WITHDRAWING, Capacity
 
 NAME = "capacity-gate"
 

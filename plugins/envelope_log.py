@@ -25,11 +25,19 @@ from typing import IO, Any
 from twisted.logger import Logger, LogLevel
 from zope.interface import implementer
 
-from rpmiddleware.plugin.base import ChainPlugin, PluginFactory, rejectUnknownSettings
-from rpmiddleware.plugin.interfaces import IChainObserver, IEnvelopePlugin, IPluginServices
-from rpmiddleware.protocol.envelope import Direction, Envelope, isoTimestamp
-from rpmiddleware.protocol.messages import TERMINAL
-from rpmiddleware.protocol.timeline import Timeline
+from rpmiddleware.plugin import (
+    TERMINAL,
+    ChainPlugin,
+    Direction,
+    Envelope,
+    IChainObserver,
+    IEnvelopePlugin,
+    IPluginServices,
+    PluginFactory,
+    Timeline,
+    isoTimestamp,
+    rejectUnknownSettings,
+)
 
 NAME = "logging"
 LEVELS = {"debug": LogLevel.debug, "info": LogLevel.info}

@@ -21,8 +21,7 @@ from typing import Any
 from rpmiddleware.builtin.actions.api import IActions
 from rpmiddleware.builtin.actions.model import ActionError
 from rpmiddleware.builtin.actions.plugin import NAME, ActionsPlugin
-from rpmiddleware.plugin.base import PluginFactory, rejectUnknownSettings
-from rpmiddleware.plugin.interfaces import IPluginServices
+from rpmiddleware.plugin import IPluginServices, PluginFactory, rejectUnknownSettings
 
 __all__ = ["ActionError", "ActionsPlugin", "IActions", "actions", "buildActions"]
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rpmiddleware.protocol.rules import MAX_RESPONSE_RULES
+from rpmiddleware.plugin import MAX_RESPONSE_RULES
 
 #: The response-processing rule's id (RPEngine: ^[a-z][a-z0-9_.-]{0,63}$).
 RULE_ID = "rpmiddleware.action"

@@ -41,14 +41,22 @@ from rpmiddleware.builtin.actions.model import (
     readCall,
 )
 from rpmiddleware.builtin.memory.api import HEARD_ROLES, heard
-from rpmiddleware.plugin.base import ChainPlugin
-from rpmiddleware.plugin.clientext import answerOp, clientMessage, toClient, unclaimedResult
-from rpmiddleware.plugin.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
-from rpmiddleware.protocol import meta as metakeys
-from rpmiddleware.protocol.envelope import Envelope
-from rpmiddleware.protocol.messages import OPENING, TERMINAL
-from rpmiddleware.protocol.prompt import trimmed
-from rpmiddleware.protocol.promptcontext import addSceneText
+from rpmiddleware.plugin import (
+    OPENING,
+    TERMINAL,
+    ChainPlugin,
+    Envelope,
+    IChainContext,
+    IClientExtension,
+    IEnvelopePlugin,
+    addSceneText,
+    answerOp,
+    clientMessage,
+    toClient,
+    trimmed,
+    unclaimedResult,
+)
+from rpmiddleware.plugin import meta as metakeys
 
 NAME = "actions"
 #: Its own message, and the answers to its calls (which the playbook's

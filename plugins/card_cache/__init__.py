@@ -40,8 +40,7 @@ from rpmiddleware.builtin.card_cache.transfers import (
     smallerPatch,
     transferSize,
 )
-from rpmiddleware.plugin.base import PluginFactory, rejectUnknownSettings
-from rpmiddleware.plugin.interfaces import IPluginServices
+from rpmiddleware.plugin import IPluginServices, PluginFactory, rejectUnknownSettings
 
 __all__ = [
     "ALIAS_LIMIT",

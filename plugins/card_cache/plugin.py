@@ -16,23 +16,26 @@ from zope.interface import implementer
 
 from rpmiddleware.builtin.card_cache.store import ContentStore, Key, Sent, SessionCards, trim
 from rpmiddleware.builtin.card_cache.transfers import candidatePatch, reproduces, transferSize
-from rpmiddleware.cards.diff import applyPatch
-from rpmiddleware.cards.validation import (
+from rpmiddleware.plugin import (
     CARD_FORMAT,
+    TERMINAL,
     CanonicalCard,
     CardHasher,
+    ChainPlugin,
+    Envelope,
+    IChainContext,
+    IEngineSessionInfo,
+    IEnvelopePlugin,
     InvalidCard,
+    Timeline,
+    applyPatch,
+    hasTurns,
+    inLaterTurn,
     snapshotTransfer,
     transferDocument,
     transferOperations,
     validateCard,
 )
-from rpmiddleware.plugin.base import ChainPlugin
-from rpmiddleware.plugin.interfaces import IChainContext, IEngineSessionInfo, IEnvelopePlugin
-from rpmiddleware.protocol.envelope import Envelope
-from rpmiddleware.protocol.messages import TERMINAL
-from rpmiddleware.protocol.timeline import Timeline
-from rpmiddleware.runtime.reactorturn import hasTurns, inLaterTurn
 
 NAME = "card-cache"
 

@@ -9,7 +9,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from rpmiddleware.cards.validation import CanonicalCard
+from rpmiddleware.plugin import CanonicalCard
 
 #: An C{(integrationId, characterId)}: RPEngine holds one card for each.
 Key = tuple[str, str]

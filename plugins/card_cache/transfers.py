@@ -9,9 +9,7 @@ import hashlib
 import json
 from typing import Any
 
-from rpmiddleware.cards.canonical import knownPlainJson
-from rpmiddleware.cards.diff import applyPatch, diff
-from rpmiddleware.cards.validation import CanonicalCard, canonicalHash
+from rpmiddleware.plugin import CanonicalCard, applyPatch, canonicalHash, diff, knownPlainJson
 
 
 def jsonSize(value: Any) -> int:

@@ -27,8 +27,7 @@ from rpmiddleware.builtin.memory.api import IConversationMemory
 from rpmiddleware.builtin.memory.plugin import NAME, Memory
 from rpmiddleware.builtin.memory.settings import MemorySettings, readSettings
 from rpmiddleware.builtin.memory.store import StoreError
-from rpmiddleware.plugin.base import PluginFactory
-from rpmiddleware.plugin.interfaces import IPluginServices
+from rpmiddleware.plugin import IPluginServices, PluginFactory
 
 __all__ = ["IConversationMemory", "Memory", "MemorySettings", "buildMemory", "memory"]
 

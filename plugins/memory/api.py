@@ -15,7 +15,7 @@ from typing import Any
 
 from zope.interface import Attribute, Interface
 
-from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.plugin import Envelope
 
 
 class IConversationMemory(Interface):

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from rpmiddleware.protocol.prompt import estimateTokens
+from rpmiddleware.plugin import estimateTokens
 
 DEFAULT_SCAN_DEPTH = 4
 #: Passes of recursive scanning at most (a book's entries can name each other).

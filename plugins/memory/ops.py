@@ -27,8 +27,7 @@ from typing import Any
 from rpmiddleware.builtin.memory.api import IConversationMemory as Memory
 from rpmiddleware.builtin.memory.conversation import SESSION_PREFIX, Where
 from rpmiddleware.builtin.memory.store import InvalidDocument, StoreError
-from rpmiddleware.plugin.clientext import toClient
-from rpmiddleware.plugin.interfaces import IChainContext
+from rpmiddleware.plugin import IChainContext, toClient
 
 MAX_TEXT = 8000
 MAX_ID = 256

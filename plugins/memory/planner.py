@@ -47,7 +47,7 @@ from rpmiddleware.builtin.memory.conversation import (
 )
 from rpmiddleware.builtin.memory.lorebook import BEFORE_CHAR, activate
 from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
-from rpmiddleware.protocol.prompt import (
+from rpmiddleware.plugin import (
     estimateTokens,
     eventTokens,
     exampleMessages,

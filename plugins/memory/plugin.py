@@ -55,20 +55,25 @@ from rpmiddleware.builtin.memory.summarizer import (
     summaryRequest,
     toCondense,
 )
-from rpmiddleware.cards.hasher import OwnedDocument
-from rpmiddleware.cards.validation import snapshotTransfer, transferDocument
-from rpmiddleware.plugin.base import ChainPlugin
-from rpmiddleware.plugin.clientext import clientMessage
-from rpmiddleware.plugin.interfaces import (
+from rpmiddleware.plugin import (
+    CANCELLING,
+    OPENING,
+    TERMINAL,
+    ChainPlugin,
+    Envelope,
     IChainContext,
     IClientExtension,
     IEngineSessionInfo,
     IEnvelopePlugin,
     IMetricsSource,
+    OwnedDocument,
+    clientMessage,
+    renderMacros,
+    snapshotTransfer,
+    textOfDelta,
+    transferDocument,
+    trimmed,
 )
-from rpmiddleware.protocol.envelope import Envelope
-from rpmiddleware.protocol.messages import CANCELLING, OPENING, TERMINAL, textOfDelta
-from rpmiddleware.protocol.prompt import renderMacros, trimmed
 
 NAME = "memory"
 #: The client message this plugin adds (L{ops}).

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from rpmiddleware.plugin.base import rejectUnknownSettings
+from rpmiddleware.plugin import rejectUnknownSettings
 
 
 @dataclass(frozen=True)

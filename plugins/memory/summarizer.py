@@ -17,7 +17,7 @@ from typing import Any
 
 from rpmiddleware.builtin.memory.conversation import CHARACTER, Conversation, Entry
 from rpmiddleware.builtin.memory.planner import flatten, wordsOf
-from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.plugin import Envelope
 
 SUMMARIZER_ID = "rpmiddleware-memory-summarizer"
 REQUEST_PREFIX = "memory-summary-"

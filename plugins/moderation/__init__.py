@@ -30,8 +30,7 @@ from rpmiddleware.builtin.moderation.settings import (
     NAME,
     ModerationSettings,
 )
-from rpmiddleware.plugin.base import PluginFactory
-from rpmiddleware.plugin.interfaces import IPluginServices
+from rpmiddleware.plugin import IPluginServices, PluginFactory
 
 __all__ = [
     "ACTIONS",

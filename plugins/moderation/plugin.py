@@ -23,10 +23,17 @@ from zope.interface import implementer
 from rpmiddleware.builtin.moderation.remote import ModerationService, Verdict
 from rpmiddleware.builtin.moderation.rules import CONTEXT_CHARS, Hit, Rules, masked, maskedWhole
 from rpmiddleware.builtin.moderation.settings import NAME, ModerationSettings
-from rpmiddleware.plugin.base import ChainPlugin
-from rpmiddleware.plugin.interfaces import IChainContext, IEngineSessionInfo, IEnvelopePlugin
-from rpmiddleware.protocol.envelope import Envelope
-from rpmiddleware.protocol.messages import CANCELLING, OPENING, TERMINAL, textOfDelta
+from rpmiddleware.plugin import (
+    CANCELLING,
+    OPENING,
+    TERMINAL,
+    ChainPlugin,
+    Envelope,
+    IChainContext,
+    IEngineSessionInfo,
+    IEnvelopePlugin,
+    textOfDelta,
+)
 
 _DELTA_FIELDS = ("text", "delta", "content")
 

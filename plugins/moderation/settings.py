@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rpmiddleware.plugin.base import rejectUnknownSettings
+from rpmiddleware.plugin import rejectUnknownSettings
 
 NAME = "moderation"
 ACTIONS = ("mask", "block", "cancel")

@@ -37,8 +37,7 @@ from rpmiddleware.builtin.playbook.model import Playbook, PlaybookError
 from rpmiddleware.builtin.playbook.parser import loadPlaybookFile
 from rpmiddleware.builtin.playbook.plugin import NAME, PlaybookPlugin
 from rpmiddleware.builtin.playbook.tools import discoverTools
-from rpmiddleware.plugin.base import PluginFactory, rejectUnknownSettings
-from rpmiddleware.plugin.interfaces import IPluginServices
+from rpmiddleware.plugin import IPluginServices, PluginFactory, rejectUnknownSettings
 
 __all__ = ["NAME", "IPlaybooks", "PlaybookPlugin", "build", "playbook"]
 

@@ -26,15 +26,16 @@ from collections.abc import Callable
 from typing import Any
 
 from rpmiddleware.builtin.playbook import wire
-from rpmiddleware.plugin.clientext import startTurn, toClient
-from rpmiddleware.protocol import clientfields as fields
-from rpmiddleware.protocol.clienterrors import (
+from rpmiddleware.plugin import (
     CLIENT_CODES,
     INTERNAL_ERROR,
+    Envelope,
     InvalidMessage,
     errorMessage,
+    startTurn,
+    toClient,
 )
-from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.plugin import clientfields as fields
 
 #: The client message types the plugin takes.
 CLIENT_TYPES = ("playbook", "event", "tool-result")

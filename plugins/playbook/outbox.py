@@ -25,8 +25,7 @@ from twisted.logger import Logger
 
 from rpmiddleware.builtin.playbook import wire
 from rpmiddleware.builtin.playbook.clientmessages import toGame
-from rpmiddleware.plugin.interfaces import IChainContext
-from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.plugin import Envelope, IChainContext
 
 Item = Envelope | Callable[[], Envelope | None]
 

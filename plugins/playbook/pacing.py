@@ -29,7 +29,7 @@ from rpmiddleware.builtin.playbook.outbox import Outbox
 from rpmiddleware.builtin.playbook.rules import idleRules, short
 from rpmiddleware.builtin.playbook.sessions import Sessions
 from rpmiddleware.builtin.playbook.state import SessionState
-from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.plugin import Envelope
 
 
 class Pacer:

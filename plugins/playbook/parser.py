@@ -52,8 +52,7 @@ from rpmiddleware.builtin.playbook.model import (
     ToolSpec,
     ToolUse,
 )
-from rpmiddleware.protocol.messages import VOICES
-from rpmiddleware.protocol.rules import INTERACTION_MODES, EngineRefusal, checkPromptContext
+from rpmiddleware.plugin import INTERACTION_MODES, VOICES, EngineRefusal, checkPromptContext
 
 _ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _TOP_KEYS = frozenset({"name", "description", "version", "initial", "defaults", "stages", "tools"})

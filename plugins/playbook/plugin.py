@@ -36,14 +36,23 @@ from rpmiddleware.builtin.playbook.rules import IDLE_TEXT, Transitions, dueIdleR
 from rpmiddleware.builtin.playbook.sessions import Sessions
 from rpmiddleware.builtin.playbook.state import OpenRequest, SessionState, ToolRun
 from rpmiddleware.builtin.playbook.tools import ToolRunner
-from rpmiddleware.plugin.base import ChainPlugin
-from rpmiddleware.plugin.clientext import TURN_FAILED, clientMessage, unclaimedResult
-from rpmiddleware.plugin.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
-from rpmiddleware.protocol import meta
-from rpmiddleware.protocol.clienterrors import InvalidMessage
-from rpmiddleware.protocol.envelope import Envelope
-from rpmiddleware.protocol.messages import CANCELLING, OPENING, TERMINAL, textOfDelta
-from rpmiddleware.protocol.timeline import Timeline
+from rpmiddleware.plugin import (
+    CANCELLING,
+    OPENING,
+    TERMINAL,
+    TURN_FAILED,
+    ChainPlugin,
+    Envelope,
+    IChainContext,
+    IClientExtension,
+    IEnvelopePlugin,
+    InvalidMessage,
+    Timeline,
+    clientMessage,
+    meta,
+    textOfDelta,
+    unclaimedResult,
+)
 
 NAME = wire.PLUGIN_NAME
 

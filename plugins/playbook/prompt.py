@@ -31,8 +31,7 @@ from typing import Any
 
 from rpmiddleware.builtin.playbook.model import Stage
 from rpmiddleware.builtin.playbook.state import SessionState
-from rpmiddleware.protocol.envelope import Envelope
-from rpmiddleware.protocol.rules import PROMPT_CONTEXT_FIELDS, EngineRefusal, checkPromptContext
+from rpmiddleware.plugin import PROMPT_CONTEXT_FIELDS, EngineRefusal, Envelope, checkPromptContext
 
 AUTO_EVENT = "auto_event"
 DIRECT_USER = "direct_user"

@@ -22,7 +22,7 @@ from rpmiddleware.builtin.playbook.model import Rule
 from rpmiddleware.builtin.playbook.outbox import Outbox
 from rpmiddleware.builtin.playbook.state import SessionState
 from rpmiddleware.builtin.playbook.tools import ToolRunner
-from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.plugin import Envelope
 
 #: What an idle transition without C{say} tells RPEngine happened.
 IDLE_TEXT = "The player has said nothing for {after:g} seconds."

@@ -35,9 +35,7 @@ from zope.interface import implementer
 from rpmiddleware.builtin.playbook import wire
 from rpmiddleware.builtin.playbook.model import Playbook, ToolUse
 from rpmiddleware.builtin.playbook.state import SessionState, ToolRun
-from rpmiddleware.plugin.clientext import unclaimedResult
-from rpmiddleware.plugin.interfaces import ITool, IToolProvider
-from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.plugin import Envelope, ITool, IToolProvider, unclaimedResult
 
 log = Logger()
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.plugin import Envelope
 
 #: The name the playbook plugin has in the chain.
 PLUGIN_NAME = "playbook"

@@ -20,8 +20,7 @@ from typing import Any
 from rpmiddleware.builtin.scene.api import IScenes
 from rpmiddleware.builtin.scene.model import SceneError
 from rpmiddleware.builtin.scene.plugin import NAME, ScenePlugin
-from rpmiddleware.plugin.base import PluginFactory, rejectUnknownSettings
-from rpmiddleware.plugin.interfaces import IPluginServices
+from rpmiddleware.plugin import IPluginServices, PluginFactory, rejectUnknownSettings
 
 __all__ = ["IScenes", "SceneError", "ScenePlugin", "buildScene", "scene"]
 

@@ -12,9 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rpmiddleware.cards.validation import InvalidCard, snapshotTransfer, validateCard
-from rpmiddleware.protocol.messages import VOICES
-from rpmiddleware.protocol.prompt import trimmed
+from rpmiddleware.plugin import VOICES, InvalidCard, snapshotTransfer, trimmed, validateCard
 
 #: Who answers a player's line nobody is named in: the character the
 #: request was for (the client's C{character}), the last to speak, or the

@@ -50,14 +50,23 @@ from rpmiddleware.builtin.scene.model import (
     parseMember,
     parseScene,
 )
-from rpmiddleware.plugin.base import ChainPlugin
-from rpmiddleware.plugin.clientext import answerOp, clientMessage, toClient
-from rpmiddleware.plugin.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
-from rpmiddleware.protocol.envelope import Envelope
-from rpmiddleware.protocol.messages import CANCELLING, OPENING, TERMINAL
-from rpmiddleware.protocol.meta import CLIENT, ORIGIN, SPEAKER, TURN
-from rpmiddleware.protocol.prompt import trimmed
-from rpmiddleware.protocol.promptcontext import AUTO_EVENT, addSceneText
+from rpmiddleware.plugin import (
+    AUTO_EVENT,
+    CANCELLING,
+    OPENING,
+    TERMINAL,
+    ChainPlugin,
+    Envelope,
+    IChainContext,
+    IClientExtension,
+    IEnvelopePlugin,
+    addSceneText,
+    answerOp,
+    clientMessage,
+    toClient,
+    trimmed,
+)
+from rpmiddleware.plugin import meta as metakeys
 
 NAME = "scene"
 CLIENT_TYPES = ("scene",)
@@ -188,8 +197,8 @@ class ScenePlugin(ChainPlugin):
         if kind in OPENING:
             # Ours, and a line sent again (resubmitted in a new RPEngine
             # session, already given its character), pass as they are.
-            if envelope.meta.get(ORIGIN) != NAME and envelope.requestId not in self._lines:
-                running = self.scenes.get(str(envelope.meta.get(CLIENT) or "api"))
+            if envelope.meta.get(metakeys.ORIGIN) != NAME and envelope.requestId not in self._lines:
+                running = self.scenes.get(str(envelope.meta.get(metakeys.CLIENT) or "api"))
                 if running is not None:
                     self._begin(envelope, running, context)
             return envelope
@@ -200,7 +209,7 @@ class ScenePlugin(ChainPlugin):
             return envelope
         message = clientMessage(envelope, CLIENT_TYPES)
         if message is not None:
-            self._clientMessage(str(envelope.meta.get(CLIENT) or "api"), message, context)
+            self._clientMessage(str(envelope.meta.get(metakeys.CLIENT) or "api"), message, context)
             return None
         return envelope
 
@@ -218,7 +227,7 @@ class ScenePlugin(ChainPlugin):
         player = trimmed((fields.get("player") or {}).get("displayName")) or "Player"
         exchange = _Exchange(
             requestId,
-            str(meta.get(CLIENT) or "api"),
+            str(meta.get(metakeys.CLIENT) or "api"),
             running,
             {name: fields[name] for name in _BASE_FIELDS if name in fields},
             dict(meta),
@@ -226,7 +235,7 @@ class ScenePlugin(ChainPlugin):
             running.reactions,
         )
         self._speak(fields, answering, running, player)
-        meta[SPEAKER] = answering.asSpeaker()
+        meta[metakeys.SPEAKER] = answering.asSpeaker()
         meta.setdefault("scene", running.sceneId)
         exchange.meta.setdefault("scene", running.sceneId)
         exchange.lines[requestId] = answering
@@ -287,7 +296,7 @@ class ScenePlugin(ChainPlugin):
         exchange.cancelled = True
         for requestId in sorted(exchange.pending - {exchange.requestId}):
             cancel = Envelope.build("request.cancel", requestId=requestId)
-            cancel.meta.update({ORIGIN: NAME, CLIENT: exchange.client})
+            cancel.meta.update({metakeys.ORIGIN: NAME, metakeys.CLIENT: exchange.client})
             context.sendToEngine(cancel)
         return envelope if exchange.requestId in exchange.pending else None
 
@@ -303,7 +312,7 @@ class ScenePlugin(ChainPlugin):
             envelope = envelope.replace(requestId=exchange.requestId)
         kind = envelope.type
         if kind.startswith("reply."):
-            envelope.meta[SPEAKER] = speaker.asSpeaker()
+            envelope.meta[metakeys.SPEAKER] = speaker.asSpeaker()
         if kind in TERMINAL:
             return self._lineEnded(exchange, requestId, envelope, context)
         if kind == "reply.text.completed":
@@ -366,9 +375,9 @@ class ScenePlugin(ChainPlugin):
         envelope.meta.update({k: exchange.meta[k] for k in _KEPT_META if k in exchange.meta})
         envelope.meta.update(
             {
-                ORIGIN: NAME,
-                TURN: exchange.requestId,
-                SPEAKER: reacting.asSpeaker(),
+                metakeys.ORIGIN: NAME,
+                metakeys.TURN: exchange.requestId,
+                metakeys.SPEAKER: reacting.asSpeaker(),
                 SAID: {"role": OTHER, "speaker": speaker.name, "text": text},
             }
         )
