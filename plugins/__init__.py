@@ -3,7 +3,7 @@ The built-in plugins of rpmiddleware: C{rpmiddleware.builtin}.
 
 This folder is the repository's top-level C{plugins/}; it is shipped and
 imported as C{rpmiddleware.builtin} (setup.cfg's C{package_dir} in a wheel,
-L{rpmiddleware.sourcelayout} in a checkout), never as a top-level
+L{rpmiddleware.runtime.sourcelayout} in a checkout), never as a top-level
 C{plugins} package, so a folder or package of that name elsewhere, in the
 working directory or in site-packages, is never ours and changes nothing.
 

@@ -3,10 +3,10 @@ rpmiddleware: the local middleware between games and RPEngine.
 
 The built-in plugins are C{rpmiddleware.builtin}, shipped from the
 repository's top-level C{plugins/} folder; in a source checkout
-L{rpmiddleware.sourcelayout} makes that name importable (see why there).
+L{rpmiddleware.runtime.sourcelayout} makes that name importable (see why there).
 """
 
-from rpmiddleware import sourcelayout as _sourcelayout
+from rpmiddleware.runtime import sourcelayout as _sourcelayout
 
 __version__ = "0.1.0"
 

@@ -169,13 +169,13 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
 
 #: rpmiddleware's packages from the bottom up, as docs/architecture.md draws
 #: them: a module imports modules of its own package, or of a package in a
-#: lower layer, never one beside or above it.  The finder the package
-#: installs in a checkout and the package's face (C{rpmiddleware}, its
-#: version) are the bottom; C{tap}, twistd's entry point, is the top.
+#: lower layer, never one beside or above it.  C{runtime} (which holds the
+#: finder the package installs in a checkout) and the package's face
+#: (C{rpmiddleware}, its version) are the bottom; C{tap}, twistd's entry
+#: point, is the top.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("rpmiddleware.sourcelayout",),
-    ("rpmiddleware",),
     ("rpmiddleware.runtime",),
+    ("rpmiddleware",),
     ("rpmiddleware.cards", "rpmiddleware.audio", "rpmiddleware.web"),
     ("rpmiddleware.protocol",),
     ("rpmiddleware.config",),

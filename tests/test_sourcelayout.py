@@ -1,6 +1,6 @@
 """
 The built-in plugins are C{rpmiddleware.builtin}, never a top-level
-C{plugins} package (rpmiddleware/sourcelayout.py, setup.cfg's package_dir).
+C{plugins} package (rpmiddleware/runtime/sourcelayout.py, setup.cfg's package_dir).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 import rpmiddleware
 import rpmiddleware.builtin
-from rpmiddleware import sourcelayout
-from rpmiddleware.sourcelayout import NAME, BuiltinFinder, checkoutRoot
+from rpmiddleware.runtime import sourcelayout
+from rpmiddleware.runtime.sourcelayout import NAME, BuiltinFinder, checkoutRoot
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

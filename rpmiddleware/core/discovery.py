@@ -2,7 +2,7 @@
 Finding plugin factories and building the configured chain from them.
 
 Built-in plugins come from C{rpmiddleware.builtin} (the repository's
-C{plugins/} folder, see L{rpmiddleware.sourcelayout}); third-party ones
+C{plugins/} folder, see L{rpmiddleware.runtime.sourcelayout}); third-party ones
 announce themselves with a drop-in module in a C{twisted/plugins/} folder and
 are found with L{twisted.plugin.getPlugins}.  Configuration alone decides
 which run and in what order.  A drop-in that fails to import is reported by
