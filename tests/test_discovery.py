@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -19,9 +20,11 @@ from rpmiddleware.core.discovery import (
     chainOrder,
     describeChain,
     discoverPlugins,
+    editableImportHooks,
     logChain,
+    resolveChain,
 )
-from rpmiddleware.plugin.base import PluginFactory
+from rpmiddleware.plugin.base import ChainPlugin, PluginFactory
 from rpmiddleware.testing.kit import captureLogEvents
 from tests.test_chain import Recorder
 
@@ -222,3 +225,90 @@ class OrderTests(SynchronousTestCase):
         settings = parseSettings({"chain": {"order": ["b", "a"]}})
         plugins = buildChain(settings, self.registry("a", "b"), None, {})  # type: ignore[arg-type]
         self.assertEqual([p.name for p in plugins], ["b", "a"])
+
+
+class Whisper(ChainPlugin):
+    """Makes characters whisper."""
+
+    name = "whisper"
+
+
+class StartUpTests(SynchronousTestCase):
+    """
+    What twistd does at start-up (tap.makeService: the chain is resolved to
+    build it and again to log it), with what [chain] may name.
+    """
+
+    def start(self, toml: str) -> list[dict[str, Any]]:
+        from twisted.internet.testing import EventLoggingObserver, MemoryReactorClock
+        from twisted.logger import globalLogPublisher
+
+        from rpmiddleware.tap import Options, makeService
+
+        path = Path(self.mktemp())
+        path.write_text(toml)
+        options = Options()
+        options.parseOptions(["--config", str(path)])
+        events = EventLoggingObserver.createWithCleanup(self, globalLogPublisher)
+        makeService(options, MemoryReactorClock())
+        [event] = [e for e in events if "chain" in e and e.get("source") == str(path)]
+        chain: list[dict[str, Any]] = event["chain"]
+        return chain
+
+    def test_classByPath(self) -> None:
+        """
+        A plugin class named by dotted path is one plugin, built and logged:
+        the second resolution finds the first's factory instead of making
+        another, which would take its own name.
+        """
+        chain = self.start('[chain]\nplugins = { "tests.test_discovery.Whisper" = 45 }\n')
+        whisper = {"name": "whisper", "priority": 45, "origin": "tests.test_discovery.Whisper"}
+        self.assertIn(whisper, chain)
+
+    def test_factoryByPath(self) -> None:
+        chain = self.start('[chain]\nplugins = { "tests.test_plugin_api.shout" = 45 }\n')
+        self.assertEqual(
+            [p for p in chain if p["name"] == "shout"],
+            [{"name": "shout", "priority": 45, "origin": "tests.test_plugin_api.shout"}],
+        )
+
+    def test_resolvedOnce(self) -> None:
+        """Resolving a chain again gives the same names and registers nothing new."""
+        registry = PluginRegistry()
+        settings = parseSettings({"chain": {"plugins": {"tests.test_discovery.Whisper": 1}}})
+        self.assertEqual(resolveChain(settings, registry), {"whisper": 1})
+        factory = registry.factories["whisper"]
+        self.assertEqual(resolveChain(settings, registry), {"whisper": 1})
+        self.assertIs(registry.factories["whisper"], factory)
+        self.assertEqual(registry.paths, {"tests.test_discovery.Whisper": "whisper"})
+
+
+class EditableHintTests(SynchronousTestCase):
+    """
+    A plugin package installed with C{pip install -e} (setuptools' import
+    hook) has a drop-in twistd cannot see: the unknown plugin's message says
+    so when such an install is present.
+    """
+
+    FINDER = "__editable___mood_tagger_1_0_finder"
+
+    def unknown(self) -> str:
+        settings = parseSettings({"chain": {"plugins": {"mood-tagger": 40}}}, "my.toml")
+        with self.assertRaises(ConfigError) as caught:
+            buildChain(settings, PluginRegistry(), None, {})  # type: ignore[arg-type]
+        return str(caught.exception)
+
+    def test_hintWithAnEditableInstall(self) -> None:
+        sys.modules[self.FINDER] = ModuleType(self.FINDER)
+        self.addCleanup(sys.modules.pop, self.FINDER, None)
+        self.assertEqual(editableImportHooks(), ["mood_tagger_1_0"])
+        message = self.unknown()
+        self.assertIn("unknown plugin 'mood-tagger' in [chain]", message)
+        self.assertIn("installed editable through an import hook (mood_tagger_1_0)", message)
+        self.assertIn("pip install -e . --config-settings editable_mode=compat", message)
+
+    def test_noHintWithout(self) -> None:
+        self.assertNotIn(self.FINDER, sys.modules)
+        self.assertEqual(
+            self.unknown(), "my.toml: unknown plugin 'mood-tagger' in [chain] (known: none)"
+        )

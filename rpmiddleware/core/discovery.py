@@ -55,6 +55,11 @@ class PluginRegistry:
     #: Where each factory came from: "built-in" or a drop-in module name.
     origins: dict[str, str] = field(default_factory=dict)
     problems: list[DropinProblem] = field(default_factory=list)
+    #: The dotted paths of C{[chain]} already resolved (L{resolveChain}),
+    #: to the name of the plugin each gave: start-up resolves the chain
+    #: more than once (to build it, to log it), and a path is imported, and
+    #: a plugin class made a factory, only the first time.
+    paths: dict[str, str] = field(default_factory=dict)
 
     def add(self, factory: IPluginFactory, origin: str) -> None:
         name = factory.name
@@ -187,15 +192,18 @@ def resolveChain(settings: Settings, registry: PluginRegistry) -> dict[str, int 
     (L{importFactory}), its factory added to C{registry} with the path as its
     origin, and replaced by the factory's name.  A key that is a known name
     stays as it is; so does an unknown one without a dot, for
-    L{buildChain} to report.
+    L{buildChain} to report.  A path is resolved once per registry
+    (C{registry.paths}): start-up calls this to build the chain and again to
+    log it, and a plugin class named by path would otherwise be made a
+    second factory, refused as taking its own name.
 
     @raise ConfigError: for a path that does not import, or whose plugin's
         name is already another plugin's.
     """
     resolved: dict[str, int | None] = {}
     for key, priority in settings.chain.items():
-        name = key
-        if key not in registry.factories and "." in key:
+        name = registry.paths.get(key, key)
+        if name not in registry.factories and "." in key:
             factory = importFactory(key, settings.source)
             name = factory.name
             known = registry.factories.get(name)
@@ -211,6 +219,7 @@ def resolveChain(settings: Settings, registry: PluginRegistry) -> dict[str, int 
                     f"{settings.source}: the settings of {key!r} go under its plugin's name, "
                     f"[plugins.{name}], not [plugins.{key!r}]"
                 )
+            registry.paths[key] = name
         resolved[name] = priority
     return resolved
 
@@ -290,7 +299,35 @@ def _knownPlugins(registry: PluginRegistry) -> str:
     hint = ""
     if registry.problems:
         hint = "; drop-ins that failed to load: " + "; ".join(map(str, registry.problems))
+    editable = editableImportHooks()
+    if editable:
+        hint += (
+            f"; packages installed editable through an import hook ({', '.join(editable)}) "
+            "have drop-ins twistd cannot see: install a plugin package with "
+            "pip install -e . --config-settings editable_mode=compat, or without -e"
+        )
     return f" (known: {known}){hint}"
+
+
+#: How setuptools names the module that a default editable install
+#: (C{pip install -e}) imports at start-up to install its import hook:
+#: C{__editable___<distribution>_<version>_finder}.
+EDITABLE_FINDER = ("__editable___", "_finder")
+
+
+def editableImportHooks() -> list[str]:
+    """
+    The distributions installed editable through setuptools' import hook in
+    this process (C{mood_tagger_1_0}).  Such an install puts no folder on
+    C{sys.path}, so C{twisted/plugins/} of the package is not on
+    C{twisted.plugins.__path__}, and twistd never sees its drop-in.
+    """
+    start, end = EDITABLE_FINDER
+    return sorted(
+        name[len(start) : -len(end)]
+        for name in list(sys.modules)
+        if name.startswith(start) and name.endswith(end) and len(name) > len(start) + len(end)
+    )
 
 
 def describeChain(
