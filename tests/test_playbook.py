@@ -23,6 +23,7 @@ from rpmiddleware.builtin.playbook.tools import FunctionTool, ToolCall, ToolSet,
 from rpmiddleware.cards.validation import CardHasher
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.middleware import PluginServices
+from rpmiddleware.plugin import ChainPlugin, addSceneText
 from rpmiddleware.plugin.clientext import turnFailed
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.protocol.rules import checkEnvelope, checkPromptContext
@@ -1342,3 +1343,81 @@ class DropinToolTests(SynchronousTestCase):
         harness.clock.advance(0)
         [end] = [e.meta[OWN] for e in harness.sentToGame if e.meta[OWN].type == pw.TOOL_CALL_END]
         self.assertEqual(end["result"], {"sky": "grey", "where": "here"})
+
+
+class Whisperer(ChainPlugin):
+    """
+    A plugin nearer the game than the playbook that adds to what the model
+    is told, the sanctioned way (addSceneText, given the envelope), or by
+    the request's fields alone (C{noted=False}).
+    """
+
+    name = "whisperer"
+
+    def __init__(self, noted: bool = True) -> None:
+        self.noted = noted
+
+    def envelopeToEngine(self, envelope: Envelope, context: Any) -> Envelope:
+        if envelope.type == "reply.request":
+            addSceneText(envelope if self.noted else envelope.fields, "Mira owes the smith.")
+        return envelope
+
+
+class NearerTheGameTests(SynchronousTestCase):
+    """
+    A plugin nearer the game than the playbook adds to the prompt context;
+    the stage the playbook applies keeps what it added.
+    """
+
+    def rig(self, near: Whisperer, **fields: Any) -> tuple[Rig, Envelope]:
+        rig = Rig()
+        rig.harness = PluginHarness([near, rig.plugin])
+        rig.harness.startSession()
+        rig.clock = rig.harness.clock
+        return rig, rig.request("Hello.", **fields)
+
+    def test_bothReachRPEngine(self) -> None:
+        rig, request = self.rig(Whisperer())
+        stage = rig.plugin.playbooks["mira"].stage("start")
+        expected = stage.promptContext("direct_user")
+        assert expected is not None
+        expected["promptDirective"]["sceneContext"] = "An inn.\n\nMira owes the smith."
+        self.assertEqual(prompt(request), expected)
+        self.assertEqual(told(request), ("direct_user", "An inn.\n\nMira owes the smith.", "Chat."))
+
+    def test_afterTheGamesScene(self) -> None:
+        """The game's scene comes first (the stage's), then what plugins added."""
+        rig = Rig()
+        rig.harness = PluginHarness([Whisperer(), rig.plugin])
+        rig.harness.startSession()
+        rig.clock = rig.harness.clock
+        rig.event("A cart rolls by.", policy="queue", scene="The square.")
+        request = rig.request("Hello.")
+        self.assertEqual(
+            request["promptDirective"]["sceneContext"],
+            "An inn.\n\nThe square.\n\nMira owes the smith.",
+        )
+
+    def test_overTheGamesOwnContext(self) -> None:
+        """
+        The game's own context is still replaced by the stage's whole; the
+        plugin's text, added to it, is kept.
+        """
+        _, request = self.rig(Whisperer(), **gamesContext())
+        self.assertEqual(
+            request["promptDirective"]["sceneContext"], "An inn.\n\nMira owes the smith."
+        )
+        self.assertEqual(request["promptScene"]["family"], "test")
+
+    def test_fieldsAloneAreReplaced(self) -> None:
+        """Added to the fields alone (nothing noted), it is the request's, replaced."""
+        _, request = self.rig(Whisperer(noted=False))
+        self.assertEqual(request["promptDirective"]["sceneContext"], "An inn.")
+
+    def test_withoutAStageKeptOnce(self) -> None:
+        """With no playbook, the context the plugin made is the request's, told once."""
+        rig = Rig(None)
+        rig.harness = PluginHarness([Whisperer(), rig.plugin])
+        rig.harness.startSession()
+        request = rig.request("Hello.")
+        self.assertEqual(request["promptDirective"]["sceneContext"], "Mira owes the smith.")

@@ -11,7 +11,10 @@ refuses a request with a partial one; so this module writes all three or
 none, never a piece:
 
   - a stage with a prompt context (complete: checked when its playbook was
-    loaded) replaces the game's three fields whole;
+    loaded) replaces the game's three fields whole; what plugins nearer the
+    game added to the request's C{sceneContext} with C{addSceneText} (noted
+    in C{meta.SCENE_TEXT}) is added to the stage's, so it still reaches the
+    model;
   - otherwise the game's own prompt context is kept when it is complete and
     valid (the turn's mode set on it, the scene added);
   - otherwise nothing is written.  A partial context the game sent itself is
@@ -31,7 +34,13 @@ from typing import Any
 
 from rpmiddleware.builtin.playbook.model import Stage
 from rpmiddleware.builtin.playbook.state import SessionState
-from rpmiddleware.plugin import PROMPT_CONTEXT_FIELDS, EngineRefusal, Envelope, checkPromptContext
+from rpmiddleware.plugin import (
+    PROMPT_CONTEXT_FIELDS,
+    EngineRefusal,
+    Envelope,
+    checkPromptContext,
+    meta,
+)
 
 AUTO_EVENT = "auto_event"
 DIRECT_USER = "direct_user"
@@ -70,11 +79,18 @@ def promptContext(
     """
     mode = modeOf(auto)
     context = stage.promptContext(mode) if stage is not None else None
-    if context is None:
+    added: list[str] = []
+    if context is not None:
+        # The stage's replaces the request's context: what plugins nearer
+        # the game added to it (addSceneText) is added again, after the scene.
+        noted = envelope.meta.get(meta.SCENE_TEXT)
+        added = [text for text in noted or () if isinstance(text, str) and text]
+    else:
         context = gamesOwn(envelope, mode)
-    if context is not None and scene:
+    if context is not None:
         directive = context["promptDirective"]
-        directive["sceneContext"] = f"{directive['sceneContext']}\n\n{scene}"
+        for text in [scene, *added] if scene else added:
+            directive["sceneContext"] = f"{directive['sceneContext']}\n\n{text}"
     return context
 
 

@@ -25,5 +25,9 @@ SPEAKER = "speaker"
 #: On a client's message no plugin could take: why, for the error the
 #: client gets at the engine end (a C{tool-result} nobody waits for).
 UNCLAIMED = "unclaimed"
+#: On a request: the texts plugins added to its C{promptDirective.sceneContext}
+#: with C{addSceneText}, in order, so that a playbook stage applied further
+#: from the game (which replaces the request's prompt context) adds them again.
+SCENE_TEXT = "sceneText"
 
-__all__ = ["CLIENT", "ORIGIN", "SPEAKER", "STAGE", "TURN", "UNCLAIMED"]
+__all__ = ["CLIENT", "ORIGIN", "SCENE_TEXT", "SPEAKER", "STAGE", "TURN", "UNCLAIMED"]

@@ -11,12 +11,20 @@ must know (who else is in a scene, which actions a character may take)
 appends it to C{sceneContext} when the request has a complete context (a
 playbook stage's, the game's own), makes a complete one when it has none, and
 leaves a partial one alone for RPEngine's refusal to name.
+
+Given the request's envelope (rather than its fields), it also notes the text
+in C{envelope.meta} (L{meta.SCENE_TEXT}): a playbook stage, applied by the
+playbook plugin further from the game, replaces the request's prompt context
+whole, and adds the noted texts to its own, so a plugin nearer the game than
+the playbook still reaches the model.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rpmiddleware.protocol.envelope import Envelope
+from rpmiddleware.protocol.meta import SCENE_TEXT
 from rpmiddleware.protocol.rules import PROMPT_CONTEXT_FIELDS, EngineRefusal, checkPromptContext
 
 AUTO_EVENT = "auto_event"
@@ -28,7 +36,10 @@ DIRECT_USER_GUIDE = "Answer {{user}} in character."
 
 
 def addSceneText(
-    fields: dict[str, Any], text: str, label: str = "scene", mode: str | None = None
+    request: Envelope | dict[str, Any],
+    text: str,
+    label: str = "scene",
+    mode: str | None = None,
 ) -> bool:
     """
     Append C{text} to the request's C{promptDirective.sceneContext}, making
@@ -36,9 +47,19 @@ def addSceneText(
     C{interactionMode}.  The request's dicts are replaced, never changed in
     place (another request may share them).
 
+    @param request: the request's envelope, or its fields.  Given the
+        envelope, the text added is also noted in its C{meta}
+        (L{SCENE_TEXT}), where a playbook stage applied later finds it.
+
     @return: whether the text was added (not, for a partial or invalid
         context the game sent, which RPEngine will refuse by name).
     """
+    if isinstance(request, Envelope):
+        added = addSceneText(request.fields, text, label, mode)
+        if added:
+            request.meta[SCENE_TEXT] = [*request.meta.get(SCENE_TEXT, ()), text]
+        return added
+    fields = request
     present = [name for name in PROMPT_CONTEXT_FIELDS if name in fields]
     if not present:
         fields["interactionMode"] = mode or DIRECT_USER
