@@ -23,8 +23,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from bench.wire import WholeFrames, maskedFrame
 from rpmiddleware.web.framemask import unmask
 from rpmiddleware.web.websocket import QuietFraming
-from tests.test_framemask import frame
-from tests.test_framereader import LIMIT, AutobahnRecording, Transport, opened, txaioOnFakeReactor
+from tests.support.autobahn import LIMIT, AutobahnRecording, Transport, opened, txaioOnFakeReactor
+from tests.support.frames import frame
 
 _ACCEPT_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 

@@ -23,32 +23,7 @@ from rpmiddleware.plugin.interfaces import (
 )
 from rpmiddleware.protocol.envelope import Direction, Envelope
 from rpmiddleware.testing.kit import FakeSession, PluginHarness, captureLogEvents
-
-
-@implementer(IEnvelopePlugin)
-class Recorder(ChainPlugin):
-    """
-    Appends its name to a shared trail for every envelope it sees.
-    """
-
-    def __init__(self, name: str, trail: list[str]) -> None:
-        self.name = name
-        self.trail = trail
-        self.sessions: list[tuple[str, str]] = []
-
-    def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
-        self.trail.append(f"{self.name}>")
-        return envelope
-
-    def envelopeToGame(self, envelope: Envelope, context: IChainContext) -> Any:
-        self.trail.append(f"<{self.name}")
-        return envelope
-
-    def engineSessionStarted(self, session: IEngineSessionInfo, context: IChainContext) -> None:
-        self.sessions.append(("started", session.sessionId))
-
-    def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
-        self.sessions.append(("ended", session.sessionId))
+from tests.support.chain import Recorder
 
 
 @implementer(IEnvelopePlugin)

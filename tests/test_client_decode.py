@@ -17,7 +17,7 @@ from rpmiddleware.audio.format import pcm16Wav as wavBytes
 from rpmiddleware.client.decode import decodeAudio, sniff
 from rpmiddleware.client.tts import base64Bytes
 from rpmiddleware.protocol.clienterrors import AudioDecodeError
-from tests.test_client_helpers import opusBase64, tone, wavBase64
+from tests.support.client import opusBase64, tone, wavBase64
 
 
 def b64(data: bytes) -> str:

@@ -21,13 +21,7 @@ from rpmiddleware.plugin.interfaces import IEnvelopePlugin
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import connectClient
 from rpmiddleware.testing.memorynet import runOnNetwork
-from tests.test_client_helpers import (
-    MemoryClientCase,
-    nextMatching,
-    requestsOf,
-    types,
-    wavBase64,
-)
+from tests.support.client import MemoryClientCase, nextMatching, requestsOf, types, wavBase64
 
 PRODUCTION = "https://rpengine.gemtavern.com"
 GAME_PAGE = "http://127.0.0.1:8080"
@@ -611,7 +605,7 @@ class ConnectionRig:
         from rpmiddleware.config.settings import Settings
         from rpmiddleware.core.middleware import Middleware, PluginServices
         from rpmiddleware.protocol.timeline import Timeline
-        from tests.test_client_helpers import clockedEndpoint
+        from tests.support.client import clockedEndpoint
 
         self.clock = Clock()
         self.settings = Settings()
@@ -624,7 +618,7 @@ class ConnectionRig:
 
     def connect(self, character: bool = True) -> tuple[Any, Any]:
         from rpmiddleware.client.connection import ClientConnection
-        from tests.test_client_status import FakeClientWriter
+        from tests.support.connections import FakeClientWriter
 
         writer = FakeClientWriter()
         connection = ClientConnection(self.endpoint, writer, "tcp4:127.0.0.1:5000")

@@ -17,8 +17,8 @@ from rpmiddleware.client.surface import ClientSurface
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.middleware import Middleware, PluginServices
 from rpmiddleware.protocol.timeline import Timeline
-from tests.test_client_helpers import clockedEndpoint
-from tests.test_client_status import FakeClientWriter
+from tests.support.client import clockedEndpoint
+from tests.support.connections import FakeClientWriter
 
 
 def surfaceMembers() -> set[str]:

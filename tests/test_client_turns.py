@@ -29,6 +29,7 @@ from rpmiddleware.client.turns import AUDIO, TEXT, VOICE, Turn
 from rpmiddleware.core.replystream import ReplyStream
 from rpmiddleware.protocol.clienterrors import ENGINE_TO_CLIENT
 from rpmiddleware.protocol.envelope import Envelope
+from tests.support.turns import Recorder
 
 REQUEST = "r1"
 REPLY = "Well met, traveller. The road north is closed! Take the ferry instead."
@@ -137,24 +138,6 @@ def requestError(code: str, retryable: bool = False, message: str | None = None)
         message=message if message is not None else f"because {code}",
         retryable=retryable,
     )
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-        self.refuseAudio = False
-
-    def __call__(self, message: dict[str, Any], audio: bool = False) -> bool:
-        if audio and self.refuseAudio:
-            return False
-        self.sent.append(message)
-        return True
-
-    def types(self) -> list[str]:
-        return [m["type"] for m in self.sent]
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [m for m in self.sent if m["type"] == kind]
 
 
 class TurnTests(SynchronousTestCase):

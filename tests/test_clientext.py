@@ -22,8 +22,8 @@ from rpmiddleware.plugin.clientext import clientMessage, toClient
 from rpmiddleware.plugin.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.protocol.timeline import Timeline
-from tests.test_client_helpers import clockedEndpoint
-from tests.test_client_status import OpenConnections
+from tests.support.client import clockedEndpoint
+from tests.support.connections import OpenConnections
 
 
 @implementer(IEnvelopePlugin, IClientExtension)

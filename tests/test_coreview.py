@@ -22,7 +22,7 @@ from rpmiddleware.plugin.interfaces import IChainContext, IHeldWork
 from rpmiddleware.protocol.envelope import Direction, Envelope
 from rpmiddleware.protocol.messages import Capacity
 from rpmiddleware.testing.kit import exampleCard
-from tests.test_engine_session import FakeWriter
+from tests.support.engine import FakeWriter
 
 
 def capacityUpdate(**fields: Any) -> Envelope:

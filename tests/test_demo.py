@@ -12,26 +12,10 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from rpmiddleware.config.settings import Settings
-from rpmiddleware.tap import Options, makeService
-from rpmiddleware.testing.demo import DEMO_CHARACTER, DemoService, giveDemoCharacter
-from rpmiddleware.testing.kit import captureLogEvents, exampleCard
+from rpmiddleware.testing.demo import DEMO_CHARACTER, giveDemoCharacter
+from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import connectClient
-
-
-def startFastDemo(testCase: TestCase) -> tuple[Any, list[dict[str, Any]]]:
-    """
-    Start C{twistd rpmiddleware --demo --port 0} in-process with the simulated
-    RPEngine at full speed; return the demo service and the log events.
-    """
-    events = captureLogEvents(testCase)
-    testCase.patch(DemoService, "pacing", {"tokensPerSecond": None, "audioRealtime": False})
-    options = Options()
-    options.parseOptions(["--demo", "--port", "0"])
-    top = makeService(options, reactor)
-    top.privilegedStartService()
-    top.startService()
-    testCase.addCleanup(top.stopService)
-    return top.getServiceNamed("demo"), events  # type: ignore[attr-defined]
+from tests.support.demo import startFastDemo
 
 
 class DemoTests(TestCase):

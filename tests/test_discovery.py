@@ -26,7 +26,7 @@ from rpmiddleware.core.discovery import (
 )
 from rpmiddleware.plugin.base import ChainPlugin, PluginFactory
 from rpmiddleware.testing.kit import captureLogEvents
-from tests.test_chain import Recorder
+from tests.support.chain import Recorder
 
 GOOD_DROPIN = """
 from zope.interface import implementer

@@ -20,7 +20,7 @@ from rpmiddleware.engine.websocket import EngineProtocol
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import captureLogEvents
 from rpmiddleware.testing.live import connectClient, startMiddleware
-from tests.test_client_helpers import sendCapacityAndWait
+from tests.support.client import sendCapacityAndWait
 
 PRODUCTION = "https://rpengine.gemtavern.com"
 

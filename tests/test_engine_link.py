@@ -7,56 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.config.settings import Settings
-from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.core.replystream import ReplyCancelled, ReplyFailed
-from rpmiddleware.engine.session import CLOSE_SUPERSEDED, EngineSession
+from rpmiddleware.engine.session import CLOSE_SUPERSEDED
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import captureLogEvents, exampleCard
-from tests.test_chain import Recorder
-from tests.test_engine_session import FakeWriter
-
-
-class MetaRecorder(Recorder):
-    """
-    Also keeps a copy of the meta of every envelope going to the engine.
-    """
-
-    def __init__(self, name: str, trail: list[str]) -> None:
-        super().__init__(name, trail)
-        self.metas: list[dict[str, Any]] = []
-
-    def envelopeToEngine(self, envelope: Envelope, context: Any) -> Any:
-        self.metas.append(dict(envelope.meta))
-        return super().envelopeToEngine(envelope, context)
-
-
-class Harness:
-    def __init__(self, waitingLimit: int = 64) -> None:
-        self.clock = Clock()
-        settings = Settings()
-        settings.engine.waiting_limit = waitingLimit
-        self.trail: list[str] = []
-        self.plugin = MetaRecorder("recorder", self.trail)
-        self.middleware = Middleware(self.clock, settings, [self.plugin])
-        self.middleware.registerCharacter("mira", exampleCard())
-
-    def connect(self) -> tuple[EngineSession, FakeWriter]:
-        writer = FakeWriter()
-        session = self.middleware.newEngineSession(writer, "peer")
-        session.received(Envelope.build("hello").fields)
-        return session, writer
-
-    def engineSays(self, session: EngineSession, type: str, **fields: Any) -> None:
-        session.received(Envelope.build(type, session.sessionId, **fields).fields)
-
-    def ack(self, session: EngineSession, writer: FakeWriter, type: str) -> dict[str, Any]:
-        sent = [m for m in writer.sent if m["type"] == type][-1]
-        self.engineSays(session, "ack", acknowledgedMessageId=sent["messageId"])
-        return sent
+from tests.support.engine import Harness
 
 
 class ConnectionRuleTests(SynchronousTestCase):

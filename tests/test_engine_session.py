@@ -5,7 +5,6 @@ driven with a Clock and a list instead of a socket.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from twisted.internet.task import Clock
@@ -22,21 +21,7 @@ from rpmiddleware.plugin.interfaces import IEngineSessionInfo
 from rpmiddleware.protocol.envelope import PROTOCOL, Envelope
 from rpmiddleware.protocol.messages import ProtocolViolation
 from rpmiddleware.testing.kit import captureLogEvents
-
-
-class FakeWriter:
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-        self.closedWith: tuple[int, str] | None = None
-
-    def sendText(self, payload: bytes) -> None:
-        self.sent.append(json.loads(payload))
-
-    def close(self, code: int, reason: str) -> None:
-        self.closedWith = (code, reason)
-
-    def types(self) -> list[str]:
-        return [m["type"] for m in self.sent]
+from tests.support.engine import FakeWriter
 
 
 class SessionHarness:

@@ -15,39 +15,20 @@ from typing import Any
 import txaio
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.web.websocket import GuardedServerFactory, GuardedServerProtocol, QuietFraming
-from tests.test_framemask import UPGRADE, frame
-
-#: The limit the factories here set, small enough that frames over it are cheap.
-LIMIT = 3000
+from tests.support.autobahn import (
+    LIMIT,
+    AutobahnRecording,
+    Recording,
+    Transport,
+    opened,
+    txaioOnFakeReactor,
+)
+from tests.support.frames import frame
 
 #: Payload lengths at the edges of the header's encodings and of the limit.
 EDGE_LENGTHS = (0, 1, 125, 126, 127, 1024, 1025, LIMIT, LIMIT + 1)
-
-
-class Recording(GuardedServerProtocol):
-    """
-    Records each message, and reads text as the endpoints do: a text
-    message that is not UTF-8 fails the connection in the middle of a read.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.messages: list[tuple[bytes, bool]] = []
-
-    def onMessage(self, payload: bytes, isBinary: bool) -> None:
-        self.messages.append((payload, isBinary))
-        if not isBinary:
-            self.textOf(payload)
-
-
-class AutobahnRecording(Recording):
-    """The same, with every read through Autobahn's frame machine."""
-
-    dataReceived = QuietFraming.dataReceived
 
 
 payloads = st.one_of(
@@ -89,33 +70,6 @@ def frames(draw: Any) -> bytes:
     if kind == "nonminimal":
         return frame(payload[:125], key, minimal=False)
     return frame(bytes(70_000), key, opcode=2)
-
-
-class Transport(StringTransport):
-    """A string transport that, like TCP's, lets a protocol unregister no producer."""
-
-    def unregisterProducer(self) -> None:
-        self.producer = None
-
-
-def opened(protocolClass: type[Recording]) -> tuple[Recording, Transport]:
-    factory = GuardedServerFactory(
-        MemoryReactorClock(),
-        allowedOrigins=(),
-        allowMissingOrigin=True,
-        maxMessageBytes=LIMIT,
-        connectionLimit=4,
-        endpointName="test",
-    )
-    factory.protocol = protocolClass
-    protocol = factory.buildProtocol(None)
-    assert isinstance(protocol, protocolClass)
-    transport = Transport()
-    protocol.makeConnection(transport)
-    protocol.dataReceived(UPGRADE)
-    assert protocol.state == protocol.STATE_OPEN
-    transport.clear()
-    return protocol, transport
 
 
 class Watched(Recording):
@@ -161,15 +115,6 @@ def feed(protocolClass: type[Recording], stream: bytes, cuts: list[int]) -> dict
     for start, stop in pairwise(edges):
         protocol.dataReceived(stream[start:stop])
     return observed(protocol, transport)
-
-
-def txaioOnFakeReactor(case: SynchronousTestCase) -> None:
-    """
-    Autobahn's handshake timers are txaio's, on txaio's reactor: a fake one
-    for the test, or they would be left on the real one for later tests.
-    """
-    txaio.use_twisted()
-    case.patch(txaio.config, "loop", MemoryReactorClock())  # type: ignore[attr-defined]
 
 
 class WholeFrameReaderTests(SynchronousTestCase):

@@ -5,7 +5,7 @@ where the platform has it), and the simulated RPEngine in file mode
 (rpmiddleware/testing/simmailbox.py, after RPEngine's
 src/filesystem-mailbox-adapter.ts).
 
-The client end-to-end suites of tests/test_client_e2e.py run here again
+The client end-to-end suites (tests/support/clientsuites.py) run here again
 unchanged with RPEngine behind the mailbox instead of the WebSocket (typed,
 recorded and voice-capture turns, barge-in, cancel, two clients, refusals),
 which is the promise: the client endpoint looks the same either way.  Then
@@ -27,13 +27,14 @@ from rpmiddleware.engine.mailbox.service import MailboxOptions, MailboxService
 from rpmiddleware.testing.kit import captureLogEvents, exampleCard
 from rpmiddleware.testing.simmailbox import MailboxTransport
 from rpmiddleware.testing.simulator import SimulatorOptions, connectSimulator
-from tests import test_client_e2e as e2e
-from tests.test_client_helpers import OnRealSockets, pcmSamples, requestsOf, types
+from tests.support import clientsuites as suites
+from tests.support.client import OnRealSockets, pcmSamples, requestsOf, types
+from tests.support.clientsuites import TurnCase
 
 
 class MailboxMixin(OnRealSockets):
     """
-    L{tests.test_client_helpers.LiveClientCase} with the mailbox service
+    L{tests.support.client.LiveClientCase} with the mailbox service
     beside the WebSocket, and C{engine()} connecting RPEngine through it.
     """
 
@@ -77,19 +78,19 @@ class MailboxMixin(OnRealSockets):
         raise AssertionError("the mailbox session never went live")
 
 
-class MailboxTextTurns(MailboxMixin, e2e.VoiceAndTextTurnTests):
+class MailboxTextTurns(MailboxMixin, suites.VoiceAndTextTurns):
     pass
 
 
-class MailboxInterruptions(MailboxMixin, e2e.InterruptionTests):
+class MailboxInterruptions(MailboxMixin, suites.Interruptions):
     pass
 
 
-class MailboxVoiceCapture(MailboxMixin, e2e.VoiceCaptureTests):
+class MailboxVoiceCapture(MailboxMixin, suites.VoiceCapture):
     pass
 
 
-class MailboxSharing(MailboxMixin, e2e.SharingTests):
+class MailboxSharing(MailboxMixin, suites.Sharing):
     @inlineCallbacks
     def test_engineLossAndRecovery(self) -> Any:
         """
@@ -98,7 +99,7 @@ class MailboxSharing(MailboxMixin, e2e.SharingTests):
         with a retryable error, and a turn asked meanwhile, which waited in
         the folder, is played once by the new tab.
         """
-        engine = yield self.engine(tokensPerSecond=200.0, replyText=e2e.storyteller)
+        engine = yield self.engine(tokensPerSecond=200.0, replyText=suites.storyteller)
         alice = yield self.client()
         bob = yield self.client()
         alice.send({"type": "text", "text": "Tell me a story"})
@@ -122,7 +123,7 @@ class MailboxSharing(MailboxMixin, e2e.SharingTests):
         self.assertEqual(dict(again.processed), {echo["turnId"]: 1})
 
 
-class SameForClients(MailboxMixin, e2e.TurnCase):
+class SameForClients(MailboxMixin, TurnCase):
     @inlineCallbacks
     def test_clientSeesTheSame(self) -> Any:
         """
@@ -167,7 +168,7 @@ class SameForClients(MailboxMixin, e2e.TurnCase):
         self.assertEqual(socket[-1]["stats"]["audio"], mailbox[-1]["stats"]["audio"])
 
 
-class BothTransports(MailboxMixin, e2e.TurnCase):
+class BothTransports(MailboxMixin, TurnCase):
     @inlineCallbacks
     def test_websocketTakesOver(self) -> Any:
         """
@@ -222,7 +223,7 @@ class BothTransports(MailboxMixin, e2e.TurnCase):
         self.assertEqual(dict(engine.processed), {turnId: 1})
 
 
-class Cards(MailboxMixin, e2e.TurnCase):
+class Cards(MailboxMixin, TurnCase):
     @inlineCallbacks
     def test_snapshotReferencePatch(self) -> Any:
         """
@@ -242,7 +243,7 @@ class Cards(MailboxMixin, e2e.TurnCase):
         self.assertEqual(modes, ["snapshot", "reference", "patch"])
 
 
-class Burst(MailboxMixin, e2e.TurnCase):
+class Burst(MailboxMixin, TurnCase):
     timeout = 60
 
     @inlineCallbacks
@@ -268,7 +269,7 @@ class Burst(MailboxMixin, e2e.TurnCase):
         self.assertEqual(refusals, [])
 
 
-class Reconnect(MailboxMixin, e2e.TurnCase):
+class Reconnect(MailboxMixin, TurnCase):
     @inlineCallbacks
     def test_rpengineReconnects(self) -> Any:
         """

@@ -20,9 +20,8 @@ from rpmiddleware.engine.mailbox.files import TO_ENGINE
 from rpmiddleware.engine.mailbox.watch import PROBE_PREFIX
 from rpmiddleware.protocol.clienterrors import LLM_ERROR, LLM_TIMEOUT, engineErrorMessage
 from rpmiddleware.testing.kit import captureLogEvents
-from tests.test_client_turns import Recorder
-from tests.test_mailbox_endpoint import Rig, ending, transportOf
-from tests.test_turn_endings import startedTurn
+from tests.support.mailbox import Rig, ending, transportOf
+from tests.support.turns import Recorder, startedTurn
 
 #: The bound the product promises.
 BOUND = 10.0

@@ -25,19 +25,9 @@ from rpmiddleware.protocol.prompt import AssembledPrompt
 from rpmiddleware.testing.inmemory import InMemoryEngine, connectInMemory
 from rpmiddleware.testing.kit import exampleCard, examplePromptContext
 from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText
+from tests.support.memory import settle
 
 TEXT_ONLY = {"modalities": ["text"], "language": "en"}
-
-
-def settle(clock: Clock, seconds: float = 5.0) -> None:
-    """Run every call due in the next C{seconds}, in order."""
-    end = clock.seconds() + seconds
-    for _ in range(100_000):
-        due = [c.getTime() for c in clock.getDelayedCalls() if c.getTime() <= end]
-        if not due:
-            break
-        clock.advance(max(0.0, min(due) - clock.seconds()))
-    clock.advance(max(0.0, end - clock.seconds()))
 
 
 class Rig:

@@ -21,7 +21,7 @@ from rpmiddleware.engine.session import EngineSession
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import exampleCard
-from tests.test_engine_session import FakeWriter
+from tests.support.engine import FakeWriter
 
 
 class FakeTimer:

@@ -28,8 +28,8 @@ from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.live import TestClient
 from rpmiddleware.testing.memorynet import runOnNetwork
 from rpmiddleware.testing.simoptions import defaultReplyText
-from tests.test_client_helpers import MemoryClientCase, buildChain, requestsOf, types
-from tests.test_demo import startFastDemo
+from tests.support.client import MemoryClientCase, buildChain, requestsOf, types
+from tests.support.demo import startFastDemo
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "quest-giver.toml"
 QUEST = loadPlaybookFile(EXAMPLE, {})

@@ -22,8 +22,8 @@ from rpmiddleware.core.middleware import Middleware, PluginServices
 from rpmiddleware.protocol.envelope import Direction, Envelope
 from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import exampleCard
-from tests.test_client_helpers import clockedEndpoint
-from tests.test_client_status import FakeClientWriter, OpenConnections
+from tests.support.client import clockedEndpoint
+from tests.support.connections import FakeClientWriter, OpenConnections
 
 #: Mira's playbook: asking for work moves to "offer"; ten seconds of silence
 #: there move on to "waited", with no turn (say = "").

@@ -40,8 +40,8 @@ from rpmiddleware.testing.kit import (
     captureLogEvents,
     pluginServices,
 )
-from tests.test_client_helpers import clockedEndpoint
-from tests.test_client_status import FakeClientWriter
+from tests.support.client import clockedEndpoint
+from tests.support.connections import FakeClientWriter
 
 
 class Shout(ChainPlugin):

@@ -32,8 +32,8 @@ from rpmiddleware.core.discovery import buildChain, discoverPlugins
 from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.testing.inmemory import connectInMemory
 from rpmiddleware.testing.kit import captureLogEvents, exampleCard, pluginServices
-from tests.test_client_helpers import clockedEndpoint
-from tests.test_client_status import OpenConnections
+from tests.support.client import clockedEndpoint
+from tests.support.connections import OpenConnections
 
 TOP = Path(__file__).resolve().parent.parent
 PAGE = TOP / "docs" / "plugin-authors.md"

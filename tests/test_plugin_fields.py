@@ -26,9 +26,9 @@ from rpmiddleware.plugin.clientext import isPluginField, pluginFields
 from rpmiddleware.plugin.interfaces import IChainContext, IEnvelopePlugin
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import captureLogEvents, exampleCard, pluginServices
-from tests.test_client_helpers import clockedEndpoint
-from tests.test_client_status import FakeClientWriter, OpenConnections
-from tests.test_engine_session import FakeWriter as EngineWriter
+from tests.support.client import clockedEndpoint
+from tests.support.connections import FakeClientWriter, OpenConnections
+from tests.support.engine import FakeWriter as EngineWriter
 
 TEXT_ONLY = {"modalities": ["text"]}
 

@@ -14,7 +14,7 @@ import sys
 from twisted.trial.unittest import SynchronousTestCase
 
 import rpmiddleware.plugin as face
-from tests.test_imports import importGraph
+from tests.support.imports import importGraph
 
 #: What the face exports, by what it is for (its docstring names the groups).
 EXPECTED = {
@@ -22,6 +22,8 @@ EXPECTED = {
     "ChainPlugin",
     "PluginFactory",
     "PluginNameError",
+    "PluginServices",
+    "PluginSettings",
     "rejectUnknownSettings",
     "IChainContext",
     "IChainObserver",
@@ -31,6 +33,7 @@ EXPECTED = {
     "IHeldWork",
     "IMetricsSource",
     "IPluginFactory",
+    "IPluginLifecycle",
     "IPluginServices",
     "IReplyStream",
     "ITimingSource",

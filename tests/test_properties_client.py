@@ -34,7 +34,7 @@ from rpmiddleware.protocol.rules import (
     INTERACTION_MODES,
     SILENCE_BEHAVIORS,
 )
-from tests.test_properties_messages import jsonValues
+from tests.support.strategies import jsonValues
 
 _FIELD_NAMES = sorted(
     {"text", "data", "action", "sessionId", "timestamp", "attachments", "mimeType"}

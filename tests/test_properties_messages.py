@@ -17,22 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from rpmiddleware.engine.session import EngineSession, SessionOptions, decodeText
 from rpmiddleware.protocol.envelope import PROTOCOL, Direction, Envelope
 from rpmiddleware.protocol.messages import MESSAGES, ProtocolViolation, validate
-
-scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**70), 2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20)
-)
-#: Any JSON value: what json.loads can hand the session.
-jsonValues = st.recursive(
-    scalars,
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=5)
-    ),
-    max_leaves=20,
-)
+from tests.support.strategies import jsonValues, scalars
 
 _FIELD_NAMES = sorted(
     {"protocol", "protocolVersion", "type", "messageId", "sessionId", "timestamp"}

@@ -31,8 +31,8 @@ from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import LiveMiddleware, TestClient, connectClient, startMiddleware
 from rpmiddleware.testing.simoptions import defaultReplyText
 from rpmiddleware.testing.simulator import SimulatedEngine, SimulatorOptions, connectSimulator
-from tests.test_client_helpers import whenRouted
-from tests.test_reliability_hostile import RawPeer, cancelBucketTimers, rawConnect, whenGone
+from tests.support.client import whenRouted
+from tests.support.rawpeer import RawPeer, cancelBucketTimers, rawConnect, whenGone
 
 #: See bench.clientfuzzing.KNOWN_CLIENT_FAULTS; test_knownWrongAnswers holds those
 #: frames to the protocol as expected failures.

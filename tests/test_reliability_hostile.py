@@ -12,17 +12,16 @@ from typing import Any
 
 import treq
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred, DeferredList, gatherResults, succeed
-from twisted.internet.protocol import ClientFactory, Protocol
+from twisted.internet.defer import Deferred, DeferredList, gatherResults
 from twisted.internet.task import deferLater
-from twisted.python.failure import Failure
 from twisted.trial.unittest import TestCase
 
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import captureLogEvents
 from rpmiddleware.testing.live import LiveMiddleware, TestClient, connectClient, startMiddleware
-from tests.test_client_helpers import sendCapacityAndWait, whenRouted
+from tests.support.client import sendCapacityAndWait, whenRouted
+from tests.support.rawpeer import RawPeer, cancelBucketTimers, rawConnect, whenGone
 
 PRODUCTION = "https://rpengine.gemtavern.com"
 LIMIT = 8 * 1024 * 1024
@@ -41,75 +40,6 @@ def upgradeRequest(port: int, path: str = "/rp-engine/socket") -> bytes:
     ).encode("ascii")
 
 
-class RawPeer(Protocol):
-    """
-    A TCP peer that writes what it is told, when it is told, and records
-    what comes back and when the connection ends.
-    """
-
-    def __init__(self) -> None:
-        self.received = b""
-        self.lost: Deferred[None] = Deferred()
-        self.made: Deferred[RawPeer] = Deferred()
-        self._awaited: list[tuple[bytes, Deferred[bytes]]] = []
-
-    def connectionMade(self) -> None:
-        self.made.callback(self)
-
-    def dataReceived(self, data: bytes) -> None:
-        self.received += data
-        for marker, d in list(self._awaited):
-            if marker in self.received:
-                self._awaited.remove((marker, d))
-                d.callback(self.received)
-
-    def whenReceived(self, marker: bytes) -> Deferred[bytes]:
-        """
-        Fires with everything received once C{marker} is among it.
-        """
-        if marker in self.received:
-            return succeed(self.received)
-        d: Deferred[bytes] = Deferred()
-        self._awaited.append((marker, d))
-        return d
-
-    def write(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.transport.write(data)
-
-    def close(self) -> None:
-        assert self.transport is not None
-        self.transport.loseConnection()
-
-    def connectionLost(self, reason: Failure | None = None) -> None:
-        if not self.lost.called:
-            self.lost.callback(None)
-
-
-class RawFactory(ClientFactory):
-    def __init__(self) -> None:
-        self.peer = RawPeer()
-
-    def buildProtocol(self, addr: Any) -> RawPeer:
-        return self.peer
-
-
-async def rawConnect(port: int) -> RawPeer:
-    factory = RawFactory()
-    reactor.connectTCP("127.0.0.1", port, factory)
-    return await factory.peer.made
-
-
-async def whenGone(connection: Any) -> None:
-    """
-    Once the server side of a WebSocket connection has closed and left its
-    factory's C{connections} (autobahn resolves C{is_closed} just before
-    C{onClose}, so one reactor turn later).
-    """
-    await connection.is_closed
-    await deferLater(reactor, 0, lambda: None)
-
-
 def whenGoneD(connection: Any) -> Deferred[None]:
     return Deferred.fromCoroutine(whenGone(connection))
 
@@ -119,19 +49,6 @@ def headerDrops(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     The log events of connections dropped at the header deadline.
     """
     return [e for e in events if str(e.get("log_format", "")).startswith("dropped {peer}: no ")]
-
-
-def cancelBucketTimers() -> None:
-    """
-    Autobahn's timers live in txaio buckets: cancelling a close-handshake
-    timeout empties its slot but leaves the bucket's reactor call pending for
-    the rest of the five seconds.  Harmless in a daemon; a dirty reactor to
-    trial.
-    """
-    for call in reactor.getDelayedCalls():
-        func = getattr(call, "func", None)
-        if getattr(func, "__qualname__", "").startswith("_BatchedTimer."):
-            call.cancel()
 
 
 class HostileTests(TestCase):

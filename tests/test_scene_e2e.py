@@ -25,9 +25,9 @@ from rpmiddleware.protocol.prompt import AssembledPrompt
 from rpmiddleware.testing.inmemory import connectInMemory
 from rpmiddleware.testing.kit import exampleAction, exampleCard
 from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText
-from tests.test_client_helpers import clockedEndpoint
-from tests.test_client_status import OpenConnections
-from tests.test_memory_e2e import settle
+from tests.support.client import clockedEndpoint
+from tests.support.connections import OpenConnections
+from tests.support.memory import settle
 
 OPEN_GATE = exampleAction(characters=["garrick"])
 GUARD_LINE = 'Fine, I will open the north gate. [[open_gate {"gate": "north"}]] Stand back.'

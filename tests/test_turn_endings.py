@@ -18,8 +18,8 @@ from rpmiddleware.engine.queue import EngineQueue
 from rpmiddleware.protocol.clienterrors import LLM_ERROR, LLM_TIMEOUT, engineErrorMessage
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.testing.kit import captureLogEvents
-from tests.test_client_turns import Recorder
-from tests.test_engine_link import Harness
+from tests.support.engine import Harness
+from tests.support.turns import Recorder, startedTurn
 
 
 def hostileError(session: Any, requestId: str, messageId: str | None = None) -> dict[str, Any]:
@@ -34,29 +34,6 @@ def hostileError(session: Any, requestId: str, messageId: str | None = None) -> 
     if messageId is not None:
         fields["messageId"] = messageId
     return fields
-
-
-def startedTurn(
-    stream: ReplyStream, clock: Any, queue: EngineQueue, text: str = "Hello?", stall: float = 60.0
-) -> tuple[Turn, Recorder]:
-    """
-    A text turn on C{stream} under the stall rule, started; and what it sent.
-    """
-    send = Recorder()
-    turn = Turn(
-        TEXT,
-        stream,
-        send,
-        None,
-        clock,
-        300.0,
-        lambda t: None,
-        text,
-        stallTimeout=stall,
-        queue=queue,
-    )
-    turn.start()
-    return turn, send
 
 
 class MalformedEndingTests(SynchronousTestCase):

@@ -13,7 +13,7 @@ from typing import Any
 from twisted.internet.defer import Deferred, succeed
 
 from rpmiddleware.testing.kit import captureLogEvents
-from tests.webrtc_support import AsyncioTestCase, inChildProcess
+from tests.support.webrtc import AsyncioTestCase, inChildProcess
 
 
 class Boom(Exception):

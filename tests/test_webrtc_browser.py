@@ -29,8 +29,8 @@ from twisted.web.static import Data
 from rpmiddleware.client.settings import ClientSettings
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.testing.kit import exampleCard
-from tests.test_client_helpers import LiveClientCase, requestsOf
-from tests.webrtc_support import AsyncioTestCase, inChildProcess
+from tests.support.client import LiveClientCase, requestsOf
+from tests.support.webrtc import AsyncioTestCase, inChildProcess
 
 CHROMIUM = "/usr/bin/chromium"
 PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "webrtc_page.html")

@@ -11,7 +11,7 @@ the speech track, with the right number of samples.  Speaking over the
 reply cancels it.
 
 Runs on the asyncio reactor (in a child process from the default suite;
-see L{tests.webrtc_support}).
+see L{tests.support.webrtc}).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.audio.format import exactLength
-from tests.test_client_helpers import LiveClientCase, requestsOf
-from tests.webrtc_support import TOP, AsyncioTestCase, inChildProcess
+from tests.support.client import LiveClientCase, requestsOf
+from tests.support.webrtc import TOP, AsyncioTestCase, inChildProcess
 
 #: What a streamed voice turn says on the data channel (besides llm-chunk).
 #: (No transcript: RPEngine does not say what it heard in an event.audio.)
@@ -300,7 +300,7 @@ class UnavailableTests(LiveClientCase):
     """
 
     def test_offerRefused(self) -> Deferred[Any]:
-        from tests.webrtc_support import missingExtra, onAsyncio
+        from tests.support.webrtc import missingExtra, onAsyncio
 
         missing = missingExtra()
         if missing is None and onAsyncio():

@@ -4,7 +4,7 @@ answers and renegotiation, loopback-only candidates, the data channel both
 ways, the microphone track as 16 kHz PCM, the speech track back, closing.
 
 Runs on the asyncio reactor (in a child process from the default suite;
-see L{tests.webrtc_support}).
+see L{tests.support.webrtc}).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
-from tests.webrtc_support import AsyncioTestCase, inChildProcess
+from tests.support.webrtc import AsyncioTestCase, inChildProcess
 
 SPEECH_44K = 44100
 

@@ -107,7 +107,7 @@ class ReactorChoiceTests(SynchronousTestCase):
         chooseDaemonReactor (what twistd rpmiddleware calls first) installs
         the asyncio reactor when the extra is there.
         """
-        from tests.webrtc_support import missingExtra
+        from tests.support.webrtc import missingExtra
 
         missing = missingExtra()
         if missing is not None:
@@ -126,7 +126,7 @@ class ReactorChoiceTests(SynchronousTestCase):
         The daemon's choice finds the extra without importing aiortc (28 MB
         of an idle daemon); L{availability}, asked at an offer, imports it.
         """
-        from tests.webrtc_support import missingExtra
+        from tests.support.webrtc import missingExtra
 
         missing = missingExtra()
         if missing is not None:
@@ -149,7 +149,7 @@ class ReactorChoiceTests(SynchronousTestCase):
         chooses the asyncio reactor, and offers are refused with the import's
         error.
         """
-        from tests.webrtc_support import missingExtra
+        from tests.support.webrtc import missingExtra
 
         if missingExtra() is not None:
             self.skipTest("needs webrtcvad, so that only aiortc is broken")
@@ -226,7 +226,7 @@ class TwistdReactorTests(SynchronousTestCase):
         return "".join(output)
 
     def test_picksAsyncio(self) -> None:
-        from tests.webrtc_support import missingExtra
+        from tests.support.webrtc import missingExtra
 
         missing = missingExtra()
         if missing is not None:

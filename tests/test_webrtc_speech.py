@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import numpy as np
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.webrtc_support import missingExtra
+from tests.support.webrtc import missingExtra
 
 RATE_IN = 44100
 T = TypeVar("T")

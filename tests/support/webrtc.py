@@ -27,7 +27,8 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from rpmiddleware.webrtc.reactor import isAsyncioReactor, unavailableReason
 
-TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The checkout: tests/support/webrtc.py is three levels below it.
+TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: Seconds a child trial run may take before it is killed and failed.
 CHILD_TIMEOUT = 240
 

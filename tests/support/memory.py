@@ -1,0 +1,19 @@
+"""
+Running a Clock through everything due, in order, as the memory plugin's
+summaries are scheduled.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.task import Clock
+
+
+def settle(clock: Clock, seconds: float = 5.0) -> None:
+    """Run every call due in the next C{seconds}, in order."""
+    end = clock.seconds() + seconds
+    for _ in range(100_000):
+        due = [c.getTime() for c in clock.getDelayedCalls() if c.getTime() <= end]
+        if not due:
+            break
+        clock.advance(max(0.0, min(due) - clock.seconds()))
+    clock.advance(max(0.0, end - clock.seconds()))
