@@ -7,7 +7,7 @@ a fake clock and catch what comes out of either end.
     harness = PluginHarness(MyPlugin())
     harness.startSession()
     harness.toEngine(harness.replyRequest("r1", text="Hello"))
-    self.assertEqual(harness.sentToEngine[0]["card"]["mode"], "reference")
+    self.assertEqual(harness.sentToEngine[0]["card"]["mode"], "snapshot")
 
 What leaves toward RPEngine is checked with RPEngine's rules, as the daemon
 checks it before sending (L{rpmiddleware.protocol.rules}): an envelope the
@@ -28,10 +28,12 @@ from twisted.logger import ILogObserver, globalLogPublisher
 from zope.interface import implementer
 
 from rpmiddleware.cards.hasher import CanonicalCard, CardHasher
+from rpmiddleware.cards.validation import snapshotTransfer
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.chain import PluginChain
 from rpmiddleware.core.middleware import DEFAULT_OUTPUT, PluginServices
-from rpmiddleware.plugin.interfaces import IEngineSessionInfo, IEnvelopePlugin
+from rpmiddleware.plugin.clientext import fromClient
+from rpmiddleware.plugin.interfaces import IEngineSessionInfo, IEnvelopePlugin, IPluginServices
 from rpmiddleware.protocol.envelope import Direction, Envelope, summarize
 from rpmiddleware.protocol.messages import MESSAGES
 from rpmiddleware.protocol.rules import EngineRefusal, checkOutgoing
@@ -52,7 +54,9 @@ _REQUEST_TYPES = ("reply.request", "voice.capture.start")
 MIDDLEWARE_PREFIX = "x-"
 
 #: A card transfer that names a card without sending it, for requests whose
-#: card does not matter to the plugin under test.
+#: card does not matter to the plugin under test, or for what a plugin
+#: further from the game than card-cache sees of a card RPEngine already has
+#: (L{PluginHarness.replyRequest} sends a snapshot unless given this).
 REFERENCE_CARD = {"format": "chara_card_v2", "mode": "reference", "targetHash": "0" * 64}
 
 
@@ -120,6 +124,10 @@ class PluginHarness:
         it would not send is not added to C{sentToEngine} but raises
         L{EngineWouldRefuse}, which the chain logs, failing the test.
         C{False} to collect whatever leaves, unchecked.
+    @param cards: the L{CardHasher} the cards of L{replyRequest} are hashed
+        with, as the daemon hashes a game's card before the chain sees it
+        (give it your plugin's C{services.cards}, so it finds their hashes by
+        identity, as in the daemon); a new one unless given.
     @ivar sentToEngine: envelopes that left the chain toward RPEngine.
     @ivar sentToGame: envelopes that left the chain toward the game.
     @ivar clock: the L{Clock} the plugins see as their reactor.
@@ -131,6 +139,7 @@ class PluginHarness:
         clock: Any = None,
         *,
         engineRules: bool = True,
+        cards: CardHasher | None = None,
     ) -> None:
         if IEnvelopePlugin.providedBy(plugins):
             plugins = [plugins]  # type: ignore[list-item]
@@ -152,6 +161,8 @@ class PluginHarness:
         )
         self.session: FakeSession | None = None
         self._sessions = 0
+        self.cards = cards if cards is not None else CardHasher(self.clock)
+        self._card: CanonicalCard | None = None
 
     def _engineEnd(self, envelope: Envelope) -> None:
         # The middleware's own types (x-...) are for plugins further on; the
@@ -189,6 +200,26 @@ class PluginHarness:
         """
         self.chain.clientSessionEnded(clientId)
 
+    def fromClient(self, clientId: str, message: dict[str, Any]) -> Deferred[None]:
+        """
+        Client session C{clientId} sends C{message} (a client message of a
+        type a plugin takes, L{rpmiddleware.plugin.interfaces.IClientExtension}),
+        into the chain at the game end as the client endpoint sends it.
+        """
+        return self.chain.sendToEngine(fromClient(clientId, message))
+
+    def card(self) -> dict[str, Any]:
+        """
+        The card transfer of a game's request as a plugin nearer the game
+        than card-cache sees it: a snapshot of L{exampleCard}, an owned
+        document with its canonical hash (L{rpmiddleware.core.middleware}
+        builds it so), the same document for every request, as a
+        registered character's is.
+        """
+        if self._card is None:
+            self._card = self.cards.canonicalNow(self.cards.adopt(exampleCard()))
+        return snapshotTransfer(self._card.document, self._card.hash)
+
     def envelope(self, type: str, **fields: Any) -> Envelope:
         sessionId = self.session.sessionId if self.session is not None else None
         return Envelope.build(type, sessionId, **fields)
@@ -205,8 +236,11 @@ class PluginHarness:
     ) -> Envelope:
         """
         A valid C{reply.request} (not yet sent): typed C{text} (default "hi"
-        when there is no C{audio}), a reference card transfer unless C{card}
-        is given, an C{eventId} unless given, and C{meta} for the plugins.
+        when there is no C{audio}), an C{eventId} unless given, and C{meta}
+        for the plugins.  Its C{card} is what a plugin nearer the game than
+        card-cache sees (L{card}: a snapshot of the example card) unless
+        C{card} is given (L{REFERENCE_CARD}: what one further from the game
+        sees of a card RPEngine has).
         """
         event: dict[str, Any] = {}
         if text is not None or audio is None:
@@ -220,7 +254,7 @@ class PluginHarness:
             "reply.request",
             requestId=requestId,
             event=event,
-            card=card if card is not None else dict(REFERENCE_CARD),
+            card=card if card is not None else self.card(),
             **fields,
         )
         envelope.meta.update(meta or {})
@@ -255,6 +289,25 @@ class PluginHarness:
 
     def typesToGame(self) -> list[str]:
         return [e.type for e in self.sentToGame]
+
+
+def builtinPlugin(
+    name: str, settings: dict[str, Any] | None = None, services: IPluginServices | None = None
+) -> IEnvelopePlugin:
+    """
+    The built-in plugin C{name} (C{"card-cache"}), built by its factory
+    from C{settings} (its C{[plugins.NAME]} table; none unless given) and
+    C{services} (L{pluginServices} unless given), to test a plugin beside
+    the ones it sits next to in the daemon's chain.
+
+    @raise KeyError: naming the built-in plugins, for an unknown C{name}.
+    """
+    import rpmiddleware.builtin as builtins
+
+    factories = {factory.name: factory for factory in builtins.FACTORIES}
+    if name not in factories:
+        raise KeyError(f"no built-in plugin {name!r} (built-in: {', '.join(sorted(factories))})")
+    return factories[name].buildPlugin(settings or {}, services or pluginServices())
 
 
 def exampleCard(**data: Any) -> dict[str, Any]:
