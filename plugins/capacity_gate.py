@@ -114,7 +114,6 @@ class CapacityGate(ChainPlugin):
         self._limit = assumedLimit
         self._assumed = False
         self._timer: IDelayedCall | None = None
-        self._context: IChainContext | None = None
         self._releasing = False
 
     # What the console shows.
@@ -151,7 +150,6 @@ class CapacityGate(ChainPlugin):
     # Sessions.
 
     def engineSessionStarted(self, session: IEngineSessionInfo, context: IChainContext) -> None:
-        self._context = context
         self._cancelTimer()
         self._live, self._accepting, self._assumed = True, None, False
         self._depth = 0
@@ -188,7 +186,6 @@ class CapacityGate(ChainPlugin):
     # Game to engine.
 
     def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
-        self._context = context
         requestId = envelope.requestId
         if requestId is None:
             return envelope
@@ -267,8 +264,8 @@ class CapacityGate(ChainPlugin):
         Send held work while RPEngine has room.  Re-entrant calls (a later
         plugin answering synchronously) leave the loop to the outer call.
         """
-        context = self._context
-        if self._releasing or context is None:
+        context = self.context
+        if self._releasing:
             return
         self._releasing = True
         try:
@@ -318,7 +315,6 @@ class CapacityGate(ChainPlugin):
     # Engine to game.
 
     def envelopeToGame(self, envelope: Envelope, context: IChainContext) -> Any:
-        self._context = context
         kind = envelope.type
         if kind == "capacity.update":
             said = Capacity.fromEnvelope(

@@ -110,8 +110,6 @@ class ActionsPlugin(ChainPlugin):
         self.declared: dict[str, dict[str, Action]] = {}
         self._turns: dict[str, _Turn] = {}
         self._running: dict[str, _Running] = {}
-        #: The chain context last seen, for what a timer or a result sends.
-        self._context: IChainContext | None = None
 
     # The Python API (IActions); the client's message calls it too.
 
@@ -138,7 +136,6 @@ class ActionsPlugin(ChainPlugin):
     # Toward RPEngine.
 
     def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
-        self._context = context
         kind = envelope.type
         if kind in OPENING:
             self._offer(envelope)
@@ -305,15 +302,12 @@ class ActionsPlugin(ChainPlugin):
 
     def _remember(self, turn: _Turn, text: str) -> None:
         """The outcome joins the character's conversation, as a game event."""
-        if self._context is None:
-            return
-        self._context.sendToEngine(
+        self.context.sendToEngine(
             heard(turn.integrationId, turn.characterId, EVENT, "", text, dict(turn.memory))
         )
 
     def _tellClient(self, client: str, message: dict[str, Any]) -> None:
-        if self._context is not None:
-            self._context.sendToGame(toClient(client, message))
+        self.context.sendToGame(toClient(client, message))
 
     def _noteCall(self, turn: _Turn, entry: dict[str, Any], replace: bool = False) -> None:
         if replace and turn.calls and turn.calls[-1]["name"] == entry["name"]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorFromThreads, IReactorThreads
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
@@ -146,7 +147,6 @@ class Memory(ChainPlugin):
         self._due: dict[Key, None] = {}
         self._failures: dict[Key, int] = {}
         self._idle: IDelayedCall | None = None
-        self._context: IChainContext | None = None
         self._summarizerCard: dict[str, Any] | None = None
         #: Lorebooks of owned cards, and the game's knowledge, by integration.
         self._books: OrderedDict[int, tuple[Mapping[str, Any], Book]] = OrderedDict()
@@ -154,17 +154,41 @@ class Memory(ChainPlugin):
         self._known: dict[str, list[LoreEntry]] = {}
         self.counts = {"planned": 0, "tokens": 0, "summaries": 0, "summaryFailures": 0}
 
-    def _offload(self, work: Callable[[], object]) -> None:
+    def _inThread(self, work: Callable[[], object]) -> Deferred[object] | None:
         """
-        Run the store's checkpoint in the reactor's thread pool, where it
-        has one (a Clock in tests runs it at once).
+        Run C{work} in the reactor's thread pool, where it has one (a Clock
+        in tests runs it at once, and this returns C{None}).
         """
         reactor = self.reactor
         if IReactorThreads.providedBy(reactor) and IReactorFromThreads.providedBy(reactor):
-            d = deferToThreadPool(reactor, reactor.getThreadPool(), work)
+            return deferToThreadPool(reactor, reactor.getThreadPool(), work)
+        work()
+        return None
+
+    def _offload(self, work: Callable[[], object]) -> None:
+        """
+        Run the store's checkpoint away from the reactor's thread (L{_inThread}).
+        """
+        d = self._inThread(work)
+        if d is not None:
             d.addErrback(lambda f: self.log.failure("a memory checkpoint failed", f))
-        else:
-            work()
+
+    def close(self) -> Deferred[object] | None:
+        """
+        The daemon is stopping: no summary is asked any more, and the
+        database's log is written back into its file, emptied and closed,
+        in the reactor's thread pool (L{MemoryStore.closing}), so that a
+        clean stop leaves the main file alone, whole.  Changes after this
+        are refused (L{StoreError}).
+        """
+        if self._idle is not None and self._idle.active():
+            self._idle.cancel()
+        self._idle = None
+        summary = self._summary
+        if summary is not None and summary.timer is not None and summary.timer.active():
+            summary.timer.cancel()
+        self.sessions.close()
+        return self._inThread(self.store.closing())
 
     # Finding a conversation.
 
@@ -188,7 +212,6 @@ class Memory(ChainPlugin):
     # Toward RPEngine.
 
     def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
-        self._context = context
         kind = envelope.type
         if kind in OPENING:
             if envelope.meta.get("origin") == NAME:
@@ -427,8 +450,8 @@ class Memory(ChainPlugin):
 
     def _summarizeNext(self) -> None:
         self._idle = None
-        context = self._context
-        if self._turns or self._summary is not None or context is None or context.session is None:
+        context = self.context
+        if self._turns or self._summary is not None or context.session is None:
             return
         while self._due:
             key = next(iter(self._due))
@@ -480,9 +503,9 @@ class Memory(ChainPlugin):
 
     def _timedOut(self, summary: _Summary) -> None:
         summary.timer = None
-        if self._summary is summary and self._context is not None:
+        if self._summary is summary:
             self._failed(summary, "it took longer than summary_timeout")
-            self._stopSummary(self._context)
+            self._stopSummary(self.context)
 
     def _summaryEnvelope(self, envelope: Envelope) -> None:
         summary = self._summary
@@ -618,7 +641,6 @@ class Memory(ChainPlugin):
     # Sessions and metrics.
 
     def engineSessionStarted(self, session: IEngineSessionInfo, context: IChainContext) -> None:
-        self._context = context
         self._kick()
 
     def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:

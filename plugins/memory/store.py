@@ -16,7 +16,11 @@ conversations (no conversation id from the game) are never written: they last
 as long as the client session, and the oldest are let go past a bound.
 
 Work is done on the calling thread: a commit in WAL mode is a write to the
-log, well under a millisecond here (C{bench/}).
+log, well under a millisecond here (C{bench/}).  Checkpoints, which write the
+log back into the file, are offloaded (L{MemoryStore.checkpoint}), and so is
+closing (L{MemoryStore.closing}): a clean stop writes the whole log back,
+empties it and closes, leaving the main file alone, whole (the C{-wal} file
+empty or gone).
 """
 
 from __future__ import annotations
@@ -115,6 +119,7 @@ class MemoryStore:
         self._cached = cached
         self._offload = offload
         self._checkpointing = False
+        self._closed = False
         self._db: sqlite3.Connection | None = None
         self._loaded: OrderedDict[Key, Conversation] = OrderedDict()
         self._ids: dict[Key, int] = {}
@@ -126,6 +131,8 @@ class MemoryStore:
     def _open(self) -> sqlite3.Connection:
         if self._db is not None:
             return self._db
+        if self._closed:
+            raise StoreError(f"the memory database {self.path} is closed (the daemon is stopping)")
         if self.path != ":memory:":
             folder = os.path.dirname(os.path.abspath(self.path))
             try:
@@ -167,9 +174,33 @@ class MemoryStore:
         self._open()
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        """
+        Write the log back, empty it and close, on the caller's thread
+        (L{closing}).
+        """
+        self.closing()()
+
+    def closing(self) -> Callable[[], None]:
+        """
+        Stop using the database now: whatever asks for it later fails with
+        L{StoreError}.  Return the work that ends it, for any thread (the
+        plugin runs it in the reactor's thread pool): the whole log written
+        back into the file and emptied (C{wal_checkpoint(TRUNCATE)}), then
+        the connection closed.  Closing twice does nothing more.
+        """
+        db, self._db = self._db, None
+        self._closed = True
+
+        def close() -> None:
+            if db is None:
+                return
+            try:
+                if self.path != ":memory:":
+                    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                db.close()
+
+        return close
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

@@ -125,7 +125,6 @@ class PlaybookPlugin(ChainPlugin):
         self._requests: dict[str, str] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._toolNotes: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
-        self._context: IChainContext | None = None
         self.outbox = Outbox(self._chain)
         self.sessions = Sessions(
             self.playbooks,
@@ -174,6 +173,12 @@ class PlaybookPlugin(ChainPlugin):
         self.sessions.stop()
         self.outbox.clear()
 
+    def close(self) -> None:
+        """
+        The daemon is stopping: L{stop}.
+        """
+        self.stop()
+
     def parse(self, document: Mapping[str, Any], source: str = "client") -> Playbook:
         """
         Check a playbook document against this plugin's tools.
@@ -185,7 +190,6 @@ class PlaybookPlugin(ChainPlugin):
     # Game to engine.
 
     def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
-        self._context = context
         kind = envelope.type
         if kind in OPENING:
             self._request(envelope)
@@ -226,7 +230,6 @@ class PlaybookPlugin(ChainPlugin):
         kind = envelope.type
         if kind not in WATCHED:
             return envelope
-        self._context = context
         requestId = envelope.requestId
         if requestId is None:
             return envelope
@@ -406,7 +409,6 @@ class PlaybookPlugin(ChainPlugin):
         self.sessions.forget(clientId)
 
     def clientSessionResumed(self, clientId: str, context: IChainContext) -> None:
-        self._context = context
         self._resumed(wire.toPlugin(wire.RESUMED, clientId))
 
     def _turnFailed(self, envelope: Envelope) -> None:
@@ -461,13 +463,13 @@ class PlaybookPlugin(ChainPlugin):
     # Time.
 
     def _chain(self) -> IChainContext:
-        assert self._context is not None, "the playbook plugin has seen no envelope yet"
-        return self._context
+        return self.context
 
     def _timers(self) -> Any:
-        return self.clock if self.clock is not None else self._chain().reactor
+        return self.clock if self.clock is not None else self.context.reactor
 
     def _now(self) -> float:
-        if self.clock is None and self._context is None:
+        if self.clock is None and not hasattr(self, "context"):
+            # Not in a chain yet (a playbook checked on its own): no time.
             return 0.0
         return float(self._timers().seconds())

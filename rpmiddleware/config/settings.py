@@ -12,9 +12,10 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import msgspec
+import msgspec.structs
 
 from rpmiddleware.protocol.messages import MAX_MESSAGE_BYTES, SPEECH_OUTPUT_LANGUAGES, VOICES
 from rpmiddleware.protocol.schema import TOML_WORDS, SchemaError, conform
@@ -283,25 +284,69 @@ _SECTIONS: dict[str, type[Section]] = {
 }
 
 
-def _section(schema: type[Section], table: Mapping[str, Any], where: str, source: str) -> Section:
-    """
-    One section's table read with its schema; keys may be written with
-    C{-} for C{_}.
+S = TypeVar("S", bound=msgspec.Struct)
 
-    @raise ConfigError: naming the section and the key as the file wrote it.
+_ENUM = "invalid enum value "
+
+
+def readSection(schema: type[S], table: Mapping[str, Any], where: str) -> S:
+    """
+    A table of the file read with its schema (a C{msgspec.Struct} that
+    forbids unknown fields: a L{Section}, or a plugin's
+    L{rpmiddleware.plugin.base.PluginSettings}): the core's sections, and a
+    plugin's C{[plugins.NAME]} through its factory
+    (L{rpmiddleware.plugin.base.PluginFactory}).  Keys may be written with
+    C{-} for C{_}.  A check the schema makes in C{__post_init__} raises
+    C{ValueError} with a message that starts with the setting's name.
+
+    @param where: the table's name in the file (C{server},
+        C{plugins.memory}), which every message starts the key with.
+    @raise ValueError: naming the key as the file wrote it, below C{where}
+        (the caller adds the file).
     """
     written = {key.replace("-", "_"): key for key in table}
     try:
         return conform({name: table[key] for name, key in written.items()}, schema, TOML_WORDS)
     except SchemaError as e:
         problem = e.problem
+        if not problem.field:
+            # A check of the schema's own (__post_init__) names the setting.
+            raise ValueError(f"{where}.{problem.problem}") from None
         name = problem.field.partition("[")[0].partition(".")[0]
         field = written.get(name, name) + problem.field[len(name) :]
         if problem.kind == "unknown":
             known = ", ".join(sorted(schema.__struct_fields__))
-            raise ConfigError(f"{source}: unknown setting {where}.{field} (known: {known})")
+            raise ValueError(f"unknown setting {where}.{field} (known: {known})") from None
+        why = problem.problem
+        if why.startswith(_ENUM):
+            choices = _choices(schema, name)
+            if choices:
+                why = f"must be one of {choices}, got {why.removeprefix(_ENUM)}"
         shown = f" ({table[field]!r})" if problem.kind == "type" and field in table else ""
-        raise ConfigError(f"{source}: {where}.{field} {problem.problem}{shown}")
+        raise ValueError(f"{where}.{field} {why}{shown}") from None
+
+
+def _choices(schema: type[msgspec.Struct], name: str) -> str:
+    """
+    The values a C{Literal} field takes, for a message (empty when it is
+    not one).
+    """
+    for info in msgspec.structs.fields(schema):
+        if info.name == name and get_origin(info.type) is Literal:
+            return ", ".join(repr(v) if v == "" else str(v) for v in get_args(info.type))
+    return ""
+
+
+def _section(schema: type[Section], table: Mapping[str, Any], where: str, source: str) -> Section:
+    """
+    L{readSection}, for a section of the file at C{source}.
+
+    @raise ConfigError: naming the file, the section and the key as the file wrote it.
+    """
+    try:
+        return readSection(schema, table, where)
+    except ValueError as e:
+        raise ConfigError(f"{source}: {e}") from None
 
 
 def parseSettings(document: Mapping[str, Any], source: str = "<memory>") -> Settings:

@@ -15,6 +15,13 @@ C{request_failed} naming the plugin, sent toward the game from that
 plugin's place; a request RPEngine is already working on is also cancelled
 there (C{request.cancel} toward RPEngine).  A withdrawal
 (C{request.cancel}, ...) is never stopped: it only ends work.
+
+A plugin's life (L{rpmiddleware.plugin.interfaces.IPluginLifecycle}): the
+chain gives each plugin its context once, when it is built (C{attached}),
+in order, before any envelope; L{PluginChain.close} tells every plugin the
+daemon is stopping and waits for them a bounded time.  Every optional hook
+(C{attached}, C{close}, the client-session hooks) reaches each plugin that
+has it, declared or not, and one that fails is logged by name and skipped.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from twisted.internet.defer import Deferred, gatherResults, succeed
+from twisted.internet.defer import Deferred, gatherResults, maybeDeferred, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -31,7 +38,6 @@ from zope.interface import implementer
 from rpmiddleware.plugin.interfaces import (
     IChainContext,
     IChainObserver,
-    IClientExtension,
     IEngineSessionInfo,
     IEnvelopePlugin,
 )
@@ -42,6 +48,10 @@ Deliver = Callable[[Envelope], Any]
 
 #: How many requests ended by a fail-closed plugin are remembered.
 _ENDED_CLOSED_KEPT = 1024
+
+#: Seconds (of the reactor's clock) the chain waits for its plugins to close,
+#: all together, before it abandons those still closing.
+CLOSE_TIMEOUT = 5.0
 
 _METHOD = {
     Direction.TO_ENGINE: "envelopeToEngine",
@@ -111,6 +121,9 @@ class PluginChain:
         #: Requests a fail-closed plugin ended (the newest few), so that
         #: their later envelopes do not end them again.
         self._endedClosed: OrderedDict[str, None] = OrderedDict()
+        self._closed = False
+        for plugin, context in zip(self.plugins, contexts, strict=True):
+            self._callOptional(plugin, "attached", context)
 
     @property
     def names(self) -> list[str]:
@@ -152,21 +165,87 @@ class PluginChain:
 
     def clientSessionEnded(self, clientId: str) -> None:
         """
-        Tell the plugins with client messages of their own
-        (L{IClientExtension}) that a client session is over.
+        Tell every plugin that has the hook (those with client messages of
+        their own, L{IClientExtension}, and any other) that a client session
+        is over.
         """
         for plugin, context in zip(self.plugins, self._contexts, strict=True):
-            if IClientExtension.providedBy(plugin):
-                self._callHook(plugin, "clientSessionEnded", clientId, context)
+            self._callOptional(plugin, "clientSessionEnded", clientId, context)
 
     def clientSessionResumed(self, clientId: str) -> None:
         """
-        Tell the plugins with client messages of their own that a client took
-        its session back (C{reconnect}).
+        Tell every plugin that has the hook that a client took its session
+        back (C{reconnect}).
         """
         for plugin, context in zip(self.plugins, self._contexts, strict=True):
-            if IClientExtension.providedBy(plugin):
-                self._callHook(plugin, "clientSessionResumed", clientId, context)
+            self._callOptional(plugin, "clientSessionResumed", clientId, context)
+
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> Deferred[None]:
+        """
+        The daemon is stopping: call every plugin's C{close} (those that have
+        one), in chain order, each isolated: one that raises or fails is
+        logged by name and the others close all the same.  Wait for the
+        Deferreds they return together, at most C{timeout} seconds of the
+        reactor's clock; those still closing then are logged by name and
+        abandoned.  A second call closes nothing again.
+
+        @return: a Deferred that fires with C{None} when every plugin closed
+            or was abandoned; it never fails.
+        """
+        if self._closed:
+            return succeed(None)
+        self._closed = True
+        #: The plugins still closing, by their place in the chain.
+        closing: dict[int, str] = {}
+        waiting: list[tuple[int, str, Deferred[object]]] = []
+        for index, plugin in enumerate(self.plugins):
+            close = getattr(plugin, "close", None)
+            if not callable(close):
+                continue
+            d: Deferred[object] = maybeDeferred(close)
+            d.addErrback(self._closeFailed, plugin.name)
+            if not d.called:
+                closing[index] = plugin.name
+                waiting.append((index, plugin.name, d))
+        if not closing:
+            return succeed(None)
+        done: Deferred[None] = Deferred()
+
+        def abandon() -> None:
+            names = ", ".join(closing.values())
+            self.log.error(
+                "plugin(s) {plugins} did not close within {timeout} s: abandoned, the "
+                "daemon stops without waiting for them",
+                plugins=names,
+                timeout=timeout,
+            )
+            done.callback(None)
+
+        timer = self.reactor.callLater(timeout, abandon)
+
+        def closed(result: object, index: int) -> None:
+            del closing[index]
+            if not closing and not done.called:
+                timer.cancel()
+                done.callback(None)
+
+        for index, _, d in waiting:
+            d.addCallback(closed, index)
+        return done
+
+    def _closeFailed(self, failure: Failure, name: str) -> None:
+        self.log.failure(
+            "plugin {plugin} failed to close; the others close all the same",
+            failure,
+            plugin=name,
+        )
+
+    def _callOptional(self, plugin: IEnvelopePlugin, name: str, *args: Any) -> None:
+        """
+        Call the plugin's hook C{name} when it has one.
+        """
+        if callable(getattr(plugin, name, None)):
+            self._callHook(plugin, name, *args)
 
     def _callHook(self, plugin: IEnvelopePlugin, name: str, *args: Any) -> None:
         try:

@@ -14,7 +14,6 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
-from zope.interface import implementer
 
 from rpmiddleware.cards.validation import (
     CanonicalCard,
@@ -40,7 +39,8 @@ from rpmiddleware.engine.link import EngineLink
 from rpmiddleware.engine.queue import EngineQueue
 from rpmiddleware.engine.session import EngineSession, MessageWriter, SessionOptions
 from rpmiddleware.plugin.clientext import FROM_CLIENT, toClient
-from rpmiddleware.plugin.interfaces import IEnvelopePlugin, IHeldWork, IPluginServices
+from rpmiddleware.plugin.interfaces import IEnvelopePlugin, IHeldWork
+from rpmiddleware.plugin.services import PluginServices
 from rpmiddleware.protocol.clienterrors import INVALID_MESSAGE, errorMessage
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.protocol.messages import SPEECH_MODEL, Capacity
@@ -52,21 +52,6 @@ DEFAULT_OUTPUT: dict[str, Any] = {
     "language": "en",
     "audio": {"model": SPEECH_MODEL, "voice": "F1", "format": "pcm_s16le"},
 }
-
-
-@implementer(IPluginServices)
-class PluginServices:
-    """
-    What plugins are lent when they are built.
-    """
-
-    def __init__(
-        self, reactor: Any, config: Settings, cards: CardHasher, timeline: Timeline
-    ) -> None:
-        self.reactor = reactor
-        self.config = config
-        self.cards = cards
-        self.timeline = timeline
 
 
 class Middleware(CoreView):
@@ -461,6 +446,14 @@ class Middleware(CoreView):
         client messages hear it.
         """
         self.chain.clientSessionResumed(clientId)
+
+    def close(self) -> Deferred[None]:
+        """
+        The middleware is stopping: every plugin closes
+        (L{rpmiddleware.core.chain.PluginChain.close}: bounded, each one
+        isolated).  Fires once they have, or were abandoned; never fails.
+        """
+        return self.chain.close()
 
     def plugin(self, interface: Any) -> Any:
         """

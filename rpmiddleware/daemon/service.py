@@ -81,6 +81,22 @@ class ListenerService(service.Service):
         return None
 
 
+class PluginsService(service.Service):
+    """
+    The chain's plugins, closed when the daemon stops
+    (L{Middleware.close}: every plugin's C{close}, bounded, each isolated).
+    C{stopService} returns the Deferred twistd's service collection waits
+    for before the reactor stops.
+    """
+
+    def __init__(self, middleware: Middleware) -> None:
+        self.middleware = middleware
+
+    def stopService(self) -> Any:
+        super().stopService()
+        return self.middleware.close()
+
+
 def makeMiddlewareService(
     reactor: Any, settings: Settings, middleware: Middleware | None = None
 ) -> tuple[service.MultiService, Middleware]:
@@ -96,6 +112,10 @@ def makeMiddlewareService(
         CLIENT_PATH: ClientFactory(reactor, middleware, settings),
     }
     top = service.MultiService()
+    # First in, so told to stop last: the plugins close after the others were told.
+    plugins = PluginsService(middleware)
+    plugins.setName("plugins")
+    plugins.setServiceParent(top)
     site = buildSite(endpoints, mountConsole(middleware, endpoints, top), reactor)
     listener = ListenerService(reactor, site, settings, endpoints)
     listener.setName("listener")

@@ -11,8 +11,11 @@ kit from L{rpmiddleware.testing} as well.
 The names, by what they are for:
 
   - B{Writing a plugin}: L{ChainPlugin}, L{PluginFactory},
-    L{rejectUnknownSettings}, L{PluginNameError}; the interfaces a plugin
-    implements or is handed (C{I...}).
+    L{PluginSettings} (a plugin's C{[plugins.NAME]} table, typed and
+    checked), L{rejectUnknownSettings} (for a table read by hand),
+    L{PluginNameError}; what a build function is given
+    (L{PluginServices}); the interfaces a plugin implements or is handed
+    (C{I...}; L{IPluginLifecycle}: attached to its chain, closed on stop).
   - B{Envelopes}: L{Envelope}, L{Direction}, L{isoTimestamp}; RPEngine's
     message types and fields (L{messages}, the module, and the groups of
     types used most: L{OPENING}, L{TERMINAL}, L{CANCELLING}, L{WITHDRAWING});
@@ -70,6 +73,7 @@ from rpmiddleware.plugin.base import (
     ChainPlugin,
     PluginFactory,
     PluginNameError,
+    PluginSettings,
     rejectUnknownSettings,
 )
 from rpmiddleware.plugin.clientext import (
@@ -94,12 +98,14 @@ from rpmiddleware.plugin.interfaces import (
     IHeldWork,
     IMetricsSource,
     IPluginFactory,
+    IPluginLifecycle,
     IPluginServices,
     IReplyStream,
     ITimingSource,
     ITool,
     IToolProvider,
 )
+from rpmiddleware.plugin.services import PluginServices
 from rpmiddleware.protocol import clientfields, messages, meta
 from rpmiddleware.protocol.clienterrors import (
     CLIENT_CODES,
@@ -202,6 +208,7 @@ __all__ = [
     "IHeldWork",
     "IMetricsSource",
     "IPluginFactory",
+    "IPluginLifecycle",
     "IPluginServices",
     "IReplyStream",
     "ITimingSource",
@@ -212,6 +219,8 @@ __all__ = [
     "OwnedDocument",
     "PluginFactory",
     "PluginNameError",
+    "PluginServices",
+    "PluginSettings",
     "Timeline",
     "addSceneText",
     "answerOp",

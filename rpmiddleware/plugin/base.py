@@ -19,6 +19,18 @@ and a drop-in C{twisted/plugins/shout_plugin.py} that imports C{shout}.
 The name is written once, on the class: the factory takes it from there, and
 configuration refers to the plugin by it (or by the factory's dotted path,
 C{"shoutpkg.shout"}).
+
+A plugin with settings declares them as a L{PluginSettings} class, which its
+factory reads the C{[plugins.NAME]} table into, with the checks and messages
+of the daemon's own settings::
+
+    class ShoutSettings(PluginSettings):
+        volume: Annotated[int, Meta(ge=1, le=11)] = 3
+
+    shout = PluginFactory(Shout, "Makes characters shout.", settings=ShoutSettings)
+
+(C{Shout(settings)} is then built with the checked settings; give a build
+function to build it otherwise.)
 """
 
 from __future__ import annotations
@@ -26,27 +38,55 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import msgspec
+from twisted.internet.defer import Deferred
 from twisted.plugin import IPlugin
 from zope.interface import implementer
 
+from rpmiddleware.config.settings import readSection
 from rpmiddleware.plugin.interfaces import (
     IChainContext,
     IEngineSessionInfo,
     IEnvelopePlugin,
     IPluginFactory,
+    IPluginLifecycle,
     IPluginServices,
 )
 from rpmiddleware.protocol.envelope import Envelope
 
-Builder = Callable[[Mapping[str, Any], IPluginServices], IEnvelopePlugin]
+#: A build function: the plugin's table (a mapping, or the L{PluginSettings}
+#: it was read into when the factory was given a settings class) and the
+#: services, to the plugin.
+Builder = Callable[[Any, IPluginServices], IEnvelopePlugin]
 
 
-@implementer(IEnvelopePlugin)
+class PluginSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """
+    A base for a plugin's settings: a C{msgspec.Struct} whose fields are the
+    keys of its C{[plugins.NAME]} table, with their types and defaults
+    (C{Annotated[int, msgspec.Meta(ge=0)]} for a bound, C{Literal[...]} for
+    a choice).  L{PluginFactory}C{(..., settings=MySettings)} reads the table
+    with the code that reads the daemon's own sections: a key it does not
+    name is refused, a wrong value is refused naming the key
+    (C{plugins.NAME.key must be ...}), keys may be written with C{-} for
+    C{_}.  A check types cannot say goes in C{__post_init__}, raising
+    C{ValueError} whose message starts with the key's name.  Frozen: the
+    plugin keeps what it was given.
+    """
+
+
+@implementer(IEnvelopePlugin, IPluginLifecycle)
 class ChainPlugin:
     """
     A base for plugins: passes everything on and ignores sessions, so a
     subclass overrides only what its one job needs.  It provides
-    L{IEnvelopePlugin}, and so does every subclass, declared or not.
+    L{IEnvelopePlugin} and L{IPluginLifecycle}, and so does every subclass,
+    declared or not.
+
+    @ivar context: the plugin's place in its chain (L{IChainContext}), kept
+        by L{attached} when the chain is built, before any envelope: what a
+        timer or a Python API call of the plugin sends goes through it.  A
+        plugin not yet in a chain has none.
 
     @cvar name: what configuration calls the plugin; the one place it is
         written (L{PluginFactory} takes it from the class).
@@ -60,6 +100,20 @@ class ChainPlugin:
 
     name = "unnamed"
     failClosed = False
+    context: IChainContext
+
+    def attached(self, context: IChainContext) -> None:
+        """
+        The chain was built: keep C{context} as C{self.context}.  A subclass
+        that overrides this calls it too.
+        """
+        self.context = context
+
+    def close(self) -> Deferred[Any] | None:
+        """
+        The daemon is stopping; nothing to let go of here.
+        """
+        return None
 
     def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
         return envelope
@@ -74,10 +128,10 @@ class ChainPlugin:
         pass
 
     def clientSessionEnded(self, clientId: str, context: IChainContext) -> None:
-        """For a plugin with client messages (L{IClientExtension}): a client session is over."""
+        """A client session is over (every plugin that has this hook hears it)."""
 
     def clientSessionResumed(self, clientId: str, context: IChainContext) -> None:
-        """For a plugin with client messages (L{IClientExtension}): a session was taken back."""
+        """A client took its session back with C{reconnect} (every plugin with this hook)."""
 
 
 class PluginNameError(ValueError):
@@ -106,6 +160,14 @@ def _noSettings(plugin: type) -> Builder:
     return build
 
 
+def _withSettings(plugin: type) -> Builder:
+    def build(settings: PluginSettings, services: IPluginServices) -> IEnvelopePlugin:
+        built: IEnvelopePlugin = plugin(settings)
+        return built
+
+    return build
+
+
 @implementer(IPlugin, IPluginFactory)
 class PluginFactory:
     """
@@ -122,11 +184,31 @@ class PluginFactory:
     plugin built must carry that name, or L{buildPlugin} raises
     L{PluginNameError} naming both.
 
+    With C{settings}, a L{PluginSettings} class, the table is read into it
+    first (L{rpmiddleware.config.settings.readSection}: unknown keys and
+    wrong values refused, naming the key) and C{build} is given that typed
+    value instead of the mapping; without C{build}, the plugin is
+    C{MoodTagger(settings)}.
+
     It also provides Twisted's L{IPlugin}, which is what makes
     L{twisted.plugin.getPlugins} notice an object in a drop-in module.
     """
 
-    def __init__(self, plugin: type | str, description: str, build: Builder | None = None) -> None:
+    def __init__(
+        self,
+        plugin: type | str,
+        description: str,
+        build: Builder | None = None,
+        *,
+        settings: type[PluginSettings] | None = None,
+    ) -> None:
+        if settings is not None and not (
+            isinstance(settings, type) and issubclass(settings, PluginSettings)
+        ):
+            raise TypeError(
+                f"PluginFactory(..., settings={settings!r}): settings is a class of "
+                "rpmiddleware.plugin.PluginSettings"
+            )
         if isinstance(plugin, str):
             if build is None:
                 raise TypeError(
@@ -136,14 +218,28 @@ class PluginFactory:
             self.name = plugin
         else:
             self.name = _classNamed(plugin)
-            build = build if build is not None else _noSettings(plugin)
+            if build is None:
+                build = _noSettings(plugin) if settings is None else _withSettings(plugin)
         self.description = description
+        #: The class the C{[plugins.NAME]} table is read into, or C{None}.
+        self.settings = settings
         self._build: Builder = build
+
+    def readSettings(self, settings: Mapping[str, Any]) -> Any:
+        """
+        The plugin's table as its build function takes it: read into the
+        factory's settings class when it has one, else as it is.
+
+        @raise ValueError: naming the key (C{plugins.NAME.key ...}).
+        """
+        if self.settings is None:
+            return settings
+        return readSection(self.settings, settings, f"plugins.{self.name}")
 
     def buildPlugin(
         self, settings: Mapping[str, Any], services: IPluginServices
     ) -> IEnvelopePlugin:
-        plugin = self._build(settings, services)
+        plugin = self._build(self.readSettings(settings), services)
         name = getattr(plugin, "name", None)
         if name != self.name:
             raise PluginNameError(
@@ -159,7 +255,9 @@ class PluginFactory:
 
 def rejectUnknownSettings(name: str, settings: Mapping[str, Any], known: set[str]) -> None:
     """
-    Raise ValueError naming the first setting a plugin does not understand.
+    Raise ValueError naming the first setting a plugin does not understand,
+    for a build function that reads its table by hand (a L{PluginSettings}
+    class given to L{PluginFactory} does this and the rest).
     """
     for key in settings:
         if key not in known:

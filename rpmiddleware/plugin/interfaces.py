@@ -103,6 +103,42 @@ class IEnvelopePlugin(Interface):
         """
 
 
+class IPluginLifecycle(Interface):
+    """
+    Optional: a plugin's life around its envelopes.  The chain calls each
+    method a plugin has, whether or not it declares this interface
+    (L{rpmiddleware.plugin.base.ChainPlugin} has both).
+
+    A plugin is built (its factory), then attached to the chain, then sees
+    envelopes and hooks, then is closed when the daemon stops.
+    """
+
+    def attached(context):  # type: ignore[no-untyped-def]
+        """
+        The chain was built: C{context} (an L{IChainContext}) is this
+        plugin's place in it for the whole of its life, the same object
+        every envelope method and hook is given.  Called once, for every
+        plugin in chain order, before any envelope or hook; what a timer or
+        a Python API call of the plugin sends goes through it.
+        L{ChainPlugin <rpmiddleware.plugin.base.ChainPlugin>} keeps it as
+        C{self.context}.
+        """
+
+    def close():  # type: ignore[no-untyped-def]
+        """
+        The daemon is stopping: write out and let go of what the plugin holds
+        (a database, a file, connections, timers).  Envelopes may still pass
+        while it closes; what it can no longer do it refuses.
+
+        @return: C{None} when closed, or a Deferred that fires when closed.
+            The core closes every plugin at once and waits for them together
+            at most L{CLOSE_TIMEOUT <rpmiddleware.core.chain.CLOSE_TIMEOUT>}
+            seconds (5) of the reactor's clock; one still closing then is
+            logged by name and abandoned.  One that raises or fails is
+            logged by name; the others close all the same.
+        """
+
+
 class IPluginFactory(Interface):
     """
     Makes a plugin from its configuration; what a drop-in announces.
@@ -121,7 +157,11 @@ class IPluginFactory(Interface):
 
         @param settings: this plugin's table from the configuration file (a
             mapping, empty when the file has none).
-        @type services: L{IPluginServices}
+            L{rpmiddleware.plugin.base.PluginFactory} given a settings
+            class reads the table into it first and gives the build
+            function that typed, checked value instead.
+        @type services: L{IPluginServices} (the core gives a
+            L{rpmiddleware.plugin.services.PluginServices})
         @return: an L{IEnvelopePlugin} provider.
         @raise ValueError: when C{settings} are wrong; the message is shown
             to the user at start-up.
@@ -136,7 +176,11 @@ class IPluginServices(Interface):
     reactor = Attribute("The reactor the middleware runs on.")
     cards = Attribute("The shared rpmiddleware.cards.validation.CardHasher.")
     timeline = Attribute("The shared rpmiddleware.protocol.timeline.Timeline of requests.")
-    config = Attribute("The whole rpmiddleware.config.settings.Settings, read-only.")
+    config = Attribute(
+        "The whole rpmiddleware.config.settings.Settings the daemon runs with: the "
+        "core's own object, shared, not a copy, so a plugin reads it and never changes "
+        "it (nothing tells the parts that read it of a change)."
+    )
 
 
 class IReplyStream(Interface):
@@ -229,6 +273,10 @@ class IClientExtension(Interface):
     message to the chain as an envelope (L{rpmiddleware.plugin.clientext}), which
     the plugin consumes.  What the plugin sends a client travels toward the
     game the same way; nothing in the core knows the plugin's messages.
+
+    The two client-session hooks reach every plugin that has them, whether
+    or not it declares this interface (a plugin that keeps something per
+    client without messages of its own needs them too).
     """
 
     clientMessageTypes = Attribute(
