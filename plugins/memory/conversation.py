@@ -10,9 +10,10 @@ C{summarizedThrough} are told by C{summary} and no longer planned one by one.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from rpmiddleware.plugin import estimateTokens
 
 #: Who an entry is from: the player, this conversation's character, a game
 #: event, or another character this one heard speak (in a scene; its
@@ -70,7 +71,7 @@ class Entry:
     @property
     def tokens(self) -> int:
         """About what the entry costs as a line of prompt, speaker included."""
-        return math.ceil((len(self.text) + len(self.speaker) + 2) / 4)
+        return estimateTokens(f"{self.speaker}: {self.text}")
 
     def asDict(self) -> dict[str, Any]:
         return {

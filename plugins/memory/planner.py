@@ -30,7 +30,6 @@ unknown until RPEngine hears it.
 from __future__ import annotations
 
 import functools
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -170,7 +169,7 @@ def _tokens(content: str, character: str, player: str) -> int:
     # RPEngine estimates each message after rendering its macros.
     if "{" in content or "<" in content:
         content = renderMacros(content, character, player)
-    return math.ceil(len(content) / 4)
+    return estimateTokens(content)
 
 
 def _clip(text: str, tokens: int) -> str:
@@ -189,6 +188,47 @@ def _section(title: str, body: str) -> str:
 
 def _joined(*parts: str) -> str:
     return "\n\n".join(p for p in parts if p)
+
+
+@dataclass
+class _Budget:
+    """
+    The request as RPEngine will see it before memory is added, and the
+    tokens its limit leaves.
+    """
+
+    request: dict[str, Any]
+    limit: int
+    #: The card's mandatory blocks as the game sent it.
+    blocks: list[Any]
+    player: str
+    eventTokens: int
+    #: The mandatory blocks and the event: what RPEngine needs at least.
+    base: int
+    #: What the limit leaves after C{base}: memory's room.
+    available: int
+
+    @property
+    def blockTokens(self) -> int:
+        return self.base - self.eventTokens
+
+
+@dataclass
+class _Mandatory:
+    """
+    What memory adds to the card's text fields, and what it costs.
+    """
+
+    #: The card's fields changed (description, scenario).
+    changed: dict[str, str]
+    #: The mandatory blocks with those changes.
+    planned: list[Any]
+    #: Tokens the changes add to the mandatory blocks.
+    added: int
+    kept: list[LoreEntry]
+    left: list[LoreEntry]
+    summary: str
+    factText: str
 
 
 def plan(
@@ -217,6 +257,50 @@ def plan(
     names = labels(character)
     if names is None:
         return Plan(None, {"skipped": "the card's name cannot label conversation lines"})
+    budget = _measureBudget(fields, card, limits, spoken)
+    report: dict[str, Any] = {
+        "limit": budget.limit,
+        "eventTokens": budget.eventTokens,
+        "spoken": spoken,
+    }
+    if budget.base > budget.limit:
+        report["skipped"] = f"the card and the event alone need about {budget.base} tokens"
+        return Plan(None, report)
+    available = budget.available
+
+    lines, pending = _recentLines(conversation, names, character, budget.player, available)
+    newest = min(available, sum(line.tokens for line in lines[-2:]))
+    # The mandatory additions, within what the newest exchange leaves.
+    factText = _pinnedFacts(conversation, limits.factsTokens)
+    summary = _clip(conversation.summary.strip(), limits.summaryTokens)
+    recent = [line.content for line in lines[-scanDepth:]] if scanDepth else []
+    scanned = [trimmed(_eventText(fields)), *recent]
+    loreTokens = min(loreBudget or limits.loreTokens, max(0, available - newest))
+    kept, left = activate(lore, scanned, recursive, loreTokens)
+    mandatory = _fitMandatory(data, budget, kept, left, summary, factText, room=available - newest)
+    room = available - mandatory.added
+
+    history, spent = _keptHistory(lines, room)
+    changed = mandatory.changed
+    examples = _keptExamples(data, character, budget.player, room - spent)
+    conversationText = "\n".join(f"{line.label}: {line.content}" for line in history)
+    started = f"<START>\n{conversationText}" if history else ""
+    if examples is not None:
+        changed["mes_example"] = _joined(examples[0], started)
+    else:
+        changed["mes_example"] = started
+    newCard = {**card, "data": {**data, **changed}}
+    report.update(_report(budget, mandatory, conversation, pending, history, spent, examples))
+    return Plan(newCard, report, pending - len(history), changed)
+
+
+def _measureBudget(
+    fields: Mapping[str, Any], card: Mapping[str, Any], limits: Limits, spoken: bool
+) -> _Budget:
+    """
+    The request RPEngine will be sent, its limit, and what the card and the
+    event need of it before any memory.
+    """
     # A spoken turn's words are counted as a transcript of the reserve's size.
     transcript = "w" * (4 * limits.spokenReserve) if spoken else None
     request = promptRequest(fields, card, transcript)
@@ -226,12 +310,21 @@ def plan(
     player = trimmed(request.get("playerDisplayName")) or "Player"
     event = eventTokens(request)
     base = sum(b.tokens for b in blocks) + event
-    report: dict[str, Any] = {"limit": limit, "eventTokens": event, "spoken": spoken}
-    if base > limit:
-        report["skipped"] = f"the card and the event alone need about {base} tokens"
-        return Plan(None, report)
-    available = limit - base
+    return _Budget(request, limit, blocks, player, event, base, limit - base)
 
+
+def _recentLines(
+    conversation: Conversation,
+    names: tuple[str, str],
+    character: str,
+    player: str,
+    available: int,
+) -> tuple[list[_Line], int]:
+    """
+    The conversation's lines not yet summarized, oldest first, reaching no
+    further back than could ever fit in C{available}; and how many entries
+    are not summarized (all of them, read or not).
+    """
     # Newest first, and no further back than could ever fit: a long
     # conversation costs what fits, not what it holds.
     lines: list[_Line] = []
@@ -249,49 +342,71 @@ def plan(
             lines.append(line)
             reach += line.tokens
     lines.reverse()
-    newest = min(available, sum(line.tokens for line in lines[-2:]))
+    return lines, pending
 
-    # The mandatory additions, within what the newest exchange leaves.
-    facts = [f"- {_clip(flatten(f.text), 100)}" for f in conversation.facts]
+
+def _pinnedFacts(conversation: Conversation, factsTokens: int) -> str:
+    """
+    The conversation's pinned facts as a list, each clipped, as many as fit
+    in C{factsTokens} in the order they were pinned.
+    """
     factText = ""
     used = 0
-    for fact in facts:
-        cost = math.ceil((len(fact) + 1) / 4)
-        if used + cost > limits.factsTokens:
+    for f in conversation.facts:
+        fact = f"- {_clip(flatten(f.text), 100)}"
+        cost = estimateTokens("\n" + fact)
+        if used + cost > factsTokens:
             break
         factText = f"{factText}\n{fact}" if factText else fact
         used += cost
-    summary = _clip(conversation.summary.strip(), limits.summaryTokens)
-    recent = [line.content for line in lines[-scanDepth:]] if scanDepth else []
-    scanned = [trimmed(_eventText(fields)), *recent]
-    budget = min(loreBudget or limits.loreTokens, max(0, available - newest))
-    kept, left = activate(lore, scanned, recursive, budget)
+    return factText
 
-    def build(kept: list[LoreEntry], summary: str, factText: str) -> dict[str, str]:
-        before = "\n".join(e.content for e in kept if e.position == BEFORE_CHAR)
-        after = "\n".join(e.content for e in kept if e.position != BEFORE_CHAR)
-        changed: dict[str, str] = {}
-        if before:
-            changed["description"] = _joined(before, trimmed(data.get("description")))
-        scenario = _joined(
-            trimmed(data.get("scenario")),
-            _section("World knowledge", after),
-            _section("Facts to remember", factText),
-            _section("Earlier in this conversation", summary),
-        )
-        if scenario != trimmed(data.get("scenario")):
-            changed["scenario"] = scenario
-        return changed
 
-    baseSize = sum(b.tokens for b in blocks)
+def _memoryFields(
+    data: Mapping[str, Any], kept: list[LoreEntry], summary: str, factText: str
+) -> dict[str, str]:
+    """
+    The card's text fields with memory added: knowledge placed before the
+    character ahead of its description; the rest of the knowledge, the
+    facts and the summary after its scenario.
+    """
+    before = "\n".join(e.content for e in kept if e.position == BEFORE_CHAR)
+    after = "\n".join(e.content for e in kept if e.position != BEFORE_CHAR)
+    changed: dict[str, str] = {}
+    if before:
+        changed["description"] = _joined(before, trimmed(data.get("description")))
+    scenario = _joined(
+        trimmed(data.get("scenario")),
+        _section("World knowledge", after),
+        _section("Facts to remember", factText),
+        _section("Earlier in this conversation", summary),
+    )
+    if scenario != trimmed(data.get("scenario")):
+        changed["scenario"] = scenario
+    return changed
+
+
+def _fitMandatory(
+    data: Mapping[str, Any],
+    budget: _Budget,
+    kept: list[LoreEntry],
+    left: list[LoreEntry],
+    summary: str,
+    factText: str,
+    room: int,
+) -> _Mandatory:
+    """
+    Memory's additions to the mandatory blocks, made to fit in C{room}:
+    knowledge gives way first (the least important), then the summary is
+    shortened, then facts go.  When nothing is left to give, what remains is
+    returned even if it does not fit.
+    """
     while True:
-        changed = build(kept, summary, factText)
-        planned = mandatoryBlocks({**request, "card": {"data": {**data, **changed}}})
-        added = sum(b.tokens for b in planned) - baseSize
-        if added <= available - newest:
+        changed = _memoryFields(data, kept, summary, factText)
+        planned = mandatoryBlocks({**budget.request, "card": {"data": {**data, **changed}}})
+        added = sum(b.tokens for b in planned) - budget.blockTokens
+        if added <= room:
             break
-        # Knowledge gives way first (the least important), then the
-        # summary is shortened, then facts go.
         if kept:
             worst = min(range(len(kept)), key=lambda i: (kept[i].priority, -i))
             left.append(kept.pop(worst))
@@ -302,8 +417,14 @@ def plan(
             factText = "\n".join(factText.split("\n")[:-1])
         else:
             break
-    room = available - added
+    return _Mandatory(changed, planned, added, kept, left, summary, factText)
 
+
+def _keptHistory(lines: list[_Line], room: int) -> tuple[list[_Line], int]:
+    """
+    The newest lines that fit in C{room}, a contiguous run back from the
+    present, oldest first; and their tokens.
+    """
     history: list[_Line] = []
     spent = 0
     for line in reversed(lines):
@@ -312,41 +433,59 @@ def plan(
         history.append(line)
         spent += line.tokens
     history.reverse()
+    return history, spent
+
+
+def _keptExamples(
+    data: Mapping[str, Any], character: str, player: str, room: int
+) -> tuple[str, int] | None:
+    """
+    The card's own C{mes_example} and its tokens when it fits in C{room}
+    beside the history, else C{None} (the history goes first).
+    """
     own = trimmed(data.get("mes_example"))
-    examples = exampleMessages(own, character, player) if own else []
-    exampleTokens = sum(math.ceil(len(c) / 4) for _, c in examples)
-    keepExamples = bool(own) and spent + exampleTokens <= room
-    conversationText = "\n".join(f"{line.label}: {line.content}" for line in history)
-    if keepExamples:
-        changed["mes_example"] = _joined(own, f"<START>\n{conversationText}" if history else "")
-    else:
-        changed["mes_example"] = f"<START>\n{conversationText}" if history else ""
-    newCard = {**card, "data": {**data, **changed}}
-    report.update(
-        {
-            "blocks": [{"id": b.id, "estimatedTokens": b.tokens} for b in planned],
-            "mandatoryTokens": baseSize + added,
-            "memoryTokens": added,
-            "history": {
-                "kept": len(history),
-                "dropped": pending - len(history),
-                "summarized": len(conversation.entries) - pending,
-                "estimatedTokens": spent,
-            },
-            "summary": {"included": bool(summary), "estimatedTokens": math.ceil(len(summary) / 4)},
-            "facts": {"included": factText.count("\n") + 1 if factText else 0},
-            "lore": {
-                "kept": [e.asDict() for e in kept],
-                "left": [e.asDict() for e in left],
-            },
-            "examples": {
-                "kept": keepExamples,
-                "estimatedTokens": exampleTokens if keepExamples else 0,
-            },
-            "estimatedTokens": base + added + spent + (exampleTokens if keepExamples else 0),
-        }
-    )
-    return Plan(newCard, report, pending - len(history), changed)
+    if not own:
+        return None
+    examples = exampleMessages(own, character, player)
+    tokens = sum(estimateTokens(content) for _, content in examples)
+    return (own, tokens) if tokens <= room else None
+
+
+def _report(
+    budget: _Budget,
+    mandatory: _Mandatory,
+    conversation: Conversation,
+    pending: int,
+    history: list[_Line],
+    spent: int,
+    examples: tuple[str, int] | None,
+) -> dict[str, Any]:
+    """
+    Every part of the plan with its estimated tokens.
+    """
+    exampleTokens = examples[1] if examples is not None else 0
+    return {
+        "blocks": [{"id": b.id, "estimatedTokens": b.tokens} for b in mandatory.planned],
+        "mandatoryTokens": budget.blockTokens + mandatory.added,
+        "memoryTokens": mandatory.added,
+        "history": {
+            "kept": len(history),
+            "dropped": pending - len(history),
+            "summarized": len(conversation.entries) - pending,
+            "estimatedTokens": spent,
+        },
+        "summary": {
+            "included": bool(mandatory.summary),
+            "estimatedTokens": estimateTokens(mandatory.summary),
+        },
+        "facts": {"included": mandatory.factText.count("\n") + 1 if mandatory.factText else 0},
+        "lore": {
+            "kept": [e.asDict() for e in mandatory.kept],
+            "left": [e.asDict() for e in mandatory.left],
+        },
+        "examples": {"kept": examples is not None, "estimatedTokens": exampleTokens},
+        "estimatedTokens": budget.base + mandatory.added + spent + exampleTokens,
+    }
 
 
 def _eventText(fields: Mapping[str, Any]) -> str:

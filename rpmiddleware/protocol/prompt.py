@@ -177,7 +177,13 @@ def estimateTokens(text: str) -> int:
     RPEngine's estimate: a token per four characters (Unicode scalar
     values), rounded up.
     """
-    return math.ceil(len(text) / 4)
+    return _estimateLength(len(text))
+
+
+def _estimateLength(length: int) -> int:
+    # The estimate of a text known by its length alone (a block whose
+    # rendering is measured, not built): the one place the rule is written.
+    return math.ceil(length / 4)
 
 
 def trimmed(value: Any) -> str:
@@ -347,7 +353,7 @@ def mandatoryBlocks(request: Mapping[str, Any]) -> list[PromptBlock]:
     def add(id: str, content: str, size: int | None = None) -> None:
         if content:
             length = len(content) if size is None else size
-            blocks.append(PromptBlock(id, content, True, True, math.ceil(length / 4)))
+            blocks.append(PromptBlock(id, content, True, True, _estimateLength(length)))
 
     fallback = f"Play {character} true to the card, speaking to {player} as {character}."
     fallbackSize = _Fixed.FALLBACK + 2 * len(character) + len(player)
@@ -404,7 +410,7 @@ def eventTokens(request: Mapping[str, Any]) -> int:
     size = len(text)
     if request.get("eventTextJoined"):
         size += _Fixed.SPOKEN_JOIN - len("\n\nWhat the player said aloud:\n")
-    return math.ceil(size / 4)
+    return _estimateLength(size)
 
 
 def limitOf(request: Mapping[str, Any]) -> int:
