@@ -150,3 +150,11 @@ class FaceTests(SynchronousTestCase):
         self.assertEqual(missing, [])
         self.assertIn("builtinPlugin", testing.__all__)
         self.assertIn("captureLogEvents", testing.__all__)
+
+
+class PluginServicesTests(SynchronousTestCase):
+    def test_configFromAMapping(self) -> None:
+        """A mapping is read as the daemon reads its file: checked, defaults filled in."""
+        services = pluginServices(None, {"client": {"barge_in": False}})
+        self.assertIs(services.config.client.barge_in, False)
+        self.assertEqual(services.config.server.port, 38471)

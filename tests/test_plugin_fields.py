@@ -234,5 +234,5 @@ class HarnessTests(SynchronousTestCase):
             with self.assertRaises(TypeError) as caught:
                 PluginHarness(given)  # type: ignore[arg-type]
             self.assertIn("NotAPlugin", str(caught.exception))
-            self.assertIn("subclass rpmiddleware.plugin.base.ChainPlugin", str(caught.exception))
+            self.assertIn("subclass rpmiddleware.plugin.ChainPlugin", str(caught.exception))
         self.assertEqual(PluginHarness(Undeclared()).chain.names, ["undeclared"])

@@ -181,7 +181,7 @@ def importFactory(path: str, source: str = "<memory>") -> IPluginFactory:
             raise ConfigError(f"{source}: [chain] {path!r}: {e}") from e
     raise ConfigError(
         f"{source}: [chain] names {path!r}, which is {found!r}, not a plugin factory (an "
-        "IPluginFactory provider, such as rpmiddleware.plugin.base.PluginFactory(...)) or a "
+        "IPluginFactory provider, such as rpmiddleware.plugin.PluginFactory(...)) or a "
         "plugin class"
     )
 
@@ -284,7 +284,7 @@ def buildChain(
             raise ConfigError(
                 f"{settings.source}: plugin {name!r} built {plugin!r}, named {plugin.name!r}: "
                 "a plugin's name is written once, on its class, and its factory must give "
-                "the same (rpmiddleware.plugin.base.PluginFactory takes it from the class)"
+                "the same (rpmiddleware.plugin.PluginFactory takes it from the class)"
             )
         built.append(plugin)
     return built

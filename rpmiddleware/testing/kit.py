@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -29,7 +29,7 @@ from zope.interface import implementer
 
 from rpmiddleware.cards.hasher import CanonicalCard, CardHasher
 from rpmiddleware.cards.validation import snapshotTransfer
-from rpmiddleware.config.settings import Settings
+from rpmiddleware.config.settings import Settings, parseSettings
 from rpmiddleware.core.chain import PluginChain
 from rpmiddleware.core.middleware import DEFAULT_OUTPUT, PluginServices
 from rpmiddleware.plugin.clientext import fromClient
@@ -63,7 +63,7 @@ REFERENCE_CARD = {"format": "chara_card_v2", "mode": "reference", "targetHash": 
 def _notAPlugin(thing: object) -> str:
     return (
         f"{thing!r} does not provide IEnvelopePlugin: subclass "
-        "rpmiddleware.plugin.base.ChainPlugin (or declare @implementer(IEnvelopePlugin) on its "
+        "rpmiddleware.plugin.ChainPlugin (or declare @implementer(IEnvelopePlugin) on its "
         "class), or pass a list of plugins that do"
     )
 
@@ -93,20 +93,25 @@ class EngineWouldRefuse(AssertionError):
 
 
 def pluginServices(
-    clock: Any = None, config: Settings | None = None, cards: CardHasher | None = None
+    clock: Any = None,
+    config: Settings | Mapping[str, Any] | None = None,
+    cards: CardHasher | None = None,
 ) -> PluginServices:
     """
     The services a plugin's factory is built with
     (L{rpmiddleware.plugin.interfaces.IPluginServices}), as the daemon lends them:
     C{clock} as the reactor (a new L{Clock} unless given), C{config} (the
-    default L{Settings} unless given), a L{CardHasher} (or C{cards}, a
-    L{HeldHasher} say) and a new L{Timeline}.
+    default L{Settings} unless given; a mapping is read as the daemon reads
+    its TOML file, C{{"client": {"barge_in": False}}}), a L{CardHasher} (or
+    C{cards}, a L{HeldHasher} say) and a new L{Timeline}.
 
         clock = Clock()
         plugin = myFactory.buildPlugin({"volume": 2}, pluginServices(clock))
         harness = PluginHarness(plugin, clock)
     """
     clock = clock if clock is not None else Clock()
+    if config is not None and not isinstance(config, Settings):
+        config = parseSettings(config, "pluginServices(config=...)")
     return PluginServices(
         clock,
         config if config is not None else Settings(),
