@@ -36,7 +36,7 @@ function to build it otherwise.)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from twisted.internet.defer import Deferred
@@ -60,7 +60,19 @@ from rpmiddleware.protocol.envelope import Envelope
 Builder = Callable[[Any, IPluginServices], IEnvelopePlugin]
 
 
-class PluginSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+if TYPE_CHECKING:
+    # mypy reads msgspec's frozen=True as a dataclass's, and would then have
+    # every subclass repeat it; at run time the subclasses inherit it.
+    class _SettingsBase(msgspec.Struct, forbid_unknown_fields=True):
+        pass
+
+else:
+
+    class _SettingsBase(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+        pass
+
+
+class PluginSettings(_SettingsBase):
     """
     A base for a plugin's settings: a C{msgspec.Struct} whose fields are the
     keys of its C{[plugins.NAME]} table, with their types and defaults
