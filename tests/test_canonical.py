@@ -28,6 +28,7 @@ from rpmiddleware.cards.canonical import (
 )
 from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.testing.kit import exampleCard
+from tests.support.imports import ourModules, readImports
 
 # Expected bytes below were produced by serde_json 1.0.150 (with zmij 1.0.23,
 # the versions RPEngine's Cargo.lock pins; built from their sources) running
@@ -293,3 +294,23 @@ class WithDataTests(SynchronousTestCase):
         self.assertEqual(card.hash, canonicalHash(card.document))
         game["data"]["tags"].append("changed later")
         self.assertEqual(card.hash, canonicalHash(card.document), "a private copy")
+
+
+class ReferenceOnlyTests(SynchronousTestCase):
+    def test_productDoesNotImportTheReference(self) -> None:
+        """
+        rfc8785, the reference encoder the tests hold ours to, is a test and
+        bench dependency (setup.cfg's extras), not the product's: no module
+        of rpmiddleware or of the built-in plugins imports it.
+        """
+        modules = ourModules()
+        self.assertIn("rpmiddleware.cards.canonical", modules)
+        importing = []
+        for module in modules.values():
+            readImports(module)
+            importing.extend(
+                f"{module.name}:{line}"
+                for target, _, line in module.imports
+                if target.partition(".")[0] == "rfc8785"
+            )
+        self.assertEqual(importing, [], "install rfc8785 with the product again, or drop it")

@@ -8,7 +8,9 @@ the same traffic counts.
 
 from __future__ import annotations
 
+import ast
 import struct
+from importlib.metadata import version
 from itertools import pairwise
 from typing import Any
 
@@ -17,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
+from rpmiddleware.web import framereader
 from tests.support.autobahn import (
     LIMIT,
     AutobahnRecording,
@@ -202,3 +205,99 @@ class WholeFrameReaderTests(SynchronousTestCase):
         protocol.dataReceived(text)
         self.assertEqual(calls, [text])
         self.assertEqual(protocol.messages, [(b"{}", False)])
+
+
+#: What framereader.py calls the objects it reads Autobahn's internals
+#: through: the protocol (C{self}, and C{options}, the protocol as the
+#: factory's options were copied onto it) and its traffic counters.
+READ_THROUGH = {"self": "the protocol", "options": "the protocol", "stats": "trafficStats"}
+
+
+def internalsRead() -> dict[str, set[str]]:
+    """
+    Every attribute framereader.py reads or sets through C{self},
+    C{options} and C{stats}, by the object it is on.
+    """
+    path = framereader.__file__
+    assert path is not None
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    found: dict[str, set[str]] = {"the protocol": set(), "trafficStats": set()}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in READ_THROUGH
+        ):
+            found[READ_THROUGH[node.value.id]].add(node.attr)
+    return found
+
+
+class AutobahnInternalsTests(SynchronousTestCase):
+    """
+    The whole-frame reader reads and sets Autobahn's internals (setup.cfg pins
+    Autobahn to the versions it was checked with): each one it uses is still
+    there, on a real opened protocol of the installed Autobahn.  A failure
+    here names what changed; read framereader.py against the new Autobahn
+    before widening the pin.
+    """
+
+    def setUp(self) -> None:
+        txaioOnFakeReactor(self)
+
+    def test_internalsFound(self) -> None:
+        """
+        The reader of framereader.py finds what it uses (so the check below
+        checks something).
+        """
+        found = internalsRead()
+        self.assertTrue(
+            {"state", "STATE_OPEN", "data", "current_frame", "consumeData"} <= found["the protocol"]
+        )
+        self.assertIn("maxFramePayloadSize", found["the protocol"])
+        self.assertIn("incomingWebSocketFrames", found["trafficStats"])
+
+    def test_protocolHasWhatTheReaderUses(self) -> None:
+        protocol, _ = opened(Recording)
+        ours = set(vars(framereader.WholeFrameReader)) | {"onMessage"}
+        missing = sorted(
+            name for name in internalsRead()["the protocol"] - ours if not hasattr(protocol, name)
+        )
+        self.assertEqual(
+            missing,
+            [],
+            f"autobahn {version('autobahn')}: the WebSocket server protocol no longer "
+            f"has what rpmiddleware/web/framereader.py reads: {missing}",
+        )
+        self.assertTrue(callable(protocol.consumeData), "autobahn: consumeData not a method")
+        self.assertIsNone(protocol.current_frame, "autobahn: an open protocol has a frame begun")
+        self.assertIs(protocol.inside_message, False)
+        self.assertIsInstance(protocol.data, bytes, "autobahn: the read buffer is not bytes")
+
+    def test_trafficStatsHaveTheCounters(self) -> None:
+        protocol, _ = opened(Recording)
+        stats = protocol.trafficStats
+        missing = sorted(
+            name
+            for name in internalsRead()["trafficStats"]
+            if not isinstance(getattr(stats, name, None), int)
+        )
+        self.assertEqual(
+            missing,
+            [],
+            f"autobahn {version('autobahn')}: trafficStats lacks the counters "
+            f"rpmiddleware/web/framereader.py adds to: {missing}",
+        )
+
+    def test_txaioLogLevel(self) -> None:
+        """
+        txaio still says its global log level, as one of the names
+        framereader.autobahnDebugging compares it with or another.
+        """
+        reader = getattr(txaio, "get_global_log_level", None)
+        self.assertTrue(
+            callable(reader),
+            f"txaio {version('txaio')}: get_global_log_level is gone "
+            "(framereader.autobahnDebugging reads it)",
+        )
+        self.assertIsInstance(reader(), str)  # type: ignore[misc]

@@ -6,6 +6,7 @@ words for its reader.
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from typing import Annotated, Any
 
 import msgspec
@@ -94,3 +95,50 @@ class ProblemTests(SynchronousTestCase):
         self.assertEqual(SchemaProblem("port", "type", "").at("server"), "server.port")
         self.assertEqual(SchemaProblem("[0].x", "type", "").at("list"), "list[0].x")
         self.assertEqual(SchemaProblem("port", "type", "").at(""), "port")
+
+
+class MsgspecWordingTests(SynchronousTestCase):
+    """
+    msgspec's own words, which L{rpmiddleware.protocol.schema.problemOf} reads
+    back into parts (setup.cfg pins msgspec to the versions checked): each
+    shape it parses, as msgspec says it.  The tests above check what comes
+    out; these say, when they fail, which of msgspec's wordings changed.
+    """
+
+    def wording(self, value: Any) -> str:
+        with self.assertRaises(msgspec.ValidationError) as caught:
+            msgspec.convert(value, Sample, strict=True)
+        return str(caught.exception)
+
+    def assertWording(self, value: Any, expected: str, shape: str) -> None:
+        said = self.wording(value)
+        self.assertEqual(
+            said,
+            expected,
+            f"msgspec {version('msgspec')} words {shape} differently; "
+            f"rpmiddleware/protocol/schema.py parses {expected!r}, got {said!r}",
+        )
+
+    def test_missing(self) -> None:
+        self.assertWording({}, "Object missing required field `name`", "a missing field (_FIELD)")
+
+    def test_unknownAt(self) -> None:
+        self.assertWording(
+            {"name": "a", "servers": [{"url": "u"}]},
+            "Object contains unknown field `url` - at `$.servers[0]`",
+            "an unknown field and its JSON path (_FIELD, _AT)",
+        )
+
+    def test_type(self) -> None:
+        self.assertWording(
+            {"name": "a", "note": 3},
+            "Expected `str | null`, got `int` - at `$.note`",
+            "a wrong type (_TYPE)",
+        )
+
+    def test_constraint(self) -> None:
+        self.assertWording(
+            {"name": "a", "tag": ""},
+            "Expected `str` of length >= 1 - at `$.tag`",
+            "a constraint (_CONSTRAINT)",
+        )

@@ -23,6 +23,11 @@ every stream, so most of its reads do) leaves that frame's bytes in
 Autobahn's buffer, with no frame begun; the next read starts with them, and
 if Autobahn reads next instead, they are simply the start of its buffer.  A
 frame still not whole after that second read is Autobahn's.
+
+What it reads and sets of Autobahn's protocol (L{_Reading}, the options, the
+traffic counters) is not Autobahn's public API: setup.cfg pins Autobahn to
+the versions checked, and C{tests/test_framereader.py} (C{AutobahnInternalsTests})
+fails naming each one a newer Autobahn lacks.
 """
 
 from __future__ import annotations
