@@ -103,11 +103,11 @@ class ExtensionTests(SynchronousTestCase):
         self.assertNotIn("text", rig.endpoint.extensions)
 
     def test_memoryMessageOverTheEndpoint(self) -> None:
-        from rpmiddleware.builtin.memory import buildMemory
+        from rpmiddleware.builtin.memory import memory
 
         clock = Clock()
         services = PluginServices(clock, Settings(), CardHasher(None), Timeline())
-        rig = Rig(buildMemory({"path": ":memory:"}, services))
+        rig = Rig(memory.buildPlugin({"path": ":memory:"}, services))
         connection, writer = rig.connect()
         rig.say(connection, type="memory", op="pin", id=1, characterId="mira", fact="Alex.")
         answer = writer.sent[-1]

@@ -20,7 +20,14 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
-from rpmiddleware.builtin.memory import IConversationMemory, Memory, buildMemory, lorebook, memory
+from rpmiddleware.builtin.memory import (
+    IConversationMemory,
+    Memory,
+    MemorySettings,
+    buildMemory,
+    lorebook,
+    memory,
+)
 from rpmiddleware.builtin.memory.conversation import (
     CHARACTER,
     COMPLETE,
@@ -452,7 +459,7 @@ class ClientMessageTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.clock = Clock()
         services = PluginServices(self.clock, Settings(), CardHasher(None), Timeline())
-        plugin = buildMemory({"path": ":memory:"}, services)
+        plugin = buildMemory(MemorySettings(path=":memory:"), services)
         self.plugin = plugin
         self.harness = PluginHarness(plugin, clock=self.clock)
 
@@ -519,16 +526,23 @@ class SettingsTests(SynchronousTestCase):
         return PluginServices(Clock(), Settings(), CardHasher(None), Timeline())
 
     def test_unknownAndWrong(self) -> None:
-        e = self.assertRaises(ValueError, buildMemory, {"pth": "x"}, self.services())
-        self.assertIn("pth", str(e))
-        e = self.assertRaises(ValueError, buildMemory, {"idle_seconds": "soon"}, self.services())
-        self.assertIn("plugins.memory.idle_seconds", str(e))
+        build = memory.buildPlugin
+        e = self.assertRaises(ValueError, build, {"pth": "x"}, self.services())
+        self.assertIn("unknown setting plugins.memory.pth", str(e))
+        e = self.assertRaises(ValueError, build, {"idle_seconds": "soon"}, self.services())
+        self.assertIn("plugins.memory.idle_seconds must be a number", str(e))
+        e = self.assertRaises(ValueError, build, {"idle_seconds": 0}, self.services())
+        self.assertIn("plugins.memory.idle_seconds must be a number > 0", str(e))
+        e = self.assertRaises(ValueError, build, {"cached": -1}, self.services())
+        self.assertIn("plugins.memory.cached must be a whole number >= 0", str(e))
+        e = self.assertRaises(ValueError, build, {"path": " "}, self.services())
+        self.assertIn("plugins.memory.path must name a file", str(e))
 
     def test_badDatabaseSaidAtStart(self) -> None:
         path = self.mktemp()
         with open(path, "wb") as f:
             f.write(b"this is not a database" * 100)
-        e = self.assertRaises(ValueError, buildMemory, {"path": path}, self.services())
+        e = self.assertRaises(ValueError, memory.buildPlugin, {"path": path}, self.services())
         self.assertIn(path, str(e))
 
     def test_inTheDefaultChain(self) -> None:
@@ -536,4 +550,4 @@ class SettingsTests(SynchronousTestCase):
 
         self.assertLess(DEFAULT_CHAIN["playbook"], DEFAULT_CHAIN["memory"])
         self.assertLess(DEFAULT_CHAIN["memory"], DEFAULT_CHAIN["moderation"])
-        self.assertIsInstance(buildMemory({"path": ":memory:"}, self.services()), Memory)
+        self.assertIsInstance(memory.buildPlugin({"path": ":memory:"}, self.services()), Memory)

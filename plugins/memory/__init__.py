@@ -20,20 +20,20 @@ what a game may ask, L{settings} the configuration.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
 
 from rpmiddleware.builtin.memory.api import IConversationMemory
 from rpmiddleware.builtin.memory.plugin import NAME, Memory
-from rpmiddleware.builtin.memory.settings import MemorySettings, readSettings
+from rpmiddleware.builtin.memory.settings import MemorySettings
 from rpmiddleware.builtin.memory.store import StoreError
 from rpmiddleware.plugin import IPluginServices, PluginFactory
 
 __all__ = ["IConversationMemory", "Memory", "MemorySettings", "buildMemory", "memory"]
 
 
-def buildMemory(settings: Mapping[str, Any], services: IPluginServices) -> Memory:
-    parsed = readSettings(settings)
+def buildMemory(parsed: MemorySettings, services: IPluginServices) -> Memory:
+    """
+    The plugin from its C{[plugins.memory]} table, read by the factory.
+    """
     plugin = Memory(
         parsed,
         services.reactor,
@@ -54,4 +54,5 @@ memory = PluginFactory(
     NAME,
     "Conversation memory, summaries and world knowledge for every request.",
     buildMemory,
+    settings=MemorySettings,
 )

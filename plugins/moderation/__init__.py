@@ -19,9 +19,6 @@ imports this one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from rpmiddleware.builtin.moderation.plugin import Moderation
 from rpmiddleware.builtin.moderation.rules import CONTEXT_CHARS, Hit, Rules, masked, maskedWhole
 from rpmiddleware.builtin.moderation.settings import (
@@ -47,12 +44,13 @@ __all__ = [
 ]
 
 
-def _build(settings: Mapping[str, Any], services: IPluginServices) -> Moderation:
-    return Moderation(ModerationSettings.fromMapping(settings), services.reactor)
+def _build(settings: ModerationSettings, services: IPluginServices) -> Moderation:
+    return Moderation(settings, services.reactor)
 
 
 moderation = PluginFactory(
     NAME,
     "Masks, blocks or cancels player and character text by word lists, patterns or a service.",
     _build,
+    settings=ModerationSettings,
 )

@@ -1,65 +1,57 @@
 """
-The moderation plugin's settings: its C{[plugins.moderation]} table, checked.
+The moderation plugin's settings: its C{[plugins.moderation]} table, read by
+the plugin's factory into L{ModerationSettings}
+(L{rpmiddleware.plugin.PluginSettings}: unknown keys and wrong values are
+refused, naming C{plugins.moderation.KEY}).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
-from rpmiddleware.plugin import rejectUnknownSettings
+import msgspec
+
+from rpmiddleware.plugin import PluginSettings
 
 NAME = "moderation"
 ACTIONS = ("mask", "block", "cancel")
 FAIL_POLICIES = ("open", "closed")
-_KNOWN = {
-    "words",
-    "patterns",
-    "action",
-    "input_action",
-    "output_action",
-    "mask_char",
-    "max_hold_chars",
-    "remote_url",
-    "remote_model",
-    "remote_timeout",
-    "fail_policy",
-}
+
+Action = Literal["mask", "block", "cancel"]
+#: An action for one direction; empty: C{action}'s.
+DirectionAction = Literal["", "mask", "block", "cancel"]
+Word = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-def _choice(settings: Mapping[str, Any], key: str, choices: Sequence[str], default: str) -> str:
-    value = settings.get(key, default)
-    if value not in choices:
-        raise ValueError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
-    return str(value)
-
-
-def _strings(settings: Mapping[str, Any], key: str) -> tuple[str, ...]:
-    value = settings.get(key, [])
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
-        raise ValueError(f"{key} must be a list of non-empty strings, got {value!r}")
-    return tuple(value)
-
-
-@dataclass(frozen=True)
-class ModerationSettings:
+class ModerationSettings(PluginSettings):
     """
     The plugin's TOML table, checked.
     """
 
-    words: tuple[str, ...] = ()
-    patterns: tuple[str, ...] = ()
-    action: str = "mask"
-    input_action: str = ""
-    output_action: str = ""
-    mask_char: str = "*"
-    max_hold_chars: int = 64
+    words: tuple[Word, ...] = ()
+    patterns: tuple[Word, ...] = ()
+    action: Action = "mask"
+    input_action: DirectionAction = ""
+    output_action: DirectionAction = ""
+    mask_char: Annotated[str, msgspec.Meta(min_length=1, max_length=1)] = "*"
+    max_hold_chars: Annotated[int, msgspec.Meta(ge=1)] = 64
     remote_url: str = ""
     remote_model: str = "omni-moderation-latest"
-    remote_timeout: float = 2.0
-    fail_policy: str = "open"
+    remote_timeout: Annotated[float, msgspec.Meta(gt=0)] = 2.0
+    fail_policy: Literal["open", "closed"] = "open"
+
+    def __post_init__(self) -> None:
+        for index, pattern in enumerate(self.patterns):
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"patterns[{index}] is not a valid regular expression: {e}")
+        if self.remote_url and not self.remote_url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"remote_url must be an http:// or https:// URL or empty, got {self.remote_url!r}"
+            )
 
     @property
     def inputAction(self) -> str:
@@ -71,40 +63,9 @@ class ModerationSettings:
 
     @classmethod
     def fromMapping(cls, settings: Mapping[str, Any]) -> ModerationSettings:
-        rejectUnknownSettings(NAME, settings, _KNOWN)
-        patterns = _strings(settings, "patterns")
-        for index, pattern in enumerate(patterns):
-            try:
-                re.compile(pattern)
-            except re.error as e:
-                raise ValueError(f"patterns[{index}] is not a valid regular expression: {e}")
-        maskChar = settings.get("mask_char", cls.mask_char)
-        if not isinstance(maskChar, str) or len(maskChar) != 1:
-            raise ValueError(f"mask_char must be a single character, got {maskChar!r}")
-        hold = settings.get("max_hold_chars", cls.max_hold_chars)
-        if type(hold) is not int or hold < 1:
-            raise ValueError(f"max_hold_chars must be a positive whole number, got {hold!r}")
-        url = settings.get("remote_url", cls.remote_url)
-        if not isinstance(url, str) or (url and not url.startswith(("http://", "https://"))):
-            raise ValueError(f"remote_url must be an http:// or https:// URL or empty, got {url!r}")
-        model = settings.get("remote_model", cls.remote_model)
-        if not isinstance(model, str):
-            raise ValueError(f"remote_model must be a string, got {model!r}")
-        timeout = settings.get("remote_timeout", cls.remote_timeout)
-        if type(timeout) not in (int, float) or timeout <= 0:
-            raise ValueError(
-                f"remote_timeout must be a positive number of seconds, got {timeout!r}"
-            )
-        return cls(
-            words=_strings(settings, "words"),
-            patterns=patterns,
-            action=_choice(settings, "action", ACTIONS, cls.action),
-            input_action=_choice(settings, "input_action", ("", *ACTIONS), ""),
-            output_action=_choice(settings, "output_action", ("", *ACTIONS), ""),
-            mask_char=maskChar,
-            max_hold_chars=hold,
-            remote_url=url,
-            remote_model=model,
-            remote_timeout=float(timeout),
-            fail_policy=_choice(settings, "fail_policy", FAIL_POLICIES, cls.fail_policy),
-        )
+        """
+        The table read as the factory reads it.
+
+        @raise ValueError: naming C{plugins.moderation.KEY}.
+        """
+        return cls.read(settings, NAME)

@@ -36,7 +36,7 @@ function to build it otherwise.)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import msgspec
 from twisted.internet.defer import Deferred
@@ -85,6 +85,16 @@ class PluginSettings(_SettingsBase):
     C{ValueError} whose message starts with the key's name.  Frozen: the
     plugin keeps what it was given.
     """
+
+    @classmethod
+    def read(cls, table: Mapping[str, Any], plugin: str) -> Self:
+        """
+        Plugin C{plugin}'s table read into this class, as its factory reads
+        it (L{rpmiddleware.config.settings.readSection}).
+
+        @raise ValueError: naming C{plugins.PLUGIN.KEY}.
+        """
+        return readSection(cls, table, f"plugins.{plugin}")
 
 
 @implementer(IEnvelopePlugin, IPluginLifecycle)
@@ -246,7 +256,7 @@ class PluginFactory:
         """
         if self.settings is None:
             return settings
-        return readSection(self.settings, settings, f"plugins.{self.name}")
+        return self.settings.read(settings, self.name)
 
     def buildPlugin(
         self, settings: Mapping[str, Any], services: IPluginServices
