@@ -2,14 +2,16 @@
 docs/plugin-authors.md is a newcomer's path, so it is tested as code: every
 file of its example package (docs/examples/mood-tagger) is on the page word
 for word, every other Python snippet on the page runs (each asserts what it
-shows), every TOML snippet is a configuration the daemon accepts, the
-package's own trial tests pass, its drop-in is found the way twistd finds
+shows), every Python block imports rpmiddleware only as its one face (and
+the kit, in tests), every TOML snippet is a configuration the daemon
+accepts, the package's own trial tests pass, its drop-in is found the way twistd finds
 it, and its mood reaches a client's C{llm} message end to end (a simulated
 RPEngine on a Clock, a client connection with a fake transport).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import re
@@ -45,6 +47,60 @@ BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 def blocks() -> list[tuple[str, str]]:
     """The page's fenced blocks: (language, text)."""
     return [(m.group(1), m.group(2)) for m in BLOCK.finditer(PAGE.read_text(encoding="utf-8"))]
+
+
+#: The one face a plugin imports rpmiddleware through.
+FACE = "rpmiddleware.plugin"
+#: The plugin test kit, which tests (and snippets that run a plugin) import too.
+KIT = "rpmiddleware.testing"
+
+
+def isPluginCode(code: str) -> bool:
+    """
+    Whether a block is a file of a plugin's package (headed by a comment
+    naming its path), other than one of its tests: code that may import
+    only the face.
+    """
+    first = code.split("\n", 1)[0]
+    if not first.startswith("# "):
+        return False
+    path = Path(first[2:].split(":")[0].strip())
+    if path.suffix != ".py":
+        return False
+    return "test" not in path.parts and not path.name.startswith("test_")
+
+
+def rpmiddlewareImports(code: str) -> list[tuple[int, str]]:
+    """Every module of rpmiddleware C{code} imports, with its line."""
+    found = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+    return [(line, m) for line, m in found if m == "rpmiddleware" or m.startswith("rpmiddleware.")]
+
+
+def wrongImports(page: str, name: str = PAGE.name) -> list[str]:
+    """
+    Each import of rpmiddleware in a Python block of C{page} other than the
+    face (or, outside a plugin's own files, the kit), naming the block.
+    """
+    found = []
+    for number, match in enumerate(BLOCK.finditer(page), 1):
+        if match.group(1) != "python":
+            continue
+        code = match.group(2)
+        fence = page.count("\n", 0, match.start()) + 1
+        allowed = {FACE} if isPluginCode(code) else {FACE, KIT}
+        for line, module in rpmiddlewareImports(code):
+            if module not in allowed:
+                found.append(
+                    f"{name} line {fence + line}, block {number} "
+                    f"({code.split(chr(10), 1)[0]!r}): imports {module}, "
+                    f"not only {' or '.join(sorted(allowed))}"
+                )
+    return found
 
 
 def exampleFiles() -> dict[str, str]:
@@ -107,6 +163,47 @@ class PageTests(SynchronousTestCase):
         for snippet in snippets:
             namespace: dict[str, Any] = {"testCase": self, "__name__": "snippet"}
             exec(compile(snippet, f"{PAGE.name} snippet", "exec"), namespace)
+
+    def test_importsOnlyTheFace(self) -> None:
+        """
+        Every Python block imports rpmiddleware only as rpmiddleware.plugin;
+        one that is not a plugin's own file (a test, a snippet that runs a
+        plugin) imports the kit from rpmiddleware.testing as well.
+        """
+        page = PAGE.read_text(encoding="utf-8")
+        self.assertEqual(wrongImports(page), [])
+        python = [code for lang, code in blocks() if lang == "python"]
+        self.assertGreaterEqual(sum(isPluginCode(code) for code in python), 2)
+        self.assertTrue(all(rpmiddlewareImports(code) for code in python if "Harness" in code))
+
+    def test_wrongImportNamed(self) -> None:
+        """
+        A block importing anything else of rpmiddleware is named, with its
+        line: the kit in a plugin's own file too.
+        """
+        page = (
+            "Text.\n\n```python\n# shout/__init__.py\n"
+            "from rpmiddleware.plugin.base import ChainPlugin\n"
+            "from rpmiddleware.testing import PluginHarness\n```\n\n"
+            "```python\nimport rpmiddleware.config.settings\n"
+            "from rpmiddleware.testing import PluginHarness\n"
+            "from rpmiddleware.plugin import ChainPlugin\n```\n\n"
+            "```python\n# shout/test/test_shout.py\nfrom rpmiddleware.testing.kit import x\n```\n"
+        )
+        self.assertEqual(
+            wrongImports(page, "guide.md"),
+            [
+                "guide.md line 5, block 1 ('# shout/__init__.py'): imports "
+                "rpmiddleware.plugin.base, not only rpmiddleware.plugin",
+                "guide.md line 6, block 1 ('# shout/__init__.py'): imports "
+                "rpmiddleware.testing, not only rpmiddleware.plugin",
+                "guide.md line 10, block 2 ('import rpmiddleware.config.settings'): imports "
+                "rpmiddleware.config.settings, not only rpmiddleware.plugin or "
+                "rpmiddleware.testing",
+                "guide.md line 17, block 3 ('# shout/test/test_shout.py'): imports "
+                "rpmiddleware.testing.kit, not only rpmiddleware.plugin or rpmiddleware.testing",
+            ],
+        )
 
     def test_tomlAccepted(self) -> None:
         """

@@ -3,7 +3,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from mood_tagger import moodTagger
-from rpmiddleware.testing.kit import PluginHarness, pluginServices
+from rpmiddleware.testing import PluginHarness, pluginServices
 
 
 class MoodTaggerTests(SynchronousTestCase):
