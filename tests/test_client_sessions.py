@@ -9,10 +9,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from twisted.internet.abstract import FileDescriptor
 from twisted.internet.task import Clock
+from twisted.internet.testing import EventLoggingObserver, MemoryReactor
+from twisted.logger import LogLevel, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.client.flow import SendGuard, transportBacklog
+from rpmiddleware.client import flow
+from rpmiddleware.client.flow import SendGuard, checkBacklogReadable, transportBacklog
 from rpmiddleware.client.sessions import ClientConfig, SessionLookupError, SessionStore
 from rpmiddleware.client.settings import ClientSettings, loadDefaultCharacter
 from rpmiddleware.config.settings import ConfigError, Settings, parseSettings
@@ -342,6 +346,61 @@ class SendGuardTests(SynchronousTestCase):
 
         self.assertEqual(transportBacklog(Transport()), 67)
         self.assertEqual(transportBacklog(object()), 0)
+
+    def warnings(self) -> list[dict[str, Any]]:
+        events = EventLoggingObserver()
+        globalLogPublisher.addObserver(events)
+        self.addCleanup(globalLogPublisher.removeObserver, events)
+        self.patch(flow, "_warned", False)
+        return events  # type: ignore[return-value]
+
+    def tcpTransport(self) -> FileDescriptor:
+        transport = FileDescriptor(MemoryReactor())
+        transport.dataBuffer = b"x" * 100
+        transport.offset = 40
+        return transport
+
+    def test_transportBacklogOfTwistedTcp(self) -> None:
+        """
+        A Twisted TCP transport's backlog is read in full, silently.
+        """
+        events = self.warnings()
+        transport = self.tcpTransport()
+        transport.connected = True
+        transport.write(b"y" * 7)
+        self.assertEqual(transportBacklog(transport), 67)
+        self.assertTrue(checkBacklogReadable(MemoryReactor()))
+        self.assertEqual([e for e in events if e["log_level"] >= LogLevel.warn], [])
+
+    def test_transportBacklogUnreadable(self) -> None:
+        """
+        A Twisted TCP transport without the private C{_tempDataLen} (a
+        Twisted that renamed it) counts what it can, and says once, with
+        fields, that slow-client protection is reduced.
+        """
+        events = self.warnings()
+        transport = self.tcpTransport()
+        del transport._tempDataLen
+        self.assertEqual(transportBacklog(transport), 60)
+        self.assertEqual(transportBacklog(transport), 60)
+        warned = [e for e in events if e["log_level"] == LogLevel.warn]
+        self.assertEqual(len(warned), 1)
+        [event] = warned
+        self.assertEqual(event["missing"], "_tempDataLen")
+        self.assertEqual(event["missingAttributes"], ["_tempDataLen"])
+        self.assertEqual(event["transportClass"], "FileDescriptor")
+        self.assertIn("slow-client protection reduced", event["log_format"])
+
+    def test_unreadableAtStartUp(self) -> None:
+        """
+        At start-up (the client factory), a Twisted whose transports lack
+        what is read is said at once, without waiting for a client.
+        """
+        events = self.warnings()
+        self.patch(flow, "BACKLOG_ATTRIBUTES", ("dataBuffer", "offset", "_renamedLen"))
+        self.assertFalse(checkBacklogReadable(MemoryReactor()))
+        [event] = [e for e in events if e["log_level"] == LogLevel.warn]
+        self.assertEqual(event["missingAttributes"], ["_renamedLen"])
 
 
 class ClientSettingsTests(SynchronousTestCase):

@@ -22,9 +22,24 @@ still registered there, and replacing it changes how the transport closes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib.metadata import version
 from typing import Any
 
+from twisted.internet.abstract import FileDescriptor
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+
+_log = Logger()
+
+#: What L{transportBacklog} reads of a Twisted TCP transport (a
+#: C{FileDescriptor}): its buffer, the offset sent from it, and the length of
+#: the list buffer that writes go to first, a private attribute that a
+#: Twisted release may rename.
+BACKLOG_ATTRIBUTES = ("dataBuffer", "offset", "_tempDataLen")
+
+#: Whether the warning that the backlog cannot be read in full was logged
+#: (once a process).
+_warned = False
 
 
 def transportBacklog(transport: Any) -> int:
@@ -32,12 +47,63 @@ def transportBacklog(transport: Any) -> int:
     Bytes written to a Twisted TCP transport and not yet handed to the
     kernel: the unsent part of C{dataBuffer} plus the list buffer
     (C{_tempDataLen}).  Other transports (TLS wrappers, fakes) report 0.
+
+    A TCP transport that lacks one of L{BACKLOG_ATTRIBUTES} (a Twisted that
+    renamed it) counts what it has, and a warning is logged once: slow-client
+    protection then sees less of the backlog, or none of it.
     """
     try:
         buffered = len(transport.dataBuffer) - int(transport.offset)
         return max(0, buffered) + int(transport._tempDataLen)
     except (AttributeError, TypeError):
-        return 0
+        if not isinstance(transport, FileDescriptor):
+            return 0
+    missing = missingBacklogAttributes(transport)
+    warnBacklogUnreadable(type(transport).__name__, missing)
+    buffered = 0
+    if "dataBuffer" not in missing and "offset" not in missing:
+        buffered = max(0, len(transport.dataBuffer) - int(transport.offset))
+    return buffered + int(getattr(transport, "_tempDataLen", 0))
+
+
+def missingBacklogAttributes(transport: Any) -> list[str]:
+    """
+    Which of L{BACKLOG_ATTRIBUTES} C{transport} lacks.
+    """
+    return [name for name in BACKLOG_ATTRIBUTES if not hasattr(transport, name)]
+
+
+def checkBacklogReadable(reactor: Any) -> bool:
+    """
+    At start-up: whether this Twisted's TCP transports still have what
+    L{transportBacklog} reads (asked of a transport that is never connected);
+    if not, the warning is logged now rather than at the first client.
+    """
+    missing = missingBacklogAttributes(FileDescriptor(reactor))
+    if missing:
+        warnBacklogUnreadable(FileDescriptor.__name__, missing)
+    return not missing
+
+
+def warnBacklogUnreadable(transportClass: str, missing: list[str]) -> None:
+    """
+    Say, once a process, that slow-client protection cannot read a
+    transport's backlog in full.
+    """
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    _log.warn(
+        "slow-client protection reduced: Twisted {twistedVersion}'s {transportClass} "
+        "has no {missing}, so a client's unsent bytes are not all counted and a "
+        "client that stops reading may not be noticed (rpmiddleware/client/flow.py "
+        "reads them; update it for this Twisted)",
+        twistedVersion=version("twisted"),
+        transportClass=transportClass,
+        missing=", ".join(missing),
+        missingAttributes=missing,
+    )
 
 
 class SendGuard:

@@ -22,7 +22,7 @@ from rpmiddleware.client.capacity import CapacityMonitor
 from rpmiddleware.client.clientext import installBridge
 from rpmiddleware.client.connection import ClientConnection
 from rpmiddleware.client.endpoint import ClientEndpoint
-from rpmiddleware.client.flow import transportBacklog
+from rpmiddleware.client.flow import checkBacklogReadable, transportBacklog
 from rpmiddleware.client.sessions import SessionStore
 from rpmiddleware.client.settings import Character, ClientSettings, loadDefaultCharacter
 from rpmiddleware.client.turns import VOICE
@@ -140,6 +140,8 @@ class ClientFactory(GuardedServerFactory):
         self.reactor = reactor
         self.settings = settings
         self.middleware = middleware
+        # A Twisted whose TCP transports hide their backlog is said at start-up.
+        checkBacklogReadable(reactor)
         clientSettings = clientSettings or settings.client
         character = loadDefaultCharacter(settings)
         if character is not None:
