@@ -233,6 +233,10 @@ class Whisper(ChainPlugin):
     name = "whisper"
 
 
+#: Found by the dotted path "tests.test_discovery.quiet".
+quiet = PluginFactory(Whisper, "Makes characters whisper.")
+
+
 class StartUpTests(SynchronousTestCase):
     """
     What twistd does at start-up (tap.makeService: the chain is resolved to
@@ -240,8 +244,7 @@ class StartUpTests(SynchronousTestCase):
     """
 
     def start(self, toml: str) -> list[dict[str, Any]]:
-        from twisted.internet.testing import EventLoggingObserver, MemoryReactorClock
-        from twisted.logger import globalLogPublisher
+        from twisted.internet.testing import MemoryReactorClock
 
         from rpmiddleware.tap import Options, makeService
 
@@ -249,7 +252,7 @@ class StartUpTests(SynchronousTestCase):
         path.write_text(toml)
         options = Options()
         options.parseOptions(["--config", str(path)])
-        events = EventLoggingObserver.createWithCleanup(self, globalLogPublisher)
+        events = captureLogEvents(self)
         makeService(options, MemoryReactorClock())
         [event] = [e for e in events if "chain" in e and e.get("source") == str(path)]
         chain: list[dict[str, Any]] = event["chain"]
@@ -266,10 +269,10 @@ class StartUpTests(SynchronousTestCase):
         self.assertIn(whisper, chain)
 
     def test_factoryByPath(self) -> None:
-        chain = self.start('[chain]\nplugins = { "tests.test_plugin_api.shout" = 45 }\n')
+        chain = self.start('[chain]\nplugins = { "tests.test_discovery.quiet" = 45 }\n')
         self.assertEqual(
-            [p for p in chain if p["name"] == "shout"],
-            [{"name": "shout", "priority": 45, "origin": "tests.test_plugin_api.shout"}],
+            [p for p in chain if p["name"] == "whisper"],
+            [{"name": "whisper", "priority": 45, "origin": "tests.test_discovery.quiet"}],
         )
 
     def test_resolvedOnce(self) -> None:
