@@ -37,12 +37,12 @@ from rpmiddleware.plugin import (
     IPluginServices,
     ITimingSource,
     PluginFactory,
+    PluginSettings,
     canonicalFormat,
     decodeBase64,
     encodeBase64,
     endsSegment,
     importFrozen,
-    rejectUnknownSettings,
 )
 
 if TYPE_CHECKING:
@@ -57,8 +57,7 @@ MAX_RATE = 192000
 PREPARE_DELAY = 0.005
 
 
-@dataclass(frozen=True)
-class ResampleSettings:
+class ResampleSettings(PluginSettings):
     """
     The plugin's TOML table, checked.
     """
@@ -70,25 +69,29 @@ class ResampleSettings:
     #: soxr quality recipe, both directions.
     quality: str = "HQ"
 
-    @classmethod
-    def fromMapping(cls, settings: Mapping[str, Any]) -> ResampleSettings:
-        rejectUnknownSettings(NAME, settings, {"engine_format", "default_output_rate", "quality"})
-        engineFormat = settings.get("engine_format", cls.engine_format)
-        if engineFormat not in INPUT_AUDIO_FORMATS:
+    def __post_init__(self) -> None:
+        if self.engine_format not in INPUT_AUDIO_FORMATS:
             raise ValueError(
                 f"engine_format must be one of {', '.join(sorted(INPUT_AUDIO_FORMATS))}, "
-                f"got {engineFormat!r}"
+                f"got {self.engine_format!r}"
             )
-        rate = settings.get("default_output_rate", cls.default_output_rate)
+        rate = self.default_output_rate
         if not _isRate(rate) and rate != 0:
             raise ValueError(
                 f"default_output_rate must be 0 or a whole number from {MIN_RATE} to "
                 f"{MAX_RATE}, got {rate!r}"
             )
-        quality = settings.get("quality", cls.quality)
-        if quality not in QUALITIES:
-            raise ValueError(f"quality must be one of {', '.join(QUALITIES)}, got {quality!r}")
-        return cls(engineFormat, rate, quality)
+        if self.quality not in QUALITIES:
+            raise ValueError(f"quality must be one of {', '.join(QUALITIES)}, got {self.quality!r}")
+
+    @classmethod
+    def fromMapping(cls, settings: Mapping[str, Any]) -> ResampleSettings:
+        """
+        The table read as the factory reads it.
+
+        @raise ValueError: naming C{plugins.audio-resample.KEY}.
+        """
+        return cls.read(settings, NAME)
 
 
 def _isRate(value: Any) -> TypeGuard[int]:
@@ -463,12 +466,13 @@ class AudioResample(ChainPlugin):
             self._forget(reply)
 
 
-def _build(settings: Mapping[str, Any], services: IPluginServices) -> AudioResample:
-    return AudioResample(ResampleSettings.fromMapping(settings))
+def _build(settings: ResampleSettings, services: IPluginServices) -> AudioResample:
+    return AudioResample(settings)
 
 
 audioResample = PluginFactory(
     NAME,
     "Converts input audio to 16 kHz mono PCM and RPEngine's speech to the requester's rate.",
     _build,
+    settings=ResampleSettings,
 )

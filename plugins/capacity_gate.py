@@ -26,10 +26,10 @@ plugin, which then answers C{reply.cancelled} itself.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -47,7 +47,7 @@ from rpmiddleware.plugin import (
     IHeldWork,
     IPluginServices,
     PluginFactory,
-    rejectUnknownSettings,
+    PluginSettings,
 )
 
 NAME = "capacity-gate"
@@ -363,31 +363,27 @@ class CapacityGate(ChainPlugin):
         self._hold(submitted.held, front=True)
 
 
-def _wholeNumber(settings: Mapping[str, Any], key: str, default: int, least: int) -> int:
-    value = settings.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{NAME}: {key} must be a whole number, got {value!r}")
-    if value < least:
-        raise ValueError(f"{NAME}: {key} must be at least {least}, got {value}")
-    return value
-
-
-def _seconds(settings: Mapping[str, Any], key: str, default: float) -> float:
-    value = settings.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ValueError(f"{NAME}: {key} must be a number of seconds (0 or more), got {value!r}")
-    return float(value)
-
-
-def buildCapacityGate(settings: Mapping[str, Any], services: IPluginServices) -> CapacityGate:
+class GateSettings(PluginSettings):
     """
-    The plugin from its C{[plugins.capacity-gate]} table.
+    The C{[plugins.capacity-gate]} table.
     """
-    rejectUnknownSettings(NAME, settings, {"queue_limit", "assume_after", "assumed_limit"})
+
+    #: Requests held at most; more are refused with capacity_exceeded.
+    queue_limit: Annotated[int, msgspec.Meta(ge=0)] = 32
+    #: Seconds into a session without capacity.update before assuming room.
+    assume_after: Annotated[float, msgspec.Meta(ge=0)] = 2.0
+    #: Requests RPEngine is assumed to take then.
+    assumed_limit: Annotated[int, msgspec.Meta(ge=1)] = 1
+
+
+def buildCapacityGate(settings: GateSettings, services: IPluginServices) -> CapacityGate:
+    """
+    The plugin from its C{[plugins.capacity-gate]} table, read by the factory.
+    """
     return CapacityGate(
-        queueLimit=_wholeNumber(settings, "queue_limit", 32, 0),
-        assumeAfter=_seconds(settings, "assume_after", 2.0),
-        assumedLimit=_wholeNumber(settings, "assumed_limit", 1, 1),
+        queueLimit=settings.queue_limit,
+        assumeAfter=settings.assume_after,
+        assumedLimit=settings.assumed_limit,
     )
 
 
@@ -396,4 +392,5 @@ capacityGate = PluginFactory(
     "Holds new requests while RPEngine is full and releases them fairly between clients "
     "as capacity returns.",
     buildCapacityGate,
+    settings=GateSettings,
 )

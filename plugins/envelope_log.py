@@ -19,9 +19,9 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Annotated, Any, Literal
 
+import msgspec
 from twisted.logger import Logger, LogLevel
 from zope.interface import implementer
 
@@ -34,9 +34,9 @@ from rpmiddleware.plugin import (
     IEnvelopePlugin,
     IPluginServices,
     PluginFactory,
+    PluginSettings,
     Timeline,
     isoTimestamp,
-    rejectUnknownSettings,
 )
 
 NAME = "logging"
@@ -58,8 +58,7 @@ ENVELOPE_FORMAT = (
 SUMMARY_FORMAT = "request {requestId} finished with {outcome}: {marks}"
 
 
-@dataclass(frozen=True)
-class LogSettings:
+class LogSettings(PluginSettings):
     """
     The plugin's TOML table, checked.
     """
@@ -69,26 +68,18 @@ class LogSettings:
     #: Replace the values of secret-looking fields.
     redact: bool = True
     #: Longer strings are cut to this many characters.
-    max_field_chars: int = 256
+    max_field_chars: Annotated[int, msgspec.Meta(ge=1)] = 256
     #: "debug" or "info", for every event this plugin logs.
-    level: str = "info"
+    level: Literal["debug", "info"] = "info"
 
     @classmethod
     def fromMapping(cls, settings: Mapping[str, Any]) -> LogSettings:
-        rejectUnknownSettings(NAME, settings, {"jsonl_path", "redact", "max_field_chars", "level"})
-        path = settings.get("jsonl_path", cls.jsonl_path)
-        if not isinstance(path, str):
-            raise ValueError(f"jsonl_path must be a string, got {path!r}")
-        redact = settings.get("redact", cls.redact)
-        if not isinstance(redact, bool):
-            raise ValueError(f"redact must be true or false, got {redact!r}")
-        limit = settings.get("max_field_chars", cls.max_field_chars)
-        if type(limit) is not int or limit < 1:
-            raise ValueError(f"max_field_chars must be a positive whole number, got {limit!r}")
-        level = settings.get("level", cls.level)
-        if level not in LEVELS:
-            raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
-        return cls(path, redact, limit, level)
+        """
+        The table read as the factory reads it.
+
+        @raise ValueError: naming C{plugins.logging.KEY}.
+        """
+        return cls.read(settings, NAME)
 
 
 def isSecretName(name: str) -> bool:
@@ -245,12 +236,13 @@ class EnvelopeLog(ChainPlugin):
             self._file = None
 
 
-def _build(settings: Mapping[str, Any], services: IPluginServices) -> EnvelopeLog:
-    return EnvelopeLog(LogSettings.fromMapping(settings), services.timeline)
+def _build(settings: LogSettings, services: IPluginServices) -> EnvelopeLog:
+    return EnvelopeLog(settings, services.timeline)
 
 
 envelopeLog = PluginFactory(
     NAME,
     "Logs every envelope leaving the chain (redacted), optionally to a JSON-lines file.",
     _build,
+    settings=LogSettings,
 )

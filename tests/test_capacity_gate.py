@@ -10,7 +10,7 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
-from rpmiddleware.builtin.capacity_gate import CapacityGate, buildCapacityGate, capacityGate
+from rpmiddleware.builtin.capacity_gate import CapacityGate, capacityGate
 from rpmiddleware.builtin.card_cache import CardCache
 from rpmiddleware.cards.validation import CardHasher, canonicalHash, snapshotTransfer
 from rpmiddleware.config.settings import Settings
@@ -73,20 +73,23 @@ class FactoryTests(SynchronousTestCase):
         self.assertEqual((capacityGate.name, plugin.name), ("capacity-gate", "capacity-gate"))
 
     def test_defaults(self) -> None:
-        plugin = buildCapacityGate({}, self.services())
+        plugin = capacityGate.buildPlugin({}, self.services())
+        assert isinstance(plugin, CapacityGate)
         self.assertEqual((plugin.queueLimit, plugin.assumeAfter), (32, 2.0))
         self.assertEqual(plugin.state()["queueLimit"], 1)
 
     def test_settings(self) -> None:
-        plugin = buildCapacityGate(
+        plugin = capacityGate.buildPlugin(
             {"queue_limit": 3, "assume_after": 1, "assumed_limit": 2}, self.services()
         )
+        assert isinstance(plugin, CapacityGate)
         self.assertEqual((plugin.queueLimit, plugin.assumeAfter), (3, 1.0))
         self.assertEqual(plugin.state()["queueLimit"], 2)
 
     def test_unknownSetting(self) -> None:
-        e = self.assertRaises(ValueError, buildCapacityGate, {"queue": 3}, self.services())
-        self.assertIn("queue", str(e))
+        build = capacityGate.buildPlugin
+        e = self.assertRaises(ValueError, build, {"queue": 3}, self.services())
+        self.assertIn("unknown setting plugins.capacity-gate.queue", str(e))
 
     def test_wrongTypes(self) -> None:
         for key, value in [
@@ -97,8 +100,9 @@ class FactoryTests(SynchronousTestCase):
             ("assume_after", -1),
             ("assumed_limit", 0),
         ]:
-            e = self.assertRaises(ValueError, buildCapacityGate, {key: value}, self.services())
-            self.assertIn(key, str(e))
+            build = capacityGate.buildPlugin
+            e = self.assertRaises(ValueError, build, {key: value}, self.services())
+            self.assertIn(f"plugins.capacity-gate.{key} must be", str(e))
 
 
 class GateTests(SynchronousTestCase):

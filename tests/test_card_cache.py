@@ -18,7 +18,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
 
-from rpmiddleware.builtin.card_cache import CardCache, buildCardCache, cardCache, jsonSize
+from rpmiddleware.builtin.card_cache import CardCache, cardCache, jsonSize
 from rpmiddleware.cards.canonical import canonicalJson
 from rpmiddleware.cards.validation import CardHasher
 from rpmiddleware.config.settings import Settings
@@ -157,8 +157,9 @@ class FactoryTests(SynchronousTestCase):
         self.assertEqual((cardCache.name, plugin.name), ("card-cache", "card-cache"))
 
     def test_unknownSetting(self) -> None:
-        e = self.assertRaises(ValueError, buildCardCache, {"stor_size": 3}, self.services())
-        self.assertIn("stor_size", str(e))
+        build = cardCache.buildPlugin
+        e = self.assertRaises(ValueError, build, {"stor_size": 3}, self.services())
+        self.assertIn("unknown setting plugins.card-cache.stor_size", str(e))
 
     def test_wrongTypes(self) -> None:
         for key, value in [
@@ -167,11 +168,12 @@ class FactoryTests(SynchronousTestCase):
             ("pending_limit", 0),
             ("store_size", 1.5),
         ]:
-            e = self.assertRaises(ValueError, buildCardCache, {key: value}, self.services())
-            self.assertIn(key, str(e))
+            build = cardCache.buildPlugin
+            e = self.assertRaises(ValueError, build, {key: value}, self.services())
+            self.assertIn(f"plugins.card-cache.{key} must be", str(e))
 
     def test_settingsUsed(self) -> None:
-        plugin = buildCardCache({"store_size": 1}, self.services())
+        plugin = cardCache.buildPlugin({"store_size": 1}, self.services())
         assert isinstance(plugin, CardCache)
         harness = PluginHarness(plugin)
         harness.startSession()

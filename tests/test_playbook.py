@@ -15,7 +15,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.builtin.playbook import PlaybookPlugin, build
+from rpmiddleware.builtin.playbook import PlaybookPlugin, playbook
 from rpmiddleware.builtin.playbook import wire as pw
 from rpmiddleware.builtin.playbook.clientmessages import OWN
 from rpmiddleware.builtin.playbook.parser import parsePlaybook, parseText
@@ -1236,10 +1236,11 @@ class FactoryTests(SynchronousTestCase):
         folder.mkdir()
         (folder / "quest.toml").write_text(EXAMPLE.read_text())
         config = folder / "rpmiddleware.toml"
-        plugin = build(
+        plugin = playbook.buildPlugin(
             {"characters": {"mira": "quest.toml", "ada": "quest.toml"}, "tool_timeout": 3},
             self.services(str(config)),
         )
+        assert isinstance(plugin, PlaybookPlugin)
         self.assertEqual(plugin.playbooks["mira"].name, "quest-giver")
         self.assertIs(plugin.playbooks["mira"], plugin.playbooks["ada"])
         self.assertEqual(plugin.toolTimeout, 3.0)
@@ -1248,24 +1249,25 @@ class FactoryTests(SynchronousTestCase):
         path = Path(self.mktemp() + ".toml")
         path.write_text('[stages.a]\nvoice = "Z1"\n')
         with self.assertRaises(ValueError) as caught:
-            build({"characters": {"mira": str(path)}}, self.services())
+            playbook.buildPlugin({"characters": {"mira": str(path)}}, self.services())
         message = str(caught.exception)
         self.assertIn("plugins.playbook.characters.mira", message)
         self.assertIn("stage 'a', field voice", message)
 
     def test_settings(self) -> None:
         cases: list[tuple[dict[str, Any], str]] = [
-            ({"nonsense": 1}, "unknown setting 'nonsense'"),
-            ({"characters": {"mira": 3}}, "characters must be a table"),
-            ({"tool_timeout": 0}, "tool_timeout"),
-            ({"max_pending_events": 0}, "max_pending_events"),
-            ({"client_playbooks": "yes"}, "client_playbooks"),
+            ({"nonsense": 1}, "unknown setting plugins.playbook.nonsense"),
+            ({"characters": {"mira": 3}}, "plugins.playbook.characters[...] must be a string"),
+            ({"tool_timeout": 0}, "plugins.playbook.tool_timeout must be"),
+            ({"max_pending_events": 0}, "plugins.playbook.max_pending_events must be"),
+            ({"client_playbooks": "yes"}, "plugins.playbook.client_playbooks must be"),
         ]
         for settings, words in cases:
             with self.assertRaises(ValueError) as caught:
-                build(settings, self.services())
+                playbook.buildPlugin(settings, self.services())
             self.assertIn(words, str(caught.exception))
-        plugin = build({"interrupt_priority": 5}, self.services())
+        plugin = playbook.buildPlugin({"interrupt_priority": 5}, self.services())
+        assert isinstance(plugin, PlaybookPlugin)
         self.assertEqual(plugin.interruptPriority, 5.0)
 
 
@@ -1325,7 +1327,8 @@ class DropinToolTests(SynchronousTestCase):
             'tools = [{ name = "weather", arguments = { where = "here" } }]\n'
         )
         services = PluginServices(Clock(), Settings(), CardHasher(None), Timeline())
-        plugin = build({"characters": {"mira": str(path)}}, services)
+        plugin = playbook.buildPlugin({"characters": {"mira": str(path)}}, services)
+        assert isinstance(plugin, PlaybookPlugin)
         self.assertEqual(plugin.tools["weather"].timeout, 2.0)
         spec = plugin.playbooks["mira"].tools["weather"]
         self.assertEqual((spec.runBy, spec.timeout), ("middleware", 2.0))

@@ -143,13 +143,14 @@ class DirectorTests(SynchronousTestCase):
 
 class PluginTests(SynchronousTestCase):
     def harness(self) -> Any:
-        from rpmiddleware.builtin.actions import buildActions
-        from rpmiddleware.builtin.scene import buildScene
+        from rpmiddleware.builtin.actions import ActionsSettings, buildActions
+        from rpmiddleware.builtin.scene import SceneSettings, buildScene
         from rpmiddleware.testing.kit import PluginHarness, exampleAction, pluginServices
 
         clock = Clock()
         services = pluginServices(clock)
-        scene, actions = buildScene({}, services), buildActions({}, services)
+        scene = buildScene(SceneSettings(), services)
+        actions = buildActions(ActionsSettings(), services)
         harness = PluginHarness([scene, actions], clock)
         harness.startSession()
         scene.openScene(

@@ -15,28 +15,37 @@ the Python API (L{IActions}).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import Annotated
+
+import msgspec
 
 from rpmiddleware.builtin.actions.api import IActions
 from rpmiddleware.builtin.actions.model import ActionError
 from rpmiddleware.builtin.actions.plugin import NAME, ActionsPlugin
-from rpmiddleware.plugin import IPluginServices, PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin import IPluginServices, PluginFactory, PluginSettings
 
-__all__ = ["ActionError", "ActionsPlugin", "IActions", "actions", "buildActions"]
+__all__ = ["ActionError", "ActionsPlugin", "ActionsSettings", "IActions", "actions", "buildActions"]
 
 #: Seconds a game has to answer a call with tool-result.
 DEFAULT_TIMEOUT = 30.0
 
 
-def buildActions(settings: Mapping[str, Any], services: IPluginServices) -> ActionsPlugin:
-    rejectUnknownSettings(NAME, settings, {"timeout"})
-    timeout = settings.get("timeout", DEFAULT_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise ValueError("actions timeout must be a positive number of seconds")
-    return ActionsPlugin(services.reactor, services.timeline, float(timeout))
+class ActionsSettings(PluginSettings):
+    """
+    The C{[plugins.actions]} table.
+    """
+
+    #: Seconds a game has to answer a call with tool-result.
+    timeout: Annotated[float, msgspec.Meta(gt=0)] = DEFAULT_TIMEOUT
+
+
+def buildActions(settings: ActionsSettings, services: IPluginServices) -> ActionsPlugin:
+    return ActionsPlugin(services.reactor, services.timeline, settings.timeout)
 
 
 actions = PluginFactory(
-    NAME, "Game actions a character chooses, checked against their JSON Schema.", buildActions
+    NAME,
+    "Game actions a character chooses, checked against their JSON Schema.",
+    buildActions,
+    settings=ActionsSettings,
 )

@@ -28,8 +28,9 @@ remembers: modules of this package, none of which imports this one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import Annotated
+
+import msgspec
 
 from rpmiddleware.builtin.card_cache.plugin import CARD_BEARING, ENDING, NAME, CardCache
 from rpmiddleware.builtin.card_cache.store import ALIAS_LIMIT, ContentStore
@@ -40,7 +41,7 @@ from rpmiddleware.builtin.card_cache.transfers import (
     smallerPatch,
     transferSize,
 )
-from rpmiddleware.plugin import IPluginServices, PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin import IPluginServices, PluginFactory, PluginSettings
 
 __all__ = [
     "ALIAS_LIMIT",
@@ -48,6 +49,7 @@ __all__ = [
     "ENDING",
     "NAME",
     "CardCache",
+    "CardCacheSettings",
     "ContentStore",
     "buildCardCache",
     "candidatePatch",
@@ -59,26 +61,29 @@ __all__ = [
 ]
 
 
-def _positiveInt(settings: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
-    value = settings.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{NAME}: {key} must be a whole number, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{NAME}: {key} must be at least {minimum}, got {value}")
-    return value
+class CardCacheSettings(PluginSettings):
+    """
+    The C{[plugins.card-cache]} table.
+    """
+
+    #: Card documents kept by hash (least recently used evicted first).
+    store_size: Annotated[int, msgspec.Meta(ge=1)] = 64
+    #: Bytes of card JSON above which diffs and patches run in a reactor turn of their own.
+    defer_threshold: Annotated[int, msgspec.Meta(ge=0)] = 32 * 1024
+    #: Card-bearing requests remembered until accepted or ended.
+    pending_limit: Annotated[int, msgspec.Meta(ge=1)] = 256
 
 
-def buildCardCache(settings: Mapping[str, Any], services: IPluginServices) -> CardCache:
+def buildCardCache(settings: CardCacheSettings, services: IPluginServices) -> CardCache:
     """
-    The plugin from its C{[plugins.card-cache]} table.
+    The plugin from its C{[plugins.card-cache]} table, read by the factory.
     """
-    rejectUnknownSettings(NAME, settings, {"store_size", "defer_threshold", "pending_limit"})
     return CardCache(
         services.cards,
         services.timeline,
-        storeSize=_positiveInt(settings, "store_size", 64, 1),
-        deferThreshold=_positiveInt(settings, "defer_threshold", 32 * 1024, 0),
-        pendingLimit=_positiveInt(settings, "pending_limit", 256, 1),
+        storeSize=settings.store_size,
+        deferThreshold=settings.defer_threshold,
+        pendingLimit=settings.pending_limit,
     )
 
 
@@ -87,4 +92,5 @@ cardCache = PluginFactory(
     "Sends each character card as a reference, patch or snapshot, whichever is cheapest "
     "and valid in the current RPEngine session, and heals card_resync_required.",
     buildCardCache,
+    settings=CardCacheSettings,
 )

@@ -29,68 +29,55 @@ beside it, one rule each:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from rpmiddleware.builtin.playbook.api import IPlaybooks
 from rpmiddleware.builtin.playbook.model import Playbook, PlaybookError
 from rpmiddleware.builtin.playbook.parser import loadPlaybookFile
 from rpmiddleware.builtin.playbook.plugin import NAME, PlaybookPlugin
 from rpmiddleware.builtin.playbook.tools import discoverTools
-from rpmiddleware.plugin import IPluginServices, PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin import IPluginServices, PluginFactory, PluginSettings
 
-__all__ = ["NAME", "IPlaybooks", "PlaybookPlugin", "build", "playbook"]
+__all__ = ["NAME", "IPlaybooks", "PlaybookPlugin", "PlaybookSettings", "build", "playbook"]
 
-SETTINGS = {
-    "characters",
-    "tool_timeout",
-    "client_playbooks",
-    "max_pending_events",
-    "max_context_events",
-    "interrupt_priority",
-    "max_sessions",
-    "turn_start_timeout",
-}
+#: A number of seconds, more than 0.
+Seconds = Annotated[float, msgspec.Meta(ge=0.001)]
+#: A bound: a whole number, at least 1.
+Bound = Annotated[int, msgspec.Meta(ge=1)]
 
 
-def _number(settings: Mapping[str, Any], key: str, default: float, low: float) -> float:
-    value = settings.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
-        raise ValueError(
-            f"plugins.{NAME}.{key} must be a number of at least {low:g}, got {value!r}"
-        )
-    return float(value)
+class PlaybookSettings(PluginSettings):
+    """
+    The C{[plugins.playbook]} table.
+    """
 
-
-def _whole(settings: Mapping[str, Any], key: str, default: int, low: int) -> int:
-    value = settings.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(
-            f"plugins.{NAME}.{key} must be a whole number of at least {low}, got {value!r}"
-        )
-    return value
+    #: characterId = "playbook file" (relative to the configuration file).
+    characters: dict[str, Annotated[str, msgspec.Meta(min_length=1)]] = msgspec.field(
+        default_factory=dict
+    )
+    tool_timeout: Seconds = 10.0
+    client_playbooks: bool = True
+    max_pending_events: Bound = 8
+    max_context_events: Bound = 16
+    interrupt_priority: float | None = None
+    max_sessions: Bound = 1024
+    turn_start_timeout: Seconds = 30.0
 
 
 def build(
-    settings: Mapping[str, Any], services: IPluginServices, providers: tuple[Any, ...] = ()
+    settings: PlaybookSettings, services: IPluginServices, providers: tuple[Any, ...] = ()
 ) -> PlaybookPlugin:
     """
-    The plugin from C{[plugins.playbook]}: every configured playbook file is
-    read and checked now, so a mistake stops start-up naming the file, the
-    stage and the field.
+    The plugin from C{[plugins.playbook]}, read by the factory: every
+    configured playbook file is read and checked now, so a mistake stops
+    start-up naming the file, the stage and the field.
     """
-    rejectUnknownSettings(NAME, settings, SETTINGS)
     tools = discoverTools(providers)
-    characters = settings.get("characters", {})
-    if not isinstance(characters, dict) or not all(
-        isinstance(v, str) and v for v in characters.values()
-    ):
-        raise ValueError(
-            f'plugins.{NAME}.characters must be a table of characterId = "playbook file"'
-        )
     loaded: dict[str, Playbook] = {}
     playbooks: dict[str, Playbook] = {}
-    for characterId, name in characters.items():
+    for characterId, name in settings.characters.items():
         path = services.config.relativePath(name)
         key = str(path.resolve())
         if key not in loaded:
@@ -99,22 +86,16 @@ def build(
             except PlaybookError as e:
                 raise ValueError(f"plugins.{NAME}.characters.{characterId}: {e}")
         playbooks[characterId] = loaded[key]
-    clientPlaybooks = settings.get("client_playbooks", True)
-    if not isinstance(clientPlaybooks, bool):
-        raise ValueError(f"plugins.{NAME}.client_playbooks must be true or false")
-    interrupt = settings.get("interrupt_priority")
-    if interrupt is not None:
-        interrupt = _number(settings, "interrupt_priority", 0.0, float("-inf"))
     return PlaybookPlugin(
         playbooks,
         tools,
-        toolTimeout=_number(settings, "tool_timeout", 10.0, 0.001),
-        clientPlaybooks=clientPlaybooks,
-        maxPendingEvents=_whole(settings, "max_pending_events", 8, 1),
-        maxContextEvents=_whole(settings, "max_context_events", 16, 1),
-        interruptPriority=interrupt,
-        maxSessions=_whole(settings, "max_sessions", 1024, 1),
-        turnStartTimeout=_number(settings, "turn_start_timeout", 30.0, 0.001),
+        toolTimeout=settings.tool_timeout,
+        clientPlaybooks=settings.client_playbooks,
+        maxPendingEvents=settings.max_pending_events,
+        maxContextEvents=settings.max_context_events,
+        interruptPriority=settings.interrupt_priority,
+        maxSessions=settings.max_sessions,
+        turnStartTimeout=settings.turn_start_timeout,
         timeline=services.timeline,
     )
 
@@ -123,4 +104,5 @@ playbook = PluginFactory(
     NAME,
     "Playbooks: stages, transitions and tools that drive what RPEngine is told; live game events.",
     build,
+    settings=PlaybookSettings,
 )

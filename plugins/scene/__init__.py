@@ -14,22 +14,27 @@ Python API (L{IScenes}).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from rpmiddleware.builtin.scene.api import IScenes
 from rpmiddleware.builtin.scene.model import SceneError
 from rpmiddleware.builtin.scene.plugin import NAME, ScenePlugin
-from rpmiddleware.plugin import IPluginServices, PluginFactory, rejectUnknownSettings
+from rpmiddleware.plugin import IPluginServices, PluginFactory, PluginSettings
 
-__all__ = ["IScenes", "SceneError", "ScenePlugin", "buildScene", "scene"]
+__all__ = ["IScenes", "SceneError", "ScenePlugin", "SceneSettings", "buildScene", "scene"]
 
 
-def buildScene(settings: Mapping[str, Any], services: IPluginServices) -> ScenePlugin:
-    rejectUnknownSettings(NAME, settings, set())
+class SceneSettings(PluginSettings):
+    """
+    The C{[plugins.scene]} table: the plugin has no settings, so any key is refused.
+    """
+
+
+def buildScene(settings: SceneSettings, services: IPluginServices) -> ScenePlugin:
     return ScenePlugin(services.cards, services.timeline, services.config.game.integration_id)
 
 
 scene = PluginFactory(
-    NAME, "Scenes with several characters: who answers, reactions, speakers.", buildScene
+    NAME,
+    "Scenes with several characters: who answers, reactions, speakers.",
+    buildScene,
+    settings=SceneSettings,
 )

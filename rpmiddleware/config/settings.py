@@ -315,7 +315,7 @@ def readSection(schema: type[S], table: Mapping[str, Any], where: str) -> S:
         name = problem.field.partition("[")[0].partition(".")[0]
         field = written.get(name, name) + problem.field[len(name) :]
         if problem.kind == "unknown":
-            known = ", ".join(sorted(schema.__struct_fields__))
+            known = ", ".join(sorted(schema.__struct_fields__)) or "none"
             raise ValueError(f"unknown setting {where}.{field} (known: {known})") from None
         why = problem.problem
         if why.startswith(_ENUM):
