@@ -162,7 +162,10 @@ class PageTests(SynchronousTestCase):
         self.assertGreaterEqual(len(snippets), 5)
         for snippet in snippets:
             namespace: dict[str, Any] = {"testCase": self, "__name__": "snippet"}
-            exec(compile(snippet, f"{PAGE.name} snippet", "exec"), namespace)
+            # Compiled as a module of its own: without this module's future
+            # import, so annotations are objects (msgspec reads a struct's).
+            code = compile(snippet, f"{PAGE.name} snippet", "exec", dont_inherit=True)
+            exec(code, namespace)
 
     def test_importsOnlyTheFace(self) -> None:
         """
