@@ -305,7 +305,7 @@ class ReferenceOnlyTests(SynchronousTestCase):
         """
         modules = ourModules()
         self.assertIn("rpmiddleware.cards.canonical", modules)
-        importing = []
+        importing: list[str] = []
         for module in modules.values():
             readImports(module)
             importing.extend(

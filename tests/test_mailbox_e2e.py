@@ -22,9 +22,11 @@ from typing import Any
 from twisted.internet import reactor
 from twisted.internet.defer import DeferredList, inlineCallbacks
 from twisted.internet.task import deferLater
+from twisted.internet.testing import EventLoggingObserver
+from twisted.logger import globalLogPublisher
 
 from rpmiddleware.engine.mailbox.service import MailboxOptions, MailboxService
-from rpmiddleware.testing.kit import captureLogEvents, exampleCard
+from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.simmailbox import MailboxTransport
 from rpmiddleware.testing.simulator import SimulatorOptions, connectSimulator
 from tests.support import clientsuites as suites
@@ -177,7 +179,7 @@ class BothTransports(MailboxMixin, TurnCase):
         does); its later files are dropped with a reason.  Then a hello in
         the mailbox takes over again and the WebSocket is closed with 4001.
         """
-        events = captureLogEvents(self)
+        events = EventLoggingObserver.createWithCleanup(self, globalLogPublisher)
         filed = yield self.engine()
         mailboxSession = self.middleware.link.session
         socket = yield connectSimulator(

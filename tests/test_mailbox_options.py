@@ -12,7 +12,8 @@ from typing import Any
 
 from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
-from twisted.internet.testing import MemoryReactorClock
+from twisted.internet.testing import EventLoggingObserver, MemoryReactorClock
+from twisted.logger import globalLogPublisher
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
@@ -20,7 +21,6 @@ from rpmiddleware.config.settings import ConfigError, parseSettings
 from rpmiddleware.engine.mailbox.service import MailboxService
 from rpmiddleware.tap import Options, makeService
 from rpmiddleware.testing.demo import DemoService
-from rpmiddleware.testing.kit import captureLogEvents
 from rpmiddleware.testing.live import connectClient
 
 
@@ -97,7 +97,7 @@ class DemoThroughTheMailbox(TestCase):
         folder and the scripted conversation plays; the console's status
         names the folder and the transport.
         """
-        events = captureLogEvents(self)
+        events = EventLoggingObserver.createWithCleanup(self, globalLogPublisher)
         self.patch(DemoService, "pacing", {"tokensPerSecond": None, "audioRealtime": False})
         folder = os.path.abspath(self.mktemp())
         options = Options()

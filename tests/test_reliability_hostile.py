@@ -8,17 +8,19 @@ defined answer and the daemon goes on serving RPEngine.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import treq
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, DeferredList, gatherResults
 from twisted.internet.task import deferLater
+from twisted.internet.testing import EventLoggingObserver
+from twisted.logger import LogEvent, globalLogPublisher
 from twisted.trial.unittest import TestCase
 
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.protocol.envelope import Envelope
-from rpmiddleware.testing.kit import captureLogEvents
 from rpmiddleware.testing.live import LiveMiddleware, TestClient, connectClient, startMiddleware
 from tests.support.client import sendCapacityAndWait, whenRouted
 from tests.support.rawpeer import RawPeer, cancelBucketTimers, rawConnect, whenGone
@@ -44,7 +46,7 @@ def whenGoneD(connection: Any) -> Deferred[None]:
     return Deferred.fromCoroutine(whenGone(connection))
 
 
-def headerDrops(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def headerDrops(events: Sequence[LogEvent]) -> list[LogEvent]:
     """
     The log events of connections dropped at the header deadline.
     """
@@ -92,7 +94,7 @@ class HostileTests(TestCase):
         it never becomes a WebSocket.  Meanwhile RPEngine connects normally.
         """
         self.site.headerTimeout = 0.3
-        events = captureLogEvents(self)
+        events = EventLoggingObserver.createWithCleanup(self, globalLogPublisher)
 
         async def run() -> None:
             peers = [await rawConnect(self.live.port) for _ in range(5)]
@@ -123,7 +125,7 @@ class HostileTests(TestCase):
         header deadline.
         """
         self.site.headerTimeout = 0.3
-        events = captureLogEvents(self)
+        events = EventLoggingObserver.createWithCleanup(self, globalLogPublisher)
 
         async def run() -> None:
             peers = await gatherResults([Deferred.fromCoroutine(self._raw()) for _ in range(50)])

@@ -11,8 +11,9 @@ import asyncio
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.testing import EventLoggingObserver
+from twisted.logger import globalLogPublisher
 
-from rpmiddleware.testing.kit import captureLogEvents
 from tests.support.webrtc import AsyncioTestCase, inChildProcess
 
 
@@ -25,7 +26,7 @@ class BridgeTests(AsyncioTestCase):
 
     def setUp(self) -> None:
         super().setUp()
-        self.logged = captureLogEvents(self)
+        self.logged = EventLoggingObserver.createWithCleanup(self, globalLogPublisher)
 
     def failuresLogged(self) -> list[dict[str, Any]]:
         return [e for e in self.logged if e.get("log_failure") is not None]

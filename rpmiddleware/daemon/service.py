@@ -1,5 +1,8 @@
 """
-Services for C{twistd rpmiddleware}: the loopback listener, and the demo.
+Services for C{twistd rpmiddleware}: the loopback listener, the chain's
+plugins (closed when the daemon stops), and L{makeMiddlewareService}, which
+wires them with the engine's file mailbox when it is asked for.  (The demo's
+service is L{rpmiddleware.testing.demo}.)
 """
 
 from __future__ import annotations
@@ -25,7 +28,17 @@ from rpmiddleware.web.site import CLIENT_PATH, ENGINE_PATH, buildSite
 class ListenerService(service.Service):
     """
     Listens on the loopback interface; a port in use stops start-up with a
-    sentence instead of a traceback.
+    sentence instead of a traceback, and start-up logs the endpoints and the
+    link that opens RPEngine on the port actually bound (C{--port 0}).
+
+    Twisted's own services cannot give the bound port with public API, which
+    is why this thin service stays: C{strports.service} does raise a
+    listening error at start-up (the sentence could wrap it), but keeps the
+    port it bound in the private C{_waitingForPort} (C{internet.TCPServer}: in
+    C{_port}), and the port actually bound (C{--port 0} binds any) is needed
+    as C{port} by the log line and RPEngine's link here, the demo
+    (L{rpmiddleware.testing.demo}), the console and
+    L{rpmiddleware.testing.live}.
     """
 
     log = Logger()

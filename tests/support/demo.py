@@ -8,19 +8,20 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet import reactor
+from twisted.internet.testing import EventLoggingObserver
+from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import TestCase
 
 from rpmiddleware.tap import Options, makeService
 from rpmiddleware.testing.demo import DemoService
-from rpmiddleware.testing.kit import captureLogEvents
 
 
-def startFastDemo(testCase: TestCase) -> tuple[Any, list[dict[str, Any]]]:
+def startFastDemo(testCase: TestCase) -> tuple[Any, EventLoggingObserver]:
     """
     Start C{twistd rpmiddleware --demo --port 0} in-process with the simulated
     RPEngine at full speed; return the demo service and the log events.
     """
-    events = captureLogEvents(testCase)
+    events = EventLoggingObserver.createWithCleanup(testCase, globalLogPublisher)
     testCase.patch(DemoService, "pacing", {"tokensPerSecond": None, "audioRealtime": False})
     options = Options()
     options.parseOptions(["--demo", "--port", "0"])
