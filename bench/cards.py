@@ -38,7 +38,8 @@ from rpmiddleware.cards.diff import diff
 from rpmiddleware.cards.validation import CardHasher, canonicalHash, snapshotTransfer
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.discovery import buildChain, discoverPlugins
-from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.plugin import PluginServices
 from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.cardstore import SessionCardStore
 from rpmiddleware.testing.kit import PluginHarness, exampleCard

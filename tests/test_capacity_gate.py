@@ -14,7 +14,7 @@ from rpmiddleware.builtin.capacity_gate import CapacityGate, capacityGate
 from rpmiddleware.builtin.card_cache import CardCache
 from rpmiddleware.cards.validation import CardHasher, canonicalHash, snapshotTransfer
 from rpmiddleware.config.settings import Settings
-from rpmiddleware.core.middleware import PluginServices
+from rpmiddleware.plugin import PluginServices
 from rpmiddleware.plugin.interfaces import IEnvelopePlugin, IPluginFactory
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.protocol.timeline import Timeline

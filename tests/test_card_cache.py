@@ -22,7 +22,7 @@ from rpmiddleware.builtin.card_cache import CardCache, cardCache, jsonSize
 from rpmiddleware.cards.canonical import canonicalJson
 from rpmiddleware.cards.validation import CardHasher
 from rpmiddleware.config.settings import Settings
-from rpmiddleware.core.middleware import PluginServices
+from rpmiddleware.plugin import PluginServices
 from rpmiddleware.plugin.interfaces import IEnvelopePlugin, IPluginFactory
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.protocol.timeline import Timeline

@@ -603,7 +603,8 @@ class ConnectionRig:
 
         from rpmiddleware.cards.validation import CardHasher
         from rpmiddleware.config.settings import Settings
-        from rpmiddleware.core.middleware import Middleware, PluginServices
+        from rpmiddleware.core.middleware import Middleware
+        from rpmiddleware.plugin import PluginServices
         from rpmiddleware.protocol.timeline import Timeline
         from tests.support.client import clockedEndpoint
 

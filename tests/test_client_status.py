@@ -23,8 +23,9 @@ from rpmiddleware.client.status import (
     hubFor,
 )
 from rpmiddleware.config.settings import Settings
-from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.engine.session import EngineSession
+from rpmiddleware.plugin import PluginServices
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import exampleCard

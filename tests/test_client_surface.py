@@ -15,7 +15,8 @@ from rpmiddleware.client.connection import ClientConnection
 from rpmiddleware.client.messages import CLIENT_TYPES
 from rpmiddleware.client.surface import ClientSurface
 from rpmiddleware.config.settings import Settings
-from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.plugin import PluginServices
 from rpmiddleware.protocol.timeline import Timeline
 from tests.support.client import clockedEndpoint
 from tests.support.connections import FakeClientWriter

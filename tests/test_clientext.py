@@ -16,7 +16,8 @@ from zope.interface import implementer
 from rpmiddleware.cards.validation import CardHasher
 from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.config.settings import Settings
-from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.plugin import PluginServices
 from rpmiddleware.plugin.base import ChainPlugin
 from rpmiddleware.plugin.clientext import clientMessage, toClient
 from rpmiddleware.plugin.interfaces import IChainContext, IClientExtension, IEnvelopePlugin

@@ -14,8 +14,9 @@ from zope.interface import implementer
 
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.inorder import InOrder
-from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.core.replystream import ReplyCancelled
+from rpmiddleware.plugin import PluginServices
 from rpmiddleware.plugin.base import ChainPlugin
 from rpmiddleware.plugin.interfaces import IEnvelopePlugin
 from rpmiddleware.protocol.envelope import Envelope

@@ -40,7 +40,7 @@ from rpmiddleware.builtin.memory.planner import Limits, labels, lineOf, plan
 from rpmiddleware.builtin.memory.store import CHECKPOINT_EVERY, MemoryStore, StoreError
 from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.config.settings import Settings
-from rpmiddleware.core.middleware import PluginServices
+from rpmiddleware.plugin import PluginServices
 from rpmiddleware.plugin.clientext import FROM_CLIENT, TO_CLIENT, fromClient
 from rpmiddleware.plugin.interfaces import IClientExtension, IEnvelopePlugin, IPluginFactory
 from rpmiddleware.protocol.prompt import (

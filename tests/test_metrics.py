@@ -16,8 +16,9 @@ from twisted.web.test.requesthelper import DummyRequest
 from rpmiddleware.cards.validation import CardHasher
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.console.metrics import MetricsResource, MiddlewareMetrics, transferBytes
-from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.engine.session import EngineSession
+from rpmiddleware.plugin import PluginServices
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import exampleCard

@@ -22,8 +22,7 @@ from rpmiddleware.builtin.playbook.parser import parsePlaybook, parseText
 from rpmiddleware.builtin.playbook.tools import FunctionTool, ToolCall, ToolSet, discoverTools
 from rpmiddleware.cards.validation import CardHasher
 from rpmiddleware.config.settings import Settings
-from rpmiddleware.core.middleware import PluginServices
-from rpmiddleware.plugin import ChainPlugin, addSceneText
+from rpmiddleware.plugin import ChainPlugin, PluginServices, addSceneText
 from rpmiddleware.plugin.clientext import turnFailed
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.protocol.rules import checkEnvelope, checkPromptContext

@@ -23,7 +23,8 @@ from rpmiddleware.builtin.playbook.tools import FunctionTool
 from rpmiddleware.cards.validation import CardHasher
 from rpmiddleware.client.settings import ClientSettings
 from rpmiddleware.config.settings import Settings
-from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.plugin import PluginServices
 from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.live import TestClient
 from rpmiddleware.testing.memorynet import runOnNetwork

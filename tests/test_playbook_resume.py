@@ -18,7 +18,8 @@ from rpmiddleware.cards.validation import CardHasher
 from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.client.connection import ClientConnection
 from rpmiddleware.config.settings import Settings
-from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.plugin import PluginServices
 from rpmiddleware.protocol.envelope import Direction, Envelope
 from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import exampleCard

@@ -22,7 +22,8 @@ from rpmiddleware.client.status import attachHub
 from rpmiddleware.config.settings import ConfigError, Settings, parseSettings
 from rpmiddleware.console.metrics import MiddlewareMetrics
 from rpmiddleware.core.discovery import PluginRegistry, buildChain, describeChain, importFactory
-from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.plugin import PluginServices
 from rpmiddleware.plugin.base import ChainPlugin, PluginFactory, PluginNameError
 from rpmiddleware.plugin.interfaces import (
     IChainContext,

@@ -31,7 +31,8 @@ from rpmiddleware.cards.hasher import CanonicalCard, CardHasher
 from rpmiddleware.cards.validation import snapshotTransfer
 from rpmiddleware.config.settings import Settings, parseSettings
 from rpmiddleware.core.chain import PluginChain
-from rpmiddleware.core.middleware import DEFAULT_OUTPUT, PluginServices
+from rpmiddleware.core.middleware import DEFAULT_OUTPUT
+from rpmiddleware.plugin import PluginServices
 from rpmiddleware.plugin.clientext import fromClient
 from rpmiddleware.plugin.interfaces import IEngineSessionInfo, IEnvelopePlugin, IPluginServices
 from rpmiddleware.protocol.envelope import Direction, Envelope, summarize

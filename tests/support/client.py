@@ -28,7 +28,8 @@ from rpmiddleware.client.endpoint import ClientEndpoint
 from rpmiddleware.client.sessions import SessionStore
 from rpmiddleware.client.settings import ClientSettings
 from rpmiddleware.config.settings import Settings
-from rpmiddleware.core.middleware import Middleware, PluginServices
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.plugin import PluginServices
 from rpmiddleware.protocol.clienterrors import AudioDecodeError
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.protocol.timeline import Timeline
