@@ -326,7 +326,7 @@ looks for moves in arrays and is quadratic in them (reversing the lorebook took 
 measured once, so it is not run here); `rpmiddleware.cards.diff.diff` trims arrays by common prefix
 and suffix and gives up past 128 operations, when a snapshot is sent instead.
 
-{table(["edit", "make_patch", "carddiff.diff", "speed-up", "operations"], diffRows)}
+{table(["edit", "make_patch", "cards.diff.diff", "speed-up", "operations"], diffRows)}
 
 Card bytes over a 20-turn session (the `card` field as it goes on the wire, compact JSON), the
 card edited a little on every other turn (a sentence, a tag, a lorebook entry, an extension

@@ -16,7 +16,7 @@ RPEngine's check also compiles every C{output.responseProcessing} pattern
 C{parse_response_processing}), so one its regex crate cannot build is
 C{invalid_payload} too: L{checkResponseRules} compiles them here (with
 L{rpmiddleware.testing.responsetext.rustPattern}; what Rust refuses and
-Python would take, lookaround and back-references, enginerules refuses
+Python would take, lookaround and back-references, protocol.rules refuses
 first).  This module adds the frame: size, UTF-8, strict JSON (as serde_json reads
 it: no NaN or Infinity, no number too large for a double, no lone
 surrogate, nesting at most 128 deep).
