@@ -8,7 +8,6 @@ Modules, one job each:
 
   - L{settings}: the C{[client]} settings and the default character;
   - L{messages}: checking client messages, building server ones;
-  - L{errors}: the client error codes and RPEngine's mapped onto them;
   - L{decode}: WAV, WebM/Opus and Ogg/Opus recordings to PCM;
   - L{sessions}: sessions, history and their TTL;
   - L{tts}: one reply's speech at the client's rate, streamed or as a WAV;
@@ -16,7 +15,8 @@ Modules, one job each:
   - L{capacity}: the C{capacity} message (the endpoint's monitor, and each
     connection's notices at a bounded rate);
   - L{attachments}: images for an RPEngine that takes none;
-  - L{extensions}: plugins' messages to clients, and the turns they ask for;
+  - L{clientext}: plugins' messages to clients, and the turns they ask for
+    (the chain's half is L{rpmiddleware.plugin.clientext});
 
 one connection, composed in L{connection} of
 
@@ -36,7 +36,11 @@ and the endpoint:
 
   - L{endpoint}: what a connection is given (its writer, the shared parts,
     the dispatch table);
-  - L{protocol}: the Autobahn protocol and factory.
+  - L{websocket}: the Autobahn protocol and factory.
+
+The client protocol's error codes and field checks are protocol knowledge
+the core and plugins share: L{rpmiddleware.protocol.clienterrors} and
+L{rpmiddleware.protocol.clientfields}.
 """
 
 from rpmiddleware.client.settings import ClientSettings
