@@ -95,7 +95,6 @@ class _Turn:
     character: str
     parts: list[str] = field(default_factory=list)
     completed: str | None = None
-    withdrawn: bool = False
 
 
 @dataclass
@@ -219,9 +218,15 @@ class Memory(ChainPlugin):
             self._stopSummary(context)
             return self._request(envelope)
         if kind in CANCELLING:
-            turn = self._turns.get(envelope.requestId or "")
+            # The game withdrew the turn (a cancel, a barge-in, a stall, a
+            # client gone, a scene's line cut short): it is remembered now,
+            # as far as the client got it, before any request sent after
+            # this cancel is planned; what RPEngine still sends of it is
+            # not the client's any more.
+            turn = self._turns.pop(envelope.requestId or "", None)
             if turn is not None:
-                turn.withdrawn = True
+                self._ended(turn, kind)
+                self._kick()
             return envelope
         if kind == HEARD:
             self._heard(envelope)
@@ -393,11 +398,10 @@ class Memory(ChainPlugin):
             return envelope
         kind = envelope.type
         if kind == "reply.text.delta":
-            if not turn.withdrawn:
-                turn.parts.append(textOfDelta(envelope.fields))
+            turn.parts.append(textOfDelta(envelope.fields))
         elif kind == "reply.text.completed":
             text = envelope.get("text")
-            if not turn.withdrawn and isinstance(text, str):
+            if isinstance(text, str):
                 turn.completed = text
         elif kind == "voice.capture.transcript":
             words = trimmed(envelope.get("text"))
@@ -410,20 +414,28 @@ class Memory(ChainPlugin):
         return envelope
 
     def _ended(self, turn: _Turn, kind: str) -> None:
-        if kind == "request.error":
+        """
+        Remember a turn that ended (C{kind} its terminal type) or was
+        withdrawn (C{kind} the cancel that passed toward RPEngine): the
+        one rule for every way a turn ends.  A completed reply is
+        remembered whole.  Any other end keeps the reply as far as it
+        passed toward the client, the whole text once
+        C{reply.text.completed} passed, else the deltas, marked as cut off
+        unless it was whole; a turn that failed (C{request.error}) before
+        any of its reply passed leaves nothing, so the game may ask again.
+        """
+        reply = turn.completed if turn.completed is not None else "".join(turn.parts)
+        if kind == "request.error" and not reply.strip():
             return
         conversation = self.conversation(turn.key)
         said = []
         if turn.player is not None:
             said.append(turn.player)
-        elif kind == "reply.completed" or turn.parts:
+        elif kind == "reply.completed" or reply.strip():
             # A capture that never told its words.
             said.append((PLAYER, "", "", UNHEARD))
-        if kind == "reply.completed" and not turn.withdrawn and turn.completed is not None:
-            reply, status = turn.completed, COMPLETE
-        else:
-            reply = "".join(turn.parts)
-            status = COMPLETE if kind == "reply.completed" and not turn.withdrawn else INTERRUPTED
+        whole = kind == "reply.completed" or turn.completed is not None
+        status = COMPLETE if whole else INTERRUPTED
         if reply.strip():
             said.append((CHARACTER, turn.character, reply.strip(), status))
         if said:

@@ -10,6 +10,10 @@ socket or real time.
     stream = middleware.requestReply("mira", text="Hello", card=exampleCard())
     clock.advance(5)
     engine.engine.invocations[-1].history   # what the model was given
+
+With C{latency}, every message takes that long each way, in order, as over a
+real connection: a test of what happens between a message and its answer
+(a cancel and RPEngine's C{reply.cancelled}) sees that time pass.
 """
 
 from __future__ import annotations
@@ -27,8 +31,16 @@ class InMemoryEngine:
     @ivar session: the middleware's L{rpmiddleware.engine.session.EngineSession}.
     """
 
-    def __init__(self, middleware: Any, clock: Any, options: SimulatorOptions | None) -> None:
+    def __init__(
+        self,
+        middleware: Any,
+        clock: Any,
+        options: SimulatorOptions | None,
+        latency: float = 0.0,
+    ) -> None:
         self.open = True
+        self.clock = clock
+        self.latency = latency
         self.engine = SimulatedEngine(self._toMiddleware, clock, options)
         self.session = middleware.newEngineSession(self, peer="in-memory")
         self.engine.transportDisconnect = self.disconnect
@@ -37,6 +49,12 @@ class InMemoryEngine:
     # The middleware's writer.
 
     def sendText(self, payload: bytes) -> None:
+        if self.latency > 0:
+            self.clock.callLater(self.latency, self._toEngine, payload)
+        else:
+            self._toEngine(payload)
+
+    def _toEngine(self, payload: bytes) -> None:
         if self.open:
             self.engine.receivedFrame(payload)
 
@@ -46,8 +64,15 @@ class InMemoryEngine:
     # The engine's.
 
     def _toMiddleware(self, fields: dict[str, Any]) -> None:
+        text = json.dumps(fields)
+        if self.latency > 0:
+            self.clock.callLater(self.latency, self._received, text)
+        else:
+            self._received(text)
+
+    def _received(self, text: str) -> None:
         if self.open:
-            self.session.received(json.loads(json.dumps(fields)))
+            self.session.received(json.loads(text))
 
     def disconnect(self) -> None:
         """RPEngine's tab closes: both sides see the connection end."""
@@ -58,9 +83,10 @@ class InMemoryEngine:
 
 
 def connectInMemory(
-    middleware: Any, clock: Any, options: SimulatorOptions | None = None
+    middleware: Any, clock: Any, options: SimulatorOptions | None = None, latency: float = 0.0
 ) -> InMemoryEngine:
     """
-    Connect a simulated RPEngine to C{middleware}; it says C{hello} at once.
+    Connect a simulated RPEngine to C{middleware}; it says C{hello} at once
+    (after C{latency}, the time each message takes each way).
     """
-    return InMemoryEngine(middleware, clock, options)
+    return InMemoryEngine(middleware, clock, options, latency)

@@ -1,0 +1,259 @@
+"""
+Every way a turn is interrupted, played as a player plays it: the next line
+is sent the moment the interruption happens, never after the clock settled.
+The default chain on a Clock with the simulated RPEngine (which assembles
+every prompt as RPEngine's core does) and a client of the endpoint.
+
+What each path sends RPEngine and what each character remembers is the
+table in docs/memory.md (I{When a turn is interrupted}); each row is a
+test here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from rpmiddleware.builtin.memory import IConversationMemory, Memory
+from rpmiddleware.client.clientext import ExtensionBridge
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.protocol.prompt import AssembledPrompt
+from rpmiddleware.testing.inmemory import connectInMemory
+from rpmiddleware.testing.kit import exampleCard
+from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText
+from tests.support.client import clockedEndpoint
+from tests.support.connections import OpenConnections
+from tests.support.memory import settle
+
+STORY = "Tell me a very long story."
+NEXT = "Stop, never mind. What is your name?"
+#: Each way between the middleware and RPEngine, as over a real connection.
+LATENCY = 0.005
+LONG = " ".join(f"word{i}." for i in range(40))
+
+
+class Rig:
+    """
+    The default chain (memory in it) on a Clock, the simulator paced at
+    C{tokensPerSecond}, and one client of the endpoint playing C{mira}.
+    C{lines} maps a characterId to what its model says.
+    """
+
+    def __init__(
+        self, lines: dict[str, str] | None = None, tokensPerSecond: float | None = 20
+    ) -> None:
+        self.lines = lines if lines is not None else {}
+        self.clock = Clock()
+        self.settings = Settings()
+        self.settings.plugins["memory"] = {"path": ":memory:", "summaries": False}
+        self.middleware = Middleware.fromSettings(self.clock, self.settings)
+        self.link = connectInMemory(
+            self.middleware,
+            self.clock,
+            SimulatorOptions(replyText=self._reply, tokensPerSecond=tokensPerSecond),
+            latency=LATENCY,
+        )
+        self.endpoint = clockedEndpoint(self.middleware, self.settings, self.clock)
+        self.clients = OpenConnections(self.endpoint, self.clock)
+        self.middleware.router.observe(ExtensionBridge(self.clients))
+        settle(self.clock, 0.2)
+        self.connection, self.writer = self.clients.connect()
+        memory = self.middleware.plugin(IConversationMemory)
+        assert isinstance(memory, Memory)
+        self.memory = memory
+        self.card = exampleCard(mes_example="", first_mes="")
+
+    def _reply(self, request: dict[str, Any]) -> str:
+        said = self.lines.get(str(request.get("characterId")))
+        return said if said is not None else defaultReplyText(request)
+
+    @property
+    def engine(self) -> Any:
+        return self.link.engine
+
+    def say(self, **message: Any) -> None:
+        self.clients.say(self.connection, **message)
+
+    def sent(self, *types: str) -> list[dict[str, Any]]:
+        return [m for m in self.writer.sent if not types or m["type"] in types]
+
+    def begin(self) -> None:
+        self.say(type="character", characterId="mira", card=self.card)
+        self.say(type="configure", player={"displayName": "Alex"}, output={"modalities": ["text"]})
+
+    def until(self, predicate: Any, seconds: float = 30.0, step: float = 0.01) -> None:
+        """Run the Clock in small steps until C{predicate()} holds."""
+        for _ in range(int(seconds / step)):
+            if predicate():
+                return
+            self.clock.advance(step)
+        raise AssertionError("never happened")
+
+    def received(self) -> str:
+        """The reply text the client got so far, as llm-chunks."""
+        return "".join(m["content"] for m in self.sent("llm-chunk"))
+
+    def requests(self, characterId: str | None = None) -> list[dict[str, Any]]:
+        return [
+            r
+            for r in self.engine.receivedMessages
+            if r.get("type") == "reply.request"
+            and (characterId is None or r.get("characterId") == characterId)
+        ]
+
+    def invocationFor(self, text: str) -> AssembledPrompt:
+        for invocation in self.engine.invocations:
+            if invocation.user == text:
+                return invocation  # type: ignore[no-any-return]
+        raise AssertionError(f"no invocation for {text!r}")
+
+    def entries(self, characterId: str = "mira") -> list[tuple[str, str, str]]:
+        conversation = self.memory.read(characterId, f"session:{self.connection.session.id}")
+        return [(e["role"], e["text"], e["status"]) for e in conversation["entries"]]
+
+
+class BargeInTests(SynchronousTestCase):
+    def test_textBargeInAtOnceHoldsTheInterruptedExchange(self) -> None:
+        """
+        A new line sent the moment the first llm-chunk arrives: the request
+        for it holds the first line and the reply as far as the client got
+        it, in order, marked as cut off, before RPEngine has even said
+        reply.cancelled.
+        """
+        rig = Rig({"mira": LONG})
+        rig.begin()
+        rig.say(type="text", text=STORY)
+        rig.until(lambda: rig.sent("llm-chunk"))
+        got = rig.received()
+        rig.say(type="text", text=NEXT)
+        settle(rig.clock, 30)
+        invocation = rig.invocationFor(NEXT)
+        self.assertEqual(
+            list(invocation.history), [("user", STORY), ("assistant", got.strip() + " —")]
+        )
+        self.assertLess(len(got), len(LONG))
+        self.assertEqual(
+            rig.entries()[:2],
+            [("player", STORY, "complete"), ("character", got.strip(), "interrupted")],
+        )
+
+    def interrupted(self, rig: Rig, interrupt: Any) -> str:
+        """
+        Start the long story, and at its first llm-chunk call C{interrupt}
+        and send the next line at once; the reply text the client had.
+        """
+        rig.begin()
+        rig.say(type="text", text=STORY)
+        rig.until(lambda: rig.sent("llm-chunk"))
+        got = rig.received()
+        interrupt()
+        return got
+
+    def assertRemembered(self, rig: Rig, got: str) -> None:
+        """The request for NEXT held the first exchange as far as the client got it."""
+        settle(rig.clock, 30)
+        invocation = rig.invocationFor(NEXT)
+        self.assertEqual(
+            list(invocation.history), [("user", STORY), ("assistant", got.strip() + " —")]
+        )
+        self.assertLess(len(got.strip()), len(LONG))
+
+    def test_cancelThenTheNextLineAtOnce(self) -> None:
+        """
+        C{cancel}, then the next line in the same moment: RPEngine gets
+        request.cancel, and the next request holds the cut-off exchange.
+        """
+        rig = Rig({"mira": LONG})
+
+        def interrupt() -> None:
+            rig.say(type="cancel")
+            rig.say(type="text", text=NEXT)
+
+        got = self.interrupted(rig, interrupt)
+        self.assertRemembered(rig, got)
+        cancels = [r for r in rig.engine.receivedMessages if r["type"] == "request.cancel"]
+        self.assertEqual([c["requestId"] for c in cancels], [rig.requests()[0]["requestId"]])
+
+    def test_audioBargeInAtOnce(self) -> None:
+        """
+        Speech barging in (a recording, as an C{audio} message or a WebRTC
+        microphone's utterance becomes): the same rule.
+        """
+        rig = Rig({"mira": LONG})
+        rig.engine.options.audioTranscript = NEXT
+        audio = {"format": "pcm_s16le", "sampleRate": 16000, "channels": 1, "data": "AAAAAA=="}
+        got = self.interrupted(rig, lambda: rig.connection.submitAudio(audio))
+        settle(rig.clock, 30)
+        mine = [r for r in rig.requests() if "audio" in r.get("event", {})]
+        self.assertEqual(len(mine), 1)
+        invocation = rig.engine.invocations[-1]
+        self.assertEqual(
+            list(invocation.history), [("user", STORY), ("assistant", got.strip() + " —")]
+        )
+
+    def test_voiceCaptureBargeInAtOnce(self) -> None:
+        """A C{voice-capture start} that barges in: the same rule."""
+        rig = Rig({"mira": LONG})
+        got = self.interrupted(rig, lambda: rig.say(type="voice-capture", action="start"))
+        settle(rig.clock, 30)
+        self.assertEqual(
+            list(rig.engine.invocations[-1].history),
+            [("user", STORY), ("assistant", got.strip() + " —")],
+        )
+
+    def test_clientGoneIsRememberedAtOnce(self) -> None:
+        """
+        A client that disconnects mid-reply: its exchange is remembered in
+        the same moment, before RPEngine answered the cancel.
+        """
+        rig = Rig({"mira": LONG})
+        got = self.interrupted(rig, rig.connection.lost)
+        self.assertEqual(
+            rig.entries(),
+            [("player", STORY, "complete"), ("character", got.strip(), "interrupted")],
+        )
+
+    def test_engineLostMidLine(self) -> None:
+        """
+        RPEngine lost mid-line (its request ends with engine_disconnected):
+        remembered as far as the client got it; the next RPEngine's first
+        request holds it.
+        """
+        rig = Rig({"mira": LONG})
+
+        def lose() -> None:
+            rig.link.disconnect()
+            rig.clock.advance(0)
+            self.assertEqual(rig.sent("error")[-1]["code"], "LLM_ERROR")
+            rig.link = connectInMemory(
+                rig.middleware,
+                rig.clock,
+                SimulatorOptions(replyText=rig._reply, tokensPerSecond=20),
+                latency=LATENCY,
+            )
+            rig.say(type="text", text=NEXT)
+
+        got = self.interrupted(rig, lose)
+        self.assertRemembered(rig, got)
+
+    def test_stall(self) -> None:
+        """
+        RPEngine falls silent mid-line and the stall rule cancels the turn:
+        remembered as far as the client got it.
+        """
+        rig = Rig({"mira": LONG})
+        rig.connection.settings.stall_timeout = 1.0
+
+        def silence() -> None:
+            rig.link._received = lambda text: None  # type: ignore[method-assign]
+
+        got = self.interrupted(rig, silence)
+        rig.clock.advance(1.0)
+        self.assertEqual(rig.sent("error")[-1]["code"], "LLM_TIMEOUT")
+        self.assertEqual(
+            rig.entries(),
+            [("player", STORY, "complete"), ("character", got.strip(), "interrupted")],
+        )
