@@ -257,3 +257,94 @@ class BargeInTests(SynchronousTestCase):
             rig.entries(),
             [("player", STORY, "complete"), ("character", got.strip(), "interrupted")],
         )
+
+
+GARRICK = "Halt. The gate is shut."
+MARA = " ".join(f"mara{i}" for i in range(40)) + "."
+
+
+def sceneCard(name: str, description: str) -> dict[str, Any]:
+    return exampleCard(name=name, description=description, mes_example="", first_mes="")
+
+
+CAST: list[dict[str, Any]] = [
+    {"characterId": "garrick", "card": sceneCard("Garrick", "The north gate's guard.")},
+    {"characterId": "mara", "card": sceneCard("Mara", "The innkeeper by the gate.")},
+]
+
+
+class SceneInterruptionTests(SynchronousTestCase):
+    def openScene(self, rig: Rig, **extra: Any) -> None:
+        rig.say(type="character", characterId="garrick", card=CAST[0]["card"])
+        rig.say(type="configure", player={"displayName": "Alex"}, output={"modalities": ["text"]})
+        rig.say(type="scene", op="open", sceneId="gate", cast=CAST, **extra)
+        assert rig.sent("scene-state")[-1]["scene"]["sceneId"] == "gate"
+
+    def maraReceived(self, rig: Rig) -> str:
+        return "".join(
+            m["content"] for m in rig.sent("llm-chunk") if m["speaker"]["characterId"] == "mara"
+        )
+
+    def test_bargeInDuringAReactionStopsIt(self) -> None:
+        """
+        The player's line to Garrick is answered; while Mara's reaction
+        streams (the client has seen three words of it), the player sends a
+        new line at once.  Mara's request is cancelled upstream within one
+        round trip, no further reaction is asked, and no character's memory
+        holds words of hers the client never received.
+        """
+        rig = Rig({"garrick": GARRICK, "mara": MARA})
+        self.openScene(rig, reactions=2)
+        rig.say(type="text", text="Garrick, may I pass?")
+        rig.until(lambda: self.maraReceived(rig).count("mara") >= 3)
+        got = self.maraReceived(rig)
+        maraRequest = rig.requests("mara")[0]["requestId"]
+        asked = len(rig.requests())
+        rig.say(type="text", text="Mara, what is your name?")
+        rig.lines.update(mara="I am Mara.", garrick="She is Mara.")
+        rig.clock.advance(2 * LATENCY)
+        cancels = [
+            r["requestId"] for r in rig.engine.receivedMessages if r["type"] == "request.cancel"
+        ]
+        self.assertIn(maraRequest, cancels)
+        settle(rig.clock, 30)
+        after = [r["event"]["text"] for r in rig.requests()[asked:]]
+        self.assertEqual(after[0], "Mara, what is your name?", "the new line came next")
+        self.assertFalse(
+            [text for text in after if "mara" in text], "no reaction to the abandoned line"
+        )
+        self.assertNotIn(MARA, " ".join(text for _, text, _ in rig.entries("mara")))
+        self.assertIn(("character", got.strip(), "interrupted"), rig.entries("mara"))
+        # Garrick heard her as far as the player did.
+        self.assertIn(("other", got.strip(), "interrupted"), rig.entries("garrick"))
+        for characterId in ("garrick", "mara"):
+            for _, text, _ in rig.entries(characterId):
+                self.assertNotIn("mara39", text, characterId)
+        # Mara's next request holds her cut-off line, marked, and the new line.
+        invocation = rig.invocationFor("Mara, what is your name?")
+        self.assertIn(("assistant", got.strip() + " —"), list(invocation.history))
+
+    def test_bargeInDuringTheAddressedLine(self) -> None:
+        """
+        The player cuts Garrick off while his answer streams: his request is
+        cancelled, Mara is never asked to react, and both remember his line
+        as far as the player got it, cut off, in the request for the next.
+        """
+        rig = Rig({"garrick": MARA.replace("mara", "garrick"), "mara": "Hush."})
+        self.openScene(rig)
+        rig.say(type="text", text="Garrick, may I pass?")
+        rig.until(lambda: rig.received().count("garrick") >= 2)
+        got = rig.received().strip()
+        rig.say(type="text", text="Mara, never mind him.")
+        settle(rig.clock, 30)
+        self.assertEqual(
+            [r["characterId"] for r in rig.requests()],
+            ["garrick", "mara", "garrick"],
+            "no reaction to the line cut off; Mara answers the new line, Garrick reacts",
+        )
+        self.assertIn(("character", got, "interrupted"), rig.entries("garrick"))
+        invocation = rig.invocationFor("Mara, never mind him.")
+        self.assertEqual(
+            list(invocation.history),
+            [("user", "(to Garrick) Garrick, may I pass?"), ("user", f"Garrick: {got} —")],
+        )

@@ -68,9 +68,12 @@ class IConversationMemory(Interface):
 #: it was no request of that character's (another character's line it heard
 #: in a scene, the player's line to someone else, an action's outcome).
 #: Fields: C{integrationId}, C{characterId}, C{role} (C{"player"},
-#: C{"other"} or C{"event"}), C{speaker}, C{text}; C{meta} names the
-#: conversation as a request's does (C{client}, C{conversation}).  Memory
-#: records it and drops it; without memory the engine end drops it.
+#: C{"other"} or C{"event"}), C{speaker}, C{text}, and C{cutOff: true}
+#: for a line heard only in part (another character's line cut short by a
+#: barge-in: it is remembered as far as it was heard, marked as cut off);
+#: C{meta} names the conversation as a request's does (C{client},
+#: C{conversation}).  Memory records it and drops it; without memory the
+#: engine end drops it.
 HEARD = "x-memory.heard"
 
 #: A request's C{meta} key for the line its turn opens with, when that is
@@ -89,9 +92,11 @@ def heard(
     speaker: str,
     text: str,
     meta: dict[str, Any] | None = None,
+    cutOff: bool = False,
 ) -> Envelope:
     """
-    An L{HEARD} envelope: C{characterId} heard C{speaker} say C{text}.
+    An L{HEARD} envelope: C{characterId} heard C{speaker} say C{text}
+    (only that much of a line cut short, with C{cutOff}).
     """
     if role not in HEARD_ROLES:
         raise ValueError(f"role must be one of {', '.join(HEARD_ROLES)}")
@@ -103,5 +108,7 @@ def heard(
         speaker=speaker,
         text=text,
     )
+    if cutOff:
+        envelope.fields["cutOff"] = True
     envelope.meta.update(meta or {})
     return envelope

@@ -698,7 +698,8 @@ def _line(fields: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
     speaker = trimmed(speaker) if isinstance(speaker, str) else ""
     if role == OTHER and not speaker:
         return None
-    return (str(role), speaker, text.strip(), COMPLETE)
+    status = INTERRUPTED if fields.get("cutOff") is True else COMPLETE
+    return (str(role), speaker, text.strip(), status)
 
 
 def _hasAudio(fields: Mapping[str, Any]) -> bool:

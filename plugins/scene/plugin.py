@@ -63,6 +63,7 @@ from rpmiddleware.plugin import (
     addSceneText,
     answerOp,
     clientMessage,
+    textOfDelta,
     toClient,
     trimmed,
 )
@@ -104,6 +105,10 @@ class _Exchange:
     held: Envelope | None = None
     final: Envelope | None = None
     cancelled: bool = False
+    #: The text deltas of each streaming line that passed toward the client,
+    #: until the line is complete as text (a line cut short is heard as far
+    #: as they go).
+    partial: dict[str, list[str]] = field(default_factory=dict)
 
 
 @implementer(IEnvelopePlugin, IClientExtension, IScenes)
@@ -118,8 +123,13 @@ class ScenePlugin(ChainPlugin):
         self.integrationId = integrationId
         #: Client session id to its open scene.
         self.scenes: dict[str, Scene] = {}
-        #: Each line's request id (the game's, and the reactions') to its exchange.
+        #: Each line's request id (the game's, and the reactions') to its
+        #: exchange, while that line plays or waits.
         self._lines: dict[str, _Exchange] = {}
+        #: The game's request id to its exchange, until the exchange's last
+        #: line ends: a cancel of the game's turn finds it while a reaction
+        #: plays, after the game's own line has ended.
+        self._exchanges: dict[str, _Exchange] = {}
 
     # The Python API (IScenes); the client's ops call it too.
 
@@ -203,8 +213,8 @@ class ScenePlugin(ChainPlugin):
                     self._begin(envelope, running, context)
             return envelope
         if kind in CANCELLING:
-            exchange = self._lines.get(envelope.requestId or "")
-            if exchange is not None and envelope.requestId == exchange.requestId:
+            exchange = self._exchanges.get(envelope.requestId or "")
+            if exchange is not None:
                 return self._withdraw(exchange, envelope, context)
             return envelope
         message = clientMessage(envelope, CLIENT_TYPES)
@@ -241,6 +251,7 @@ class ScenePlugin(ChainPlugin):
         exchange.lines[requestId] = answering
         exchange.pending.add(requestId)
         self._lines[requestId] = exchange
+        self._exchanges[requestId] = exchange
         self._note(exchange)
         if text and not capture:
             self._hearPlayer(exchange, answering, text, context)
@@ -278,27 +289,49 @@ class ScenePlugin(ChainPlugin):
         speaker: str,
         text: str,
         context: IChainContext,
+        cutOff: bool = False,
     ) -> None:
         """C{listener} heard C{speaker} say C{text}: its memory is told."""
         meta: dict[str, Any] = {
             k: exchange.meta[k] for k in ("client", "conversation") if k in exchange.meta
         }
         envelope = heard(
-            exchange.scene.integrationId, listener.characterId, role, speaker, text, meta
+            exchange.scene.integrationId, listener.characterId, role, speaker, text, meta, cutOff
         )
         context.sendToEngine(envelope)
 
     def _withdraw(self, exchange: _Exchange, envelope: Envelope, context: IChainContext) -> Any:
         """
-        The game cancelled its turn (or barged in): every line still to come
-        is cancelled; the turn ends when they have.
+        The game cancelled its turn (or barged in): every line playing or
+        waiting is cancelled upstream now, whichever it is (the game's own
+        line may have ended while a reaction plays), and no line is asked
+        for after this; the turn ends when they have.
         """
         exchange.cancelled = True
         for requestId in sorted(exchange.pending - {exchange.requestId}):
             cancel = Envelope.build("request.cancel", requestId=requestId)
             cancel.meta.update({metakeys.ORIGIN: NAME, metakeys.CLIENT: exchange.client})
             context.sendToEngine(cancel)
+        self._heardInPart(exchange, context)
         return envelope if exchange.requestId in exchange.pending else None
+
+    def _heardInPart(self, exchange: _Exchange, context: IChainContext) -> None:
+        """
+        The lines cut short while they streamed: those who hear the speaker
+        heard them as far as the client got them, marked as cut off (the
+        speaker's own memory keeps its line so, by the memory plugin's rule
+        for a withdrawn request).
+        """
+        running = exchange.scene
+        current = self.scenes.get(exchange.client) is running
+        for requestId, parts in exchange.partial.items():
+            text = "".join(parts).strip()
+            speaker = exchange.lines.get(requestId)
+            if not text or speaker is None or not current:
+                continue
+            for listener in running.listeners(speaker.characterId):
+                self._tell(exchange, listener, OTHER, speaker.name, text, context, cutOff=True)
+        exchange.partial.clear()
 
     # Toward the game.
 
@@ -315,7 +348,10 @@ class ScenePlugin(ChainPlugin):
             envelope.meta[metakeys.SPEAKER] = speaker.asSpeaker()
         if kind in TERMINAL:
             return self._lineEnded(exchange, requestId, envelope, context)
-        if kind == "reply.text.completed":
+        if kind == "reply.text.delta" and not exchange.cancelled:
+            exchange.partial.setdefault(requestId, []).append(textOfDelta(envelope.fields))
+        elif kind == "reply.text.completed":
+            exchange.partial.pop(requestId, None)
             self._lineSaid(exchange, speaker, str(envelope.get("text") or ""), context)
         elif kind == "voice.capture.transcript" and requestId == exchange.requestId:
             words = trimmed(envelope.get("text"))
@@ -330,6 +366,10 @@ class ScenePlugin(ChainPlugin):
         A line is complete as text: those who heard it hear it, and one of
         them may react at once.
         """
+        if exchange.cancelled:
+            # Withdrawn while this line's text was on its way: the client
+            # never gets it, so no one hears it and no one reacts to it.
+            return
         running = exchange.scene
         cid = speaker.characterId
         running.lastSpeaker = cid
@@ -401,6 +441,7 @@ class ScenePlugin(ChainPlugin):
         line ended, or as the last reply completed.
         """
         exchange.pending.discard(requestId)
+        exchange.partial.pop(requestId, None)
         self._lines.pop(requestId, None)
         kind = envelope.type
         if kind == "reply.completed":
@@ -419,6 +460,7 @@ class ScenePlugin(ChainPlugin):
             )
         if exchange.pending:
             return None
+        self._exchanges.pop(exchange.requestId, None)
         return exchange.final or exchange.held or envelope
 
     def _note(self, exchange: _Exchange) -> None:
