@@ -22,7 +22,7 @@ from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.protocol.prompt import AssembledPrompt
 from rpmiddleware.testing.inmemory import connectInMemory
-from rpmiddleware.testing.kit import exampleCard
+from rpmiddleware.testing.kit import exampleAction, exampleCard
 from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText
 from tests.support.client import clockedEndpoint
 from tests.support.connections import OpenConnections
@@ -347,4 +347,84 @@ class SceneInterruptionTests(SynchronousTestCase):
         self.assertEqual(
             list(invocation.history),
             [("user", "(to Garrick) Garrick, may I pass?"), ("user", f"Garrick: {got} —")],
+        )
+
+
+OPEN_GATE = exampleAction(characters=["garrick"])
+GUARD_LINE = 'Fine, I will open the north gate. [[open_gate {"gate": "north"}]] Stand back.'
+SAID_LINE = "Fine, I will open the north gate.  Stand back."
+
+
+class OrderTests(SynchronousTestCase):
+    """
+    Memory entries are in the order things happened to the character: an
+    action's outcome after the line that called it, a refused call the
+    same, a reaction after the line it answers.
+    """
+
+    def rig(self, garrick: str, reactions: int = 0) -> Rig:
+        rig = Rig({"garrick": garrick, "mara": "About time, Garrick."})
+        SceneInterruptionTests.openScene(self, rig, reactions=reactions)  # type: ignore[arg-type]
+        # Spoken, so a turn plays on after its text is complete.
+        rig.say(type="configure", output={"modalities": ["text", "audio"]})
+        rig.engine.options.audioRealtime = True
+        rig.say(type="actions", op="declare", actions=[OPEN_GATE])
+        return rig
+
+    def test_outcomeAnsweredWhileTheTurnPlaysFollowsTheLine(self) -> None:
+        """
+        The game answers tool-result the moment tool-call-start arrives,
+        while the turn still plays: the outcome is remembered after
+        Garrick's line, not before the player's.
+        """
+        rig = self.rig(GUARD_LINE)
+        rig.say(type="text", text="Garrick, open the north gate, please.")
+        rig.until(lambda: rig.sent("tool-call-start"))
+        self.assertEqual(rig.sent("reply-complete"), [], "the turn still plays")
+        callId = rig.sent("tool-call-start")[-1]["callId"]
+        rig.say(type="tool-result", callId=callId, result={"open": True})
+        settle(rig.clock, 30)
+        self.assertEqual(
+            [(role, text) for role, text, _ in rig.entries("garrick")],
+            [
+                ("player", "Garrick, open the north gate, please."),
+                ("character", SAID_LINE),
+                ("event", 'Garrick did open_gate {"gate": "north"}: {"open": true}'),
+            ],
+        )
+
+    def test_refusedCallFollowsTheLine(self) -> None:
+        rig = self.rig('[[open_gate {"gate": "west"}]] There.')
+        rig.say(type="text", text="Garrick, open the west gate.")
+        settle(rig.clock, 30)
+        roles = [role for role, _, _ in rig.entries("garrick")]
+        self.assertEqual(roles, ["player", "character", "event"])
+        self.assertIn("but it was not done", rig.entries("garrick")[2][1])
+
+    def test_reactionFollowsTheLineItAnswers(self) -> None:
+        """
+        Garrick's memory: the player's line, his own line, then Mara's
+        reaction to it; Mara's: the player's line to Garrick, his line, hers.
+        """
+        rig = self.rig(GUARD_LINE, reactions=1)
+        rig.say(type="text", text="Garrick, open the north gate, please.")
+        rig.until(lambda: rig.sent("tool-call-start"))
+        rig.say(type="tool-result", callId=rig.sent("tool-call-start")[-1]["callId"], result=None)
+        settle(rig.clock, 30)
+        self.assertEqual(
+            [(role, text) for role, text, _ in rig.entries("garrick")],
+            [
+                ("player", "Garrick, open the north gate, please."),
+                ("character", SAID_LINE),
+                ("event", 'Garrick did open_gate {"gate": "north"}'),
+                ("other", "About time, Garrick."),
+            ],
+        )
+        self.assertEqual(
+            [(role, text) for role, text, _ in rig.entries("mara")],
+            [
+                ("player", "(to Garrick) Garrick, open the north gate, please."),
+                ("other", SAID_LINE),
+                ("character", "About time, Garrick."),
+            ],
         )

@@ -95,6 +95,9 @@ class _Turn:
     character: str
     parts: list[str] = field(default_factory=list)
     completed: str | None = None
+    #: Lines the character heard while this turn played (an action's
+    #: outcome, a refused call, another's line): remembered after it.
+    after: list[tuple[str, str, str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -251,7 +254,21 @@ class Memory(ChainPlugin):
             )
             return
         key = self.keyOf(envelope.fields, envelope.meta)
+        playing = self._playing(key)
+        if playing is not None:
+            # Heard while the character's own line plays: it happened after
+            # that line began, so it is remembered after it.
+            playing.after.append(line)
+            return
         self.storeFor(key).append(self.conversation(key), line)
+
+    def _playing(self, key: Key) -> _Turn | None:
+        """The newest turn of C{key}'s conversation still in flight, if any."""
+        found = None
+        for turn in self._turns.values():
+            if turn.key == key:
+                found = turn
+        return found
 
     def _request(self, envelope: Envelope) -> Envelope:
         fields, meta = envelope.fields, envelope.meta
@@ -423,21 +440,24 @@ class Memory(ChainPlugin):
         C{reply.text.completed} passed, else the deltas, marked as cut off
         unless it was whole; a turn that failed (C{request.error}) before
         any of its reply passed leaves nothing, so the game may ask again.
+        What the character heard while the turn played follows it.
         """
         reply = turn.completed if turn.completed is not None else "".join(turn.parts)
-        if kind == "request.error" and not reply.strip():
-            return
         conversation = self.conversation(turn.key)
-        said = []
-        if turn.player is not None:
+        said: list[tuple[str, str, str, str]] = []
+        if kind == "request.error" and not reply.strip():
+            pass
+        elif turn.player is not None:
             said.append(turn.player)
         elif kind == "reply.completed" or reply.strip():
             # A capture that never told its words.
             said.append((PLAYER, "", "", UNHEARD))
         whole = kind == "reply.completed" or turn.completed is not None
         status = COMPLETE if whole else INTERRUPTED
-        if reply.strip():
+        if reply.strip() and said:
             said.append((CHARACTER, turn.character, reply.strip(), status))
+        # What the character heard while its line played comes after it.
+        said.extend(turn.after)
         if said:
             self.storeFor(turn.key).append(conversation, *said)
             self._failures.pop(turn.key, None)
