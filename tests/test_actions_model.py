@@ -5,13 +5,14 @@ is imported at the first declaration rather than when the daemon starts.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.builtin.actions.model import ActionError, BadCall, actions, readCall
+from rpmiddleware.builtin.actions.model import RULE, ActionError, BadCall, actions, readCall
 
 TOP = Path(__file__).resolve().parent.parent
 
@@ -27,6 +28,17 @@ DOOR = {
 
 
 class ActionsModelTests(SynchronousTestCase):
+    def test_docsShowTheRuleRPEngineReceives(self) -> None:
+        """
+        docs/scenes.md (I{How calls come out}) shows the response-processing
+        rule as the plugin sends it, not an older one.
+        """
+        text = (TOP / "docs" / "scenes.md").read_text(encoding="utf-8")
+        section = text[text.index("**How calls come out.**") :]
+        start = section.index("```json\n") + 8
+        block = section[start : section.index("\n```", start)]
+        self.assertEqual(json.loads(block), RULE)
+
     def test_schemaChecked(self) -> None:
         """
         A declaration whose parameters are not a valid JSON Schema is refused.

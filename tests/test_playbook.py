@@ -639,8 +639,10 @@ class ToolTests(SynchronousTestCase):
                 "callId": start["callId"],
                 "result": {"ok": True, "id": 7},
                 "durationMs": 1250,
+                "turnId": requestId,
             },
         )
+        self.assertEqual(start["turnId"], requestId)
         self.assertEqual(
             (change["from"], change["to"], change["reason"]),
             ("offer", "given", "tool give succeeded"),

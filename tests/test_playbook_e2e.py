@@ -197,7 +197,8 @@ class QuestGiverTests(PlaybookCase):
             },
         )
         start = messages[2]
-        self.assertEqual(set(start), {"type", "name", "callId", "arguments"})
+        self.assertEqual(set(start), {"type", "name", "callId", "arguments", "turnId"})
+        self.assertEqual(start["turnId"], turnId)
         self.assertEqual(start["name"], "give_quest")
         self.assertEqual(
             start["arguments"],
@@ -222,6 +223,7 @@ class QuestGiverTests(PlaybookCase):
                     "callId": start["callId"],
                     "result": {"questId": "cellar-rats", "status": "offered"},
                     "durationMs": 1500,
+                    "turnId": turnId,
                 }
             ],
         )
@@ -358,6 +360,7 @@ class QuestGiverTests(PlaybookCase):
                         "the call was abandoned"
                     ),
                     "durationMs": 15000,
+                    "turnId": start["turnId"],
                 },
                 {
                     "type": "error",
@@ -514,12 +517,13 @@ class ClientPlaybookTests(PlaybookCase):
             client, "tool-call-start", "tool-call-end", "tool-call-start"
         )
         book = [m for m in messages if m["type"] in PLAYBOOK_TYPES]
+        turnId = next(m["turnId"] for m in messages if m["type"] == "transcript")
         self.assertEqual([m["type"] for m in book], [
             "stage-change", "tool-call-start", "tool-call-end", "tool-call-start",
         ])  # fmt: skip
         self.assertEqual(
             book[1], {"type": "tool-call-start", "name": "lookup", "callId": book[1]["callId"],
-                      "arguments": {"item": "sword"}},
+                      "arguments": {"item": "sword"}, "turnId": turnId},
         )  # fmt: skip
         self.assertEqual(
             book[2],
@@ -528,6 +532,7 @@ class ClientPlaybookTests(PlaybookCase):
                 "callId": book[1]["callId"],
                 "result": {"found": "sword", "stage": "sell"},
                 "durationMs": 0,
+                "turnId": turnId,
             },
         )
         client.send({"type": "tool-result", "callId": book[3]["callId"], "error": "no coin"})

@@ -350,6 +350,8 @@ class ActionTests(SynchronousTestCase):
         callId = rig.sent("tool-call-start")[-1]["callId"]
         rig.say(type="tool-result", callId=callId, result={"open": True})
         end = rig.sent("tool-call-end")[-1]
+        self.assertEqual(end["turnId"], rig.sent("tool-call-start")[-1]["turnId"])
+        self.assertEqual(end["turnId"], rig.sent("reply-complete")[-1]["turnId"])
         self.assertEqual((end["callId"], end["result"]), (callId, {"open": True}))
         rig.lines["garrick"] = "It is open."
         rig.turn("Garrick, is it open?")
@@ -505,6 +507,11 @@ class ConsoleTests(SynchronousTestCase):
         rig.say(type="actions", op="declare", actions=[{**OPEN_GATE, "characters": ["mara"]}])
         rig.turn("Garrick, open the gate.")
         self.assertEqual(rig.sent("tool-call-start")[-1]["speaker"]["characterId"], "mara")
+        # The reaction's call belongs to the player's turn, and says so.
+        turnId = rig.sent("transcript")[-1]["turnId"]
+        self.assertEqual(rig.sent("tool-call-start")[-1]["turnId"], turnId)
+        rig.say(type="tool-result", callId=rig.sent("tool-call-start")[-1]["callId"], result=None)
+        self.assertEqual(rig.sent("tool-call-end")[-1]["turnId"], turnId)
         turns = hubFor(rig.endpoint).snapshot(38471)["turns"]
         self.assertEqual(len(turns), 1, "the reaction is no turn of its own")
         self.assertEqual([t["name"] for t in turns[0]["tools"]], ["open_gate"])

@@ -8,9 +8,10 @@ context and gets the response-processing rule that captures the calls
 (L{model}); a request with none offered is left alone, so it streams
 unbuffered as before.  Toward the game, the reply's captured calls are read
 and checked: a good one is sent to the client as C{tool-call-start {name,
-callId, arguments}}; the client's C{tool-result} (or the timeout) ends it with
-C{tool-call-end}, and the outcome is remembered in the character's
-conversation, so its next turn knows the gate is open.  A bad one (unknown,
+callId, arguments, speaker, turnId}}; the client's C{tool-result} (or the
+timeout) ends it with C{tool-call-end {callId, turnId, ...}}, and the
+outcome is remembered in the character's conversation, after the line that
+made the call, so its next turn knows the gate is open.  A bad one (unknown,
 not offered, arguments not JSON or against the schema) never reaches the
 client: it is logged and remembered as not done.
 """
@@ -263,6 +264,7 @@ class ActionsPlugin(ChainPlugin):
                     "callId": callId,
                     "arguments": call.arguments,
                     "speaker": {"characterId": turn.characterId, "name": turn.character},
+                    "turnId": turn.turnId,
                 },
             )
         )
@@ -277,7 +279,11 @@ class ActionsPlugin(ChainPlugin):
             running.timer.cancel()
         turn, call = running.turn, running.call
         durationMs = round((self.reactor.seconds() - running.started) * 1000, 1)
-        ended: dict[str, Any] = {"type": "tool-call-end", "callId": running.callId}
+        ended: dict[str, Any] = {
+            "type": "tool-call-end",
+            "callId": running.callId,
+            "turnId": turn.turnId,
+        }
         if error is not None:
             ended["error"] = str(error)
             outcome = f"{turn.character} tried to {_said(call)}, but it failed: {error}"

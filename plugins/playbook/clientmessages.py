@@ -128,12 +128,13 @@ def _stageChange(f: dict[str, Any]) -> dict[str, Any]:
 
 
 def _toolCallStart(f: dict[str, Any]) -> dict[str, Any]:
-    return {
+    message = {
         "type": "tool-call-start",
         "name": f["name"],
         "callId": f["callId"],
         "arguments": f.get("arguments") or {},
     }
+    return _withTurn(message, f)
 
 
 def _toolCallEnd(f: dict[str, Any]) -> dict[str, Any]:
@@ -143,6 +144,13 @@ def _toolCallEnd(f: dict[str, Any]) -> dict[str, Any]:
     else:
         message["result"] = f.get("result")
     message["durationMs"] = f["durationMs"]
+    return _withTurn(message, f)
+
+
+def _withTurn(message: dict[str, Any], f: dict[str, Any]) -> dict[str, Any]:
+    """The turn a call belongs to, when a turn's transition made it."""
+    if isinstance(f.get("turnId"), str):
+        message["turnId"] = f["turnId"]
     return message
 
 

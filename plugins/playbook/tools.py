@@ -283,6 +283,7 @@ class ToolRunner:
                 callId=callId,
                 arguments=arguments,
                 runBy=spec.runBy,
+                **_turnOf(requestId),
             )
         )
         if tool is None:
@@ -351,6 +352,7 @@ class ToolRunner:
             outcome, value = "success", result
             end["result"] = result
         end["durationMs"] = durationMs
+        end.update(_turnOf(run.requestId))
         self._post(wire.toGame(wire.TOOL_CALL_END, state.clientId, **end))
         run.entry.update(outcome=outcome, durationMs=durationMs)
         if outcome == "error":
@@ -364,3 +366,8 @@ class ToolRunner:
         if run.requestId is not None:
             self._noted(run)
         self._ended(state, run, outcome, value)
+
+
+def _turnOf(requestId: str | None) -> dict[str, str]:
+    """The C{turnId} of a call a turn's transition made (none for a game event's)."""
+    return {"turnId": requestId} if requestId else {}
