@@ -428,3 +428,30 @@ class OrderTests(SynchronousTestCase):
                 ("character", "About time, Garrick."),
             ],
         )
+
+
+class TableTests(SynchronousTestCase):
+    def test_everyRowOfTheTableIsATestHere(self) -> None:
+        """
+        docs/memory.md's table of interruptions names a test of this module
+        on every row, and each exists.
+        """
+        import re
+        from pathlib import Path
+
+        import tests.test_interruptions as here
+
+        text = (Path(__file__).resolve().parent.parent / "docs" / "memory.md").read_text("utf-8")
+        section = text[text.index("## When a turn is interrupted") :]
+        section = section[: section.index("\n## ")]
+        rows = [line for line in section.splitlines() if line.startswith("| ") and "`test_" in line]
+        self.assertGreaterEqual(len(rows), 9)
+        names = {
+            name
+            for case in vars(here).values()
+            if isinstance(case, type) and issubclass(case, SynchronousTestCase)
+            for name in vars(case)
+        }
+        for row in rows:
+            for name in re.findall(r"`(test_\w+)`", row):
+                self.assertIn(name, names, row)
