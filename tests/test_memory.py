@@ -37,7 +37,7 @@ from rpmiddleware.builtin.memory.conversation import (
 )
 from rpmiddleware.builtin.memory.lorebook import EntryReader, activate, bookOf, entryFrom
 from rpmiddleware.builtin.memory.planner import Limits, labels, lineOf, plan
-from rpmiddleware.builtin.memory.store import CHECKPOINT_EVERY, MemoryStore, StoreError
+from rpmiddleware.builtin.memory.store import MemoryStore, StoreError
 from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.plugin import PluginServices
@@ -360,27 +360,6 @@ class StoreTests(SynchronousTestCase):
         self.assertEqual((again.summary, again.summarizedThrough), ("They met.", 1))
         self.assertEqual(again.facts[0].id, fact.id)
 
-    def test_checkpointsAreOffloaded(self) -> None:
-        """
-        The log is written back into the file away from the caller: every
-        CHECKPOINT_EVERY commits, one checkpoint is handed to the offload,
-        and none more while it is still running.
-        """
-        handed: list[Any] = []
-        store = MemoryStore(self.mktemp(), lambda: 0.0, offload=handed.append)
-        conversation = store.conversation(KEY)
-        for i in range(2 * CHECKPOINT_EVERY):
-            store.append(conversation, (PLAYER, "Alex", f"line {i}", COMPLETE))
-        self.assertEqual(handed, [store.checkpoint], "one at a time")
-        handed.pop()()
-        for i in range(CHECKPOINT_EVERY):
-            store.append(conversation, (PLAYER, "Alex", f"more {i}", COMPLETE))
-        self.assertEqual(handed, [store.checkpoint])
-        handed.pop()()
-        store.close()
-        again = MemoryStore(store.path, lambda: 0.0).conversation(KEY)
-        self.assertEqual(len(again.entries), 3 * CHECKPOINT_EVERY)
-
     def test_briefsCountWithoutLoading(self) -> None:
         path = self.mktemp()
         store = MemoryStore(path, lambda: 5.0)
@@ -489,12 +468,15 @@ class ClientMessageTests(SynchronousTestCase):
         self.assertEqual(read["conversation"]["conversationId"], "slot")
         self.assertEqual(read["conversation"]["facts"][0]["text"], "The player is Alex.")
         exported = self.ask(op="export", characterId="mira")["document"]
+        refused = self.ask(op="import", characterId="mira", conversationId="b", document=exported)
         self.assertEqual(
-            self.ask(op="import", characterId="mira", conversationId="b", document=exported)[
-                "entries"
-            ],
-            0,
+            (refused["code"], refused["id"] if "id" in refused else None), ("INVALID_MESSAGE", None)
         )
+        self.assertIn("empty: true", refused["message"])
+        imported = self.ask(
+            op="import", characterId="mira", conversationId="b", document=exported, empty=True
+        )
+        self.assertEqual(imported["entries"], 0)
         self.assertTrue(self.ask(op="forget", characterId="mira")["forgotten"])
 
     def test_sessionEndedForgetsItsConversations(self) -> None:

@@ -19,8 +19,6 @@ what a game may ask, L{settings} the configuration.
 
 from __future__ import annotations
 
-import os
-
 from rpmiddleware.builtin.memory.api import IConversationMemory
 from rpmiddleware.builtin.memory.plugin import NAME, Memory
 from rpmiddleware.builtin.memory.settings import MemorySettings
@@ -41,8 +39,11 @@ def buildMemory(parsed: MemorySettings, services: IPluginServices) -> Memory:
         services.timeline,
         services.config.game.integration_id,
     )
-    if os.path.exists(parsed.path):
-        # A file that is there is read now, so a wrong one is said at start-up.
+    if parsed.path != ":memory:":
+        # Opened (made if need be) and written to now, so that a store that
+        # cannot be written (a read-only folder or file, a lock another
+        # process holds, not a memory database) is said at start-up, with
+        # the file and the cause.
         try:
             plugin.store.check()
         except StoreError as e:

@@ -44,8 +44,17 @@ class IConversationMemory(Interface):
     def export(characterId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]
         """The conversation as a JSON document for the game's save file."""
 
-    def restore(characterId, conversationId, document, integrationId=None):  # type: ignore[no-untyped-def]
-        """Replace the conversation with an exported document; StoreError if wrong."""
+    def restore(characterId, conversationId, document, integrationId=None, empty=False):  # type: ignore[no-untyped-def]
+        """
+        Replace the conversation with an exported document; StoreError if
+        wrong, or if it has no entries and C{empty} is not true.
+        """
+
+    def loaded(characterId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]
+        """A Deferred that fires once the conversation is loaded (read off the reactor)."""
+
+    def conversationsLater(integrationId=None, characterId=None):  # type: ignore[no-untyped-def]
+        """C{conversations}, as a Deferred, the file read off the reactor."""
 
     def forget(characterId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]
         """Remove the conversation; whether there was one."""

@@ -1,13 +1,18 @@
 """
 What a game may ask of memory over the client protocol: the C{memory}
 message, C{{op, id?, ...}}, answered with C{memory-result {op, id, ...}} or
-C{error} (C{INVALID_MESSAGE}, with C{op} and C{id}) naming what was wrong.
+C{error} with C{op} and C{id}: C{INVALID_MESSAGE} naming what was wrong
+with the message, C{INTERNAL_ERROR} naming the cause when the store failed
+(a locked or failing disk past C{write_timeout}, a bug of ours).  Every op
+is answered, whatever happens.  An op answers once what it changed is
+written (or not: then C{INTERNAL_ERROR}); what it reads is read on the
+store's own thread, never the reactor's.
 
 A client's conversation is its game's C{conversationId} (chosen with C{use},
 for every character it plays) or, until it chooses one, its session's own.
 Ops that touch one conversation name its C{characterId} and may name a
 C{conversationId} other than the client's; C{integrationId} defaults to the
-configured one.  The ops, and what they take:
+one the client's C{character} named, else the configured one.  The ops, and what they take:
 
   - C{use} C{{conversationId: str | null}}: this client's conversations;
   - C{where} C{{location?, scene?}}: where the player is, for scoped knowledge;
@@ -15,7 +20,8 @@ configured one.  The ops, and what they take:
   - C{list} C{{characterId?}}; C{read}, C{export}, C{forget} C{{characterId}};
   - C{edit} C{{characterId, seq, text | remove: true}}; C{summary} C{{characterId, summary}};
   - C{pin} C{{characterId, fact}}; C{unpin} C{{characterId, factId}};
-  - C{import} C{{characterId, document}} (what C{export} gave);
+  - C{import} C{{characterId, document, empty?}} (what C{export} gave;
+    C{empty: true} to import one with no entries);
   - C{know} C{{text, keys?, constant?, scope?}}; C{unknow} C{{knowledgeId}}.
 """
 
@@ -24,14 +30,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from twisted.internet.defer import Deferred, gatherResults, maybeDeferred, succeed
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
 from rpmiddleware.builtin.memory.api import IConversationMemory as Memory
 from rpmiddleware.builtin.memory.conversation import SESSION_PREFIX, Where
-from rpmiddleware.builtin.memory.store import InvalidDocument, StoreError
+from rpmiddleware.builtin.memory.planner import MAX_FACT
+from rpmiddleware.builtin.memory.store import InvalidDocument, StoreError, describe
 from rpmiddleware.plugin import IChainContext, toClient
 
 MAX_TEXT = 8000
 MAX_ID = 256
 SCOPES = ("world", "character:", "location:", "scene:")
+
+log = Logger()
 
 
 class OpError(Exception):
@@ -44,6 +57,10 @@ def _string(message: dict[str, Any], name: str, limit: int = MAX_TEXT) -> str:
         raise OpError(f"{name} must be a non-empty string")
     if len(value) > limit:
         raise OpError(f"{name} is longer than {limit} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise OpError(f"{name} is not valid Unicode (it holds a lone surrogate)")
     return value
 
 
@@ -61,14 +78,22 @@ def _whole(message: dict[str, Any], name: str) -> int:
 class _Target:
     """The conversation an op names."""
 
-    def __init__(self, memory: Memory, client: str, message: dict[str, Any]) -> None:
+    def __init__(
+        self, memory: Memory, client: str, message: dict[str, Any], integrationId: str | None
+    ) -> None:
         self.characterId = _string(message, "characterId", MAX_ID)
-        self.integrationId = _optional(message, "integrationId")
+        self.integrationId = _optional(message, "integrationId") or integrationId
         named = _optional(message, "conversationId")
         self.conversationId = named or memory.chosen.get(client) or SESSION_PREFIX + client
 
 
-def _use(memory: Memory, client: str, message: dict[str, Any]) -> dict[str, Any]:
+#: An op: the plugin, the client, the message and the integration the
+#: client's character named; its answer's fields, or a Deferred of them.
+Op = Callable[[Memory, str, dict[str, Any], str | None], Any]
+TargetOp = Callable[[Memory, _Target, dict[str, Any]], dict[str, Any]]
+
+
+def _use(memory: Memory, client: str, message: dict[str, Any], _: str | None) -> dict[str, Any]:
     conversationId = _optional(message, "conversationId")
     if conversationId is not None and conversationId.startswith(SESSION_PREFIX):
         raise OpError(f"conversationId may not start with {SESSION_PREFIX!r}")
@@ -79,30 +104,59 @@ def _use(memory: Memory, client: str, message: dict[str, Any]) -> dict[str, Any]
     return {"conversationId": conversationId}
 
 
-def _where(memory: Memory, client: str, message: dict[str, Any]) -> dict[str, Any]:
+def _where(memory: Memory, client: str, message: dict[str, Any], _: str | None) -> dict[str, Any]:
     where = Where(_optional(message, "location"), _optional(message, "scene"))
     memory.where[client] = where
     return {"location": where.location, "scene": where.scene}
 
 
-Op = Callable[[Memory, str, dict[str, Any]], dict[str, Any]]
-TargetOp = Callable[[Memory, _Target, dict[str, Any]], dict[str, Any]]
+def _written(memory: Memory, call: Callable[[], dict[str, Any]]) -> Deferred[dict[str, Any]]:
+    """
+    C{call}'s answer once every write it gave the store is committed; a
+    L{StoreError} naming the cause when one was not.
+    """
+    memory.store.collect()
+    try:
+        answer = call()
+    finally:
+        writes = memory.store.collected()
+    if not writes:
+        return succeed(answer)
+
+    def checked(whys: list[str | None]) -> dict[str, Any]:
+        lost = [why for why in whys if why is not None]
+        if lost:
+            raise StoreError(f"not kept: {lost[0]}")
+        return answer
+
+    return gatherResults(writes).addCallback(checked)
 
 
 def _target(call: TargetOp) -> Op:
-    """An op on one conversation; its answer names the conversation."""
+    """
+    An op on one conversation: read first (on the store's own thread) if it
+    is not loaded; its answer names the conversation.
+    """
 
-    def op(memory: Memory, client: str, message: dict[str, Any]) -> dict[str, Any]:
-        target = _Target(memory, client, message)
+    def op(
+        memory: Memory, client: str, message: dict[str, Any], integrationId: str | None
+    ) -> Deferred[dict[str, Any]]:
+        target = _Target(memory, client, message, integrationId)
         named = {"characterId": target.characterId, "conversationId": target.conversationId}
-        return {**named, **call(memory, target, message)}
+
+        def run(_: object) -> Deferred[dict[str, Any]]:
+            return _written(memory, lambda: {**named, **call(memory, target, message)})
+
+        return memory.loaded(
+            target.characterId, target.conversationId, target.integrationId
+        ).addCallback(run)
 
     return op
 
 
-def _list(m: Memory, client: str, msg: dict[str, Any]) -> dict[str, Any]:
-    found = m.conversations(_optional(msg, "integrationId"), _optional(msg, "characterId"))
-    return {"conversations": found}
+def _list(m: Memory, client: str, msg: dict[str, Any], integrationId: str | None) -> Any:
+    later = m.conversationsLater(_optional(msg, "integrationId"), _optional(msg, "characterId"))
+    return later.addCallback(lambda found: {"conversations": found})
 
 
 def _read(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
@@ -114,7 +168,11 @@ def _export(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _import(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
-    count = m.restore(t.characterId, t.conversationId, msg.get("document"), t.integrationId)
+    empty = msg.get("empty", False)
+    if not isinstance(empty, bool):
+        raise OpError("empty must be true or false")
+    document = msg.get("document")
+    count = m.restore(t.characterId, t.conversationId, document, t.integrationId, empty)
     return {"entries": count}
 
 
@@ -138,12 +196,14 @@ def _summary(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
     summary = msg.get("summary")
     if not isinstance(summary, str) or len(summary) > MAX_TEXT:
         raise OpError(f"summary must be a string of at most {MAX_TEXT} characters")
+    if summary.strip():
+        _string(msg, "summary")
     m.setSummary(t.characterId, t.conversationId, summary, t.integrationId)
     return {}
 
 
 def _pin(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
-    fact = _string(msg, "fact", 500)
+    fact = _string(msg, "fact", MAX_FACT)
     return {"fact": m.pin(t.characterId, t.conversationId, fact, t.integrationId)}
 
 
@@ -152,16 +212,18 @@ def _unpin(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def _know(m: Memory, client: str, msg: dict[str, Any]) -> dict[str, Any]:
+def _know(m: Memory, client: str, msg: dict[str, Any], integrationId: str | None) -> Any:
     constant = msg.get("constant") is True
-    integrationId = _optional(msg, "integrationId")
+    integrationId = _optional(msg, "integrationId") or integrationId
     text = _string(msg, "text")
-    return {"knowledgeId": m.know(text, _keys(msg), _scope(msg), constant, integrationId)}
+    keys, scope = _keys(msg), _scope(msg)
+    return _written(m, lambda: {"knowledgeId": m.know(text, keys, scope, constant, integrationId)})
 
 
-def _unknow(m: Memory, client: str, msg: dict[str, Any]) -> dict[str, Any]:
-    removed = m.unknow(_whole(msg, "knowledgeId"), _optional(msg, "integrationId"))
-    return {"removed": removed}
+def _unknow(m: Memory, client: str, msg: dict[str, Any], integrationId: str | None) -> Any:
+    knowledgeId = _whole(msg, "knowledgeId")
+    integrationId = _optional(msg, "integrationId") or integrationId
+    return _written(m, lambda: {"removed": m.unknow(knowledgeId, integrationId)})
 
 
 OPS: dict[str, Op] = {
@@ -188,6 +250,8 @@ def _keys(message: dict[str, Any]) -> tuple[str, ...]:
         raise OpError("keys must be a list of non-empty strings")
     if not keys and message.get("constant") is not True:
         raise OpError("knowledge needs keys, or constant: true")
+    for i in range(len(keys)):
+        _string({"keys": keys[i]}, "keys")
     return tuple(keys)
 
 
@@ -197,29 +261,55 @@ def _scope(message: dict[str, Any]) -> str:
         scope == "world" or any(scope.startswith(p) and len(scope) > len(p) for p in SCOPES[1:])
     ):
         raise OpError('scope must be "world", "character:ID", "location:NAME" or "scene:NAME"')
-    return scope
+    return _string({"scope": scope}, "scope", MAX_ID)
 
 
-def handle(memory: Memory, client: str, message: dict[str, Any], context: IChainContext) -> None:
+#: What the game got wrong: answered INVALID_MESSAGE.  Anything else is ours
+#: (the store failed, or a bug): INTERNAL_ERROR naming the cause.
+GAMES_MISTAKES = (OpError, KeyError, InvalidDocument)
+
+
+def handle(
+    memory: Memory,
+    client: str,
+    message: dict[str, Any],
+    context: IChainContext,
+    integrationId: str | None = None,
+) -> None:
     """
-    Do what a client's C{memory} message asks and answer it.
+    Do what a client's C{memory} message asks and answer it, always with
+    its C{op} and C{id}: C{memory-result}, or C{error}.
+
+    @param integrationId: what the client's C{character} named, if it did.
     """
     op = message.get("op")
     answer: dict[str, Any] = {"op": op}
     if "id" in message:
         answer["id"] = message["id"]
-    try:
+
+    def run() -> Any:
         if not isinstance(op, str) or op not in OPS:
             raise OpError(f"memory.op must be one of {', '.join(OPS)}")
-        result = OPS[op](memory, client, message)
-    except (OpError, KeyError, InvalidDocument, StoreError) as e:
-        wrong = isinstance(e, OpError | KeyError | InvalidDocument)
-        why = f"no such {e.args[0]}" if isinstance(e, KeyError) else str(e)
-        reply = {
-            "type": "error",
-            "code": "INVALID_MESSAGE" if wrong else "INTERNAL_ERROR",
-            "message": f"memory {op}: {why}",
-        }
+        return OPS[op](memory, client, message, integrationId)
+
+    def answered(result: dict[str, Any]) -> None:
+        context.sendToGame(toClient(client, {"type": "memory-result", **answer, **result}))
+
+    def failed(failure: Failure) -> None:
+        e = failure.value
+        if isinstance(e, InvalidDocument) or (
+            isinstance(e, GAMES_MISTAKES) and not isinstance(e, StoreError)
+        ):
+            code = "INVALID_MESSAGE"
+            why = f"no such {e.args[0]}" if isinstance(e, KeyError) else str(e)
+        else:
+            code = "INTERNAL_ERROR"
+            why = describe(e)
+            log.failure("memory {op} failed", failure, op=op)
+        reply = {"type": "error", "code": code, "message": f"memory {op}: {why}"}
         context.sendToGame(toClient(client, {**reply, **answer}))
-        return
-    context.sendToGame(toClient(client, {"type": "memory-result", **answer, **result}))
+
+    d: Deferred[Any] = maybeDeferred(run)
+    d.addCallbacks(answered, failed).addErrback(
+        lambda f: log.failure("answering memory {op} failed", f, op=op)
+    )

@@ -65,6 +65,11 @@ MAX_LABEL = 80
 UNHEARD_TEXT = "(spoke, but the words were not heard)"
 #: How an interrupted reply ends in the prompt.
 CUT_OFF = " —"
+#: What the model is shown of one pinned fact, in tokens by RPEngine's
+#: estimate (a quarter token a character): a longer one would be clipped,
+#: so the memory op and the Python API refuse it (L{MAX_FACT} characters).
+FACT_TOKENS = 100
+MAX_FACT = FACT_TOKENS * 4
 
 
 @dataclass(frozen=True)
@@ -353,7 +358,7 @@ def _pinnedFacts(conversation: Conversation, factsTokens: int) -> str:
     factText = ""
     used = 0
     for f in conversation.facts:
-        fact = f"- {_clip(flatten(f.text), 100)}"
+        fact = f"- {_clip(flatten(f.text), FACT_TOKENS)}"
         cost = estimateTokens("\n" + fact)
         if used + cost > factsTokens:
             break

@@ -17,16 +17,16 @@ moment a player's turn arrives.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections import OrderedDict, deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall, IReactorFromThreads, IReactorThreads
-from twisted.internet.threads import deferToThreadPool
+from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from rpmiddleware.builtin.memory import ops
@@ -47,9 +47,9 @@ from rpmiddleware.builtin.memory.conversation import (
 )
 from rpmiddleware.builtin.memory.lorebook import Book, EntryReader, bookOf, entryFrom
 from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
-from rpmiddleware.builtin.memory.planner import Limits, Plan, plan
+from rpmiddleware.builtin.memory.planner import MAX_FACT, Limits, Plan, plan
 from rpmiddleware.builtin.memory.settings import MemorySettings
-from rpmiddleware.builtin.memory.store import MemoryStore
+from rpmiddleware.builtin.memory.store import MemoryStore, describe
 from rpmiddleware.builtin.memory.summarizer import (
     SUMMARIZER_CARD,
     isSummaryRequest,
@@ -72,6 +72,7 @@ from rpmiddleware.plugin import (
     renderMacros,
     snapshotTransfer,
     textOfDelta,
+    toClient,
     transferDocument,
     trimmed,
 )
@@ -95,6 +96,8 @@ class _Turn:
     character: str
     parts: list[str] = field(default_factory=list)
     completed: str | None = None
+    #: The client session that asked (told when its turn cannot be kept).
+    client: str = "api"
     #: Lines the character heard while this turn played (an action's
     #: outcome, a refused call, another's line): remembered after it.
     after: list[tuple[str, str, str, str]] = field(default_factory=list)
@@ -132,8 +135,14 @@ class Memory(ChainPlugin):
         self.timeline = timeline
         # Stored entries are stamped with the wall clock (the reactor's, where it has one).
         now = getattr(reactor, "seconds", time.time)
-        self.store = MemoryStore(settings.path, now, settings.cached, self._offload)
+        self.store = MemoryStore(
+            settings.path, now, settings.cached, reactor, settings.write_timeout
+        )
+        self.store.onLost = self._lost
         self.sessions = MemoryStore(":memory:", now, settings.cached)
+        #: Envelopes toward RPEngine held, in order, behind a conversation
+        #: being read (L{envelopeToEngine}); C{None} while none is.
+        self._held: deque[tuple[Envelope, IChainContext, Deferred[Any]]] | None = None
         self.limits = Limits(
             settings.max_input_tokens or None,
             settings.spoken_reserve_tokens,
@@ -155,31 +164,43 @@ class Memory(ChainPlugin):
         self._readEntry = EntryReader()
         self._known: dict[str, list[LoreEntry]] = {}
         self.counts = {"planned": 0, "tokens": 0, "summaries": 0, "summaryFailures": 0}
+        #: Writes given up, by what they were (for /metrics).
+        self.lostWrites: dict[str, int] = {}
+        #: Conversations that could not be read, and why (told at their next turn).
+        self._unreadable: dict[Key, str] = {}
 
-    def _inThread(self, work: Callable[[], object]) -> Deferred[object] | None:
-        """
-        Run C{work} in the reactor's thread pool, where it has one (a Clock
-        in tests runs it at once, and this returns C{None}).
-        """
-        reactor = self.reactor
-        if IReactorThreads.providedBy(reactor) and IReactorFromThreads.providedBy(reactor):
-            return deferToThreadPool(reactor, reactor.getThreadPool(), work)
-        work()
-        return None
+    # When the store fails: the game is told, and /metrics counts it.
 
-    def _offload(self, work: Callable[[], object]) -> None:
-        """
-        Run the store's checkpoint away from the reactor's thread (L{_inThread}).
-        """
-        d = self._inThread(work)
-        if d is not None:
-            d.addErrback(lambda f: self.log.failure("a memory checkpoint failed", f))
+    def _lost(self, key: Key | None, what: str, why: str) -> None:
+        self.lostWrites[what] = self.lostWrites.get(what, 0) + 1
+        self.log.error(
+            "memory could not keep {what} of {key}: {why}",
+            what=what,
+            key=key.asDict() if key is not None else None,
+            why=why,
+        )
 
-    def close(self) -> Deferred[object] | None:
+    def _tellIfLost(self, why: str | None, client: str, key: Key, what: str) -> None:
+        """After a write: tell the client when it was not kept."""
+        if why is not None:
+            self._tell(client, key, "not-kept", what, why)
+
+    def _tell(self, client: str, key: Key, event: str, what: str, why: str) -> None:
+        """
+        A C{memory-event} to a client session (the Python API's turns and
+        the plugin's own have only the log and /metrics).
+        """
+        context = getattr(self, "context", None)
+        if client in ("api", "memory") or context is None:
+            return
+        message = {"type": "memory-event", "event": event, "what": what, **key.asDict()}
+        context.sendToGame(toClient(client, {**message, "reason": why}))
+
+    def close(self) -> Deferred[Any] | None:
         """
         The daemon is stopping: no summary is asked any more, and the
         database's log is written back into its file, emptied and closed,
-        in the reactor's thread pool (L{MemoryStore.closing}), so that a
+        after the writes already given, on the store's own thread (L{MemoryStore.close}), so that a
         clean stop leaves the main file alone, whole.  Changes after this
         are refused (L{StoreError}).
         """
@@ -190,7 +211,7 @@ class Memory(ChainPlugin):
         if summary is not None and summary.timer is not None and summary.timer.active():
             summary.timer.cancel()
         self.sessions.close()
-        return self._inThread(self.store.closing())
+        return self.store.close()
 
     # Finding a conversation.
 
@@ -214,6 +235,63 @@ class Memory(ChainPlugin):
     # Toward RPEngine.
 
     def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Any:
+        """
+        Every envelope toward RPEngine, in the order it came.  One whose
+        conversation is not loaded is held while the store reads it on its
+        own thread (never on the reactor's), and every envelope after it is
+        held behind it, so that nothing overtakes a request (a cancel
+        reaching RPEngine before the request it cancels).
+        """
+        if self._held is not None:
+            held: Deferred[Any] = Deferred()
+            self._held.append((envelope, context, held))
+            return held
+        key = self._toRead(envelope)
+        if key is None:
+            return self._toEngine(envelope, context)
+        held = Deferred()
+        self._held = deque([(envelope, context, held)])
+        self._read(key)
+        return held
+
+    def _toRead(self, envelope: Envelope) -> Key | None:
+        """The game's conversation C{envelope} needs that is not loaded yet."""
+        kind = envelope.type
+        if not (kind in OPENING or kind == HEARD) or envelope.meta.get("origin") == NAME:
+            return None
+        key = self.keyOf(envelope.fields, envelope.meta)
+        if not key.persistent or key in self._unreadable or self.store.cached(key) is not None:
+            return None
+        return key
+
+    def _read(self, key: Key) -> None:
+        def failed(failure: Failure) -> None:
+            self._unreadable[key] = describe(failure.value)
+            self.log.error(
+                "memory could not read {key}: {why}", key=key.asDict(), why=describe(failure.value)
+            )
+
+        self.store.load(key).addCallbacks(lambda _: None, failed).addBoth(self._release)
+
+    def _release(self, _: object = None) -> None:
+        """Pass the held envelopes on, in order, until one needs a read."""
+        held = self._held
+        while held:
+            envelope, context, d = held[0]
+            key = self._toRead(envelope)
+            if key is not None:
+                self._read(key)
+                return
+            held.popleft()
+            try:
+                result = self._toEngine(envelope, context)
+            except Exception:
+                d.errback()
+            else:
+                d.callback(result)
+        self._held = None
+
+    def _toEngine(self, envelope: Envelope, context: IChainContext) -> Any:
         kind = envelope.type
         if kind in OPENING:
             if envelope.meta.get("origin") == NAME:
@@ -236,7 +314,9 @@ class Memory(ChainPlugin):
             return None
         message = clientMessage(envelope, CLIENT_TYPES)
         if message is not None:
-            ops.handle(self, str(envelope.meta.get("client") or "api"), message, context)
+            client = str(envelope.meta.get("client") or "api")
+            integrationId = envelope.meta.get("integrationId")
+            ops.handle(self, client, message, context, integrationId)
             return None
         return envelope
 
@@ -260,7 +340,9 @@ class Memory(ChainPlugin):
             # that line began, so it is remembered after it.
             playing.after.append(line)
             return
-        self.storeFor(key).append(self.conversation(key), line)
+        client = str(envelope.meta.get("client") or "api")
+        kept = self.storeFor(key).append(self.conversation(key), line)
+        kept.addCallback(self._tellIfLost, client, key, "heard line")
 
     def _playing(self, key: Key) -> _Turn | None:
         """The newest turn of C{key}'s conversation still in flight, if any."""
@@ -278,6 +360,11 @@ class Memory(ChainPlugin):
             # A game that sends its own references or patches keeps them.
             return envelope
         key = self.keyOf(fields, meta)
+        unreadable = self._unreadable.pop(key, None)
+        if unreadable is not None:
+            # Asked again at its next turn; this one goes as the game sent it.
+            self._tell(str(meta.get("client") or "api"), key, "unavailable", "turn", unreadable)
+            return envelope
         conversation = self.conversation(key)
         data = card.get("data")
         data = data if isinstance(data, Mapping) else {}
@@ -301,7 +388,9 @@ class Memory(ChainPlugin):
             said = _line(opening) or said
         spoken = capture or _hasAudio(fields)
         requestId = envelope.requestId or ""
-        self._turns[requestId] = _Turn(key, said, character)
+        self._turns[requestId] = _Turn(
+            key, said, character, client=str(meta.get("client") or "api")
+        )
         made = self._plan(fields, card, conversation, spoken, meta)
         self.timeline.note(requestId, memory={**made.report, "conversation": key.asDict()})
         if made.card is None:
@@ -459,7 +548,8 @@ class Memory(ChainPlugin):
         # What the character heard while its line played comes after it.
         said.extend(turn.after)
         if said:
-            self.storeFor(turn.key).append(conversation, *said)
+            kept = self.storeFor(turn.key).append(conversation, *said)
+            kept.addCallback(self._tellIfLost, turn.client, turn.key, "turn")
             self._failures.pop(turn.key, None)
             if conversation.unsummarizedTokens() > self.settings.summarize_after_tokens:
                 self._dueFor(turn.key)
@@ -488,7 +578,9 @@ class Memory(ChainPlugin):
         while self._due:
             key = next(iter(self._due))
             del self._due[key]
-            conversation = self.conversation(key)
+            conversation = self.storeFor(key).cached(key)
+            if conversation is None:
+                continue  # let go of meanwhile: condensed at its next turn
             chosen = toCondense(
                 conversation, self.settings.keep_recent_tokens, self.settings.summary_chunk_tokens
             )
@@ -555,8 +647,8 @@ class Memory(ChainPlugin):
             text = (
                 summary.completed if summary.completed is not None else "".join(summary.parts)
             ).strip()
-            if kind == "reply.completed" and not summary.cancelled and text:
-                conversation = self.conversation(summary.key)
+            conversation = self.storeFor(summary.key).cached(summary.key)
+            if kind == "reply.completed" and not summary.cancelled and text and conversation:
                 self.storeFor(summary.key).summarize(conversation, text, summary.through)
                 self.counts["summaries"] += 1
                 self._failures.pop(summary.key, None)
@@ -591,6 +683,24 @@ class Memory(ChainPlugin):
         ]
         return sorted(found, key=lambda brief: -brief["updated"])
 
+    def conversationsLater(
+        self, integrationId: str | None = None, characterId: str | None = None
+    ) -> Deferred[list[dict[str, Any]]]:
+        """L{conversations}, with the file read on the store's own thread."""
+
+        def merged(stored: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            found = [*stored, *self.sessions.briefs(integrationId, characterId)]
+            return sorted(found, key=lambda brief: -brief["updated"])
+
+        return self.store.briefsLater(integrationId, characterId).addCallback(merged)
+
+    def loaded(
+        self, characterId: str, conversationId: str, integrationId: str | None = None
+    ) -> Deferred[Any]:
+        """Read the conversation on the store's own thread, if it is not loaded."""
+        key = self._key(characterId, conversationId, integrationId)
+        return self.storeFor(key).load(key)
+
     def edit(
         self,
         characterId: str,
@@ -608,6 +718,8 @@ class Memory(ChainPlugin):
     def pin(
         self, characterId: str, conversationId: str, fact: str, integrationId: str | None = None
     ) -> dict[str, Any]:
+        if len(fact.strip()) > MAX_FACT:
+            raise ValueError(f"a fact is at most {MAX_FACT} characters (what the model is shown)")
         key = self._key(characterId, conversationId, integrationId)
         return self.storeFor(key).pin(self.conversation(key), fact.strip()).asDict()
 
@@ -634,10 +746,15 @@ class Memory(ChainPlugin):
         return self.storeFor(key).export(self.conversation(key))
 
     def restore(
-        self, characterId: str, conversationId: str, document: Any, integrationId: str | None = None
+        self,
+        characterId: str,
+        conversationId: str,
+        document: Any,
+        integrationId: str | None = None,
+        empty: bool = False,
     ) -> int:
         key = self._key(characterId, conversationId, integrationId)
-        return len(self.storeFor(key).restore(key, document).entries)
+        return len(self.storeFor(key).restore(key, document, empty).entries)
 
     def forget(
         self, characterId: str, conversationId: str, integrationId: str | None = None
@@ -681,7 +798,7 @@ class Memory(ChainPlugin):
             # Its request ends with the session (engine_disconnected).
             self._due[summary.key] = None
 
-    def collectMetrics(self) -> Iterator[CounterMetricFamily]:
+    def collectMetrics(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         yield CounterMetricFamily(
             "rpmiddleware_memory_planned_tokens",
             "Tokens (RPEngine's estimate) of the requests the memory plugin planned.",
@@ -704,6 +821,20 @@ class Memory(ChainPlugin):
             "rpmiddleware_memory_store_writes",
             "Transactions committed to the memory database.",
             value=self.store.writes,
+        )
+        lost = CounterMetricFamily(
+            "rpmiddleware_memory_store_lost",
+            "Writes to the memory database given up (the disk locked or failing past "
+            "write_timeout), by what they were; each was reported to the game.",
+            labels=["what"],
+        )
+        for what, count in sorted(self.lostWrites.items()):
+            lost.add_metric([what], count)
+        yield lost
+        yield GaugeMetricFamily(
+            "rpmiddleware_memory_store_queued",
+            "Memory database work waiting for or running on the store's own thread.",
+            value=self.store.queued,
         )
 
 

@@ -45,6 +45,10 @@ class MemorySettings(PluginSettings):
     summaries: bool = True
     #: Conversations kept loaded (and session conversations kept at all).
     cached: Count = 1024
+    #: Seconds a write waits for the database while another process holds
+    #: its lock (SQLite retries meanwhile, on the store's own thread) before
+    #: it is given up and the game is told (docs/memory.md, Durability).
+    write_timeout: Seconds = 30.0
 
     def __post_init__(self) -> None:
         if not self.path.strip():

@@ -6,32 +6,43 @@ The database is opened in WAL mode and every change is one transaction, so a
 process killed at any moment leaves the file as of its last commit: at most
 the turn in flight is lost, and nothing is half-written (SQLite's journal).
 C{synchronous=NORMAL} is what WAL needs for that against a killed process;
-only a power cut may lose the last commits.  The file is opened on the first
-change to a game's conversation, so a daemon whose games give no conversation
-ids never creates it.
+only a power cut may lose the last commits.
 
-Loaded conversations are kept in memory (a bounded LRU), so planning a turn
-reads no file; every change is written through at once.  Sessions'
-conversations (no conversation id from the game) are never written: they last
-as long as the client session, and the oldest are let go past a bound.
+No database work runs on the reactor's thread.  Loaded conversations are kept
+in memory (a bounded LRU) and a change is made there at once, so the next
+plan sees it; its write goes to the store's writer (L{Lane}: one thread of
+its own, in order), which waits for a lock another process holds as long as
+C{write_timeout} (SQLite's busy handler retries meanwhile).  What could not
+be written is reported (L{MemoryStore.onLost}, C{/metrics}) and every write
+returns a Deferred saying whether it was kept.  A conversation not loaded yet
+is read on a second thread with a connection of its own (L{MemoryStore.load}),
+so that a write waiting for a lock never holds up a read; a conversation with
+writes in flight is never let go of the cache, so a read never misses one.
+The game's knowledge is small and read wholly when the file is opened.
 
-Work is done on the calling thread: a commit in WAL mode is a write to the
-log, well under a millisecond here (C{bench/}).  Checkpoints, which write the
-log back into the file, are offloaded (L{MemoryStore.checkpoint}), and so is
-closing (L{MemoryStore.closing}): a clean stop writes the whole log back,
-empties it and closes, leaving the main file alone, whole (the C{-wal} file
-empty or gone).
+Closing (L{MemoryStore.close}) runs after the writes already given: the whole
+log is written back into the file and emptied, leaving the main file alone,
+whole (the C{-wal} file empty).
+
+The Python API (L{MemoryStore.conversation}, L{MemoryStore.briefs}) may read
+on the caller's thread when what it asks is not loaded; the plugin's own
+request path and client ops never do (L{MemoryStore.load},
+L{MemoryStore.briefsLater}).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
+import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.python.failure import Failure
 
 from rpmiddleware.builtin.memory.conversation import (
     ROLES,
@@ -41,11 +52,15 @@ from rpmiddleware.builtin.memory.conversation import (
     Fact,
     Key,
 )
+from rpmiddleware.builtin.memory.writer import Lane
 
 SCHEMA_VERSION = 1
-#: Commits between checkpoints (SQLite's own default is about 1000 pages).
-CHECKPOINT_EVERY = 256
-EXPORT_FORMAT = "rpmiddleware.memory/1"
+EXPORT_FORMAT = "rpmiddleware.memory/2"
+#: Seconds a write waits for a lock another process holds (SQLite's busy
+#: handler retries meanwhile) before it is given up and reported.
+WRITE_TIMEOUT = 30.0
+#: Seconds start-up waits for a lock before it refuses the store.
+OPEN_TIMEOUT = 2.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -81,16 +96,28 @@ CREATE TABLE IF NOT EXISTS knowledge (
 );
 """
 
+_Row = tuple[Any, ...]
+Known = tuple[int, str, dict[str, Any]]
+
 
 class StoreError(Exception):
     """
-    The store cannot do what was asked (the file cannot be opened, or a
-    document to import is wrong); the message says what.
+    The store cannot do what was asked (the file cannot be opened or
+    written, or a document to import is wrong); the message says what.
     """
 
 
 class InvalidDocument(StoreError):
     """A document to import is not an exported conversation."""
+
+
+def describe(error: BaseException | None) -> str:
+    """What went wrong, in words for a log and a game."""
+    if isinstance(error, StoreError):
+        return str(error)
+    if isinstance(error, sqlite3.Error):
+        return f"SQLite: {error}"
+    return f"{type(error).__name__}: {error}"
 
 
 class MemoryStore:
@@ -100,6 +127,10 @@ class MemoryStore:
     @param now: the clock entries are stamped with (the reactor's).
     @param cached: how many conversations are kept loaded, and how many
         session conversations are kept at all.
+    @param reactor: where the store's threads hand results back; without
+        one (or one without threads, a Clock) the work is done at once on
+        the caller's thread.
+    @param writeTimeout: seconds a write waits for a lock.
     """
 
     def __init__(
@@ -107,151 +138,388 @@ class MemoryStore:
         path: str,
         now: Callable[[], float],
         cached: int = 1024,
-        offload: Callable[[Callable[[], object]], object] = lambda work: work(),
+        reactor: Any = None,
+        writeTimeout: float = WRITE_TIMEOUT,
     ) -> None:
-        """
-        @param offload: runs a checkpoint (L{checkpoint}) away from the
-            caller's thread (the plugin gives the reactor's thread pool);
-            by default, at once.
-        """
         self.path = path
         self._now = now
-        self._cached = cached
-        self._offload = offload
-        self._checkpointing = False
+        self._cached = max(cached, 1)
+        self._writeTimeout = writeTimeout
+        self._memoryOnly = path == ":memory:"
+        self._writer = Lane(reactor, "rpmiddleware-memory-writer")
+        self._reader = (
+            self._writer if self._memoryOnly else Lane(reactor, "rpmiddleware-memory-reader")
+        )
+        self._opening = threading.Lock()
         self._closed = False
         self._db: sqlite3.Connection | None = None
+        self._readDb: sqlite3.Connection | None = None
+        self._callerDb: sqlite3.Connection | None = None
         self._loaded: OrderedDict[Key, Conversation] = OrderedDict()
+        #: Writes in flight per conversation: such a one stays loaded.
+        self._pending: dict[Key, int] = {}
+        #: Conversations known to be in the file.
+        self._stored: set[Key] = set()
+        #: The writer's row ids (its thread only).
         self._ids: dict[Key, int] = {}
-        #: Committed transactions, for /metrics.
+        self._known: dict[str, list[Known]] | None = None
+        self._nextFact = 1
+        self._nextKnowledge = 1
+        #: Committed transactions, and writes given up, for /metrics.
         self.writes = 0
+        self.lost = 0
+        #: Told of every write given up: the conversation (None for the
+        #: game's knowledge), what it was, and why.
+        self.onLost: Callable[[Key | None, str, str], None] = lambda key, what, why: None
+        #: While a list, every write's Deferred is added to it (L{collect}).
+        self._collecting: list[Deferred[str | None]] | None = None
 
     # The file.
 
-    def _open(self) -> sqlite3.Connection:
-        if self._db is not None:
-            return self._db
-        if self._closed:
-            raise StoreError(f"the memory database {self.path} is closed (the daemon is stopping)")
-        if self.path != ":memory:":
-            folder = os.path.dirname(os.path.abspath(self.path))
-            try:
-                os.makedirs(folder, exist_ok=True)
-            except OSError as e:
-                raise StoreError(f"cannot create the memory folder {folder}: {e.strerror}")
-        try:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            # A checkpoint writes the log back and syncs the file: tens of
-            # milliseconds at times, too long for the reactor's thread.  It
-            # runs on a connection of its own, offloaded (L{checkpoint}).
-            db.execute("PRAGMA wal_autocheckpoint=0")
-            db.execute("PRAGMA foreign_keys=ON")
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.path} was written by a newer rpmiddleware (memory schema "
-                    f"{version}; this one reads {SCHEMA_VERSION})"
-                )
-            db.executescript(_SCHEMA)
-            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"cannot open the memory database {self.path}: {e}")
-        self._db = db
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.execute(f"PRAGMA busy_timeout={int(self._writeTimeout * 1000)}")
         return db
+
+    def _open(self) -> sqlite3.Connection:
+        """
+        The writer's connection (opened on the calling thread the first
+        time: at start-up, L{check}, else in the writer).
+        """
+        with self._opening:
+            if self._db is not None:
+                return self._db
+            if self._closed:
+                raise StoreError(
+                    f"the memory database {self.path} is closed (the daemon is stopping)"
+                )
+            if not self._memoryOnly:
+                folder = os.path.dirname(os.path.abspath(self.path))
+                try:
+                    os.makedirs(folder, exist_ok=True)
+                except OSError as e:
+                    raise StoreError(f"cannot create the memory folder {folder}: {e.strerror}")
+            try:
+                db = self._connect()
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.execute("PRAGMA foreign_keys=ON")
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                if version > SCHEMA_VERSION:
+                    raise StoreError(
+                        f"{self.path} was written by a newer rpmiddleware (memory schema "
+                        f"{version}; this one reads {SCHEMA_VERSION})"
+                    )
+                # A write at once, so that a file that cannot be written
+                # (read-only, locked) is said now, not at the first turn.
+                # A short wait here: a store locked at start-up is refused.
+                db.execute(f"PRAGMA busy_timeout={int(OPEN_TIMEOUT * 1000)}")
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+                    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+                db.execute(f"PRAGMA busy_timeout={int(self._writeTimeout * 1000)}")
+                facts = db.execute("SELECT coalesce(max(id), 0) FROM facts").fetchone()[0]
+                known: dict[str, list[Known]] = {}
+                for i, integration, scope, entry in db.execute(
+                    "SELECT id, integration, scope, entry FROM knowledge ORDER BY id"
+                ):
+                    known.setdefault(integration, []).append((i, scope, json.loads(entry)))
+                    self._nextKnowledge = max(self._nextKnowledge, i + 1)
+            except sqlite3.Error as e:
+                raise StoreError(f"cannot open the memory database {self.path} for writing: {e}")
+            except OSError as e:
+                raise StoreError(f"cannot open the memory database {self.path}: {e}")
+            self._nextFact = max(self._nextFact, facts + 1)
+            self._known = known
+            self._db = db
+            return db
 
     def _exists(self) -> bool:
         """Whether there is a database to read (without creating one)."""
-        return self._db is not None or (self.path != ":memory:" and os.path.exists(self.path))
+        return self._db is not None or (not self._memoryOnly and os.path.exists(self.path))
+
+    def _readerDb(self) -> sqlite3.Connection:
+        """The reader's connection (its thread only)."""
+        if self._memoryOnly:
+            return self._open()
+        if self._closed:
+            raise StoreError(f"the memory database {self.path} is closed (the daemon is stopping)")
+        if self._readDb is None:
+            self._readDb = self._connect()
+        return self._readDb
+
+    def _callersDb(self) -> sqlite3.Connection:
+        """A connection for the Python API's reads on the caller's thread."""
+        if self._memoryOnly or not self._writer.threaded:
+            return self._open()
+        if self._closed:
+            raise StoreError(f"the memory database {self.path} is closed (the daemon is stopping)")
+        if self._callerDb is None:
+            self._open()
+            self._callerDb = self._connect()
+        return self._callerDb
 
     def check(self) -> None:
         """
-        Open the file now (at start-up), so that a wrong path is said then.
+        Open the file now (at start-up), creating it, and write to it, so
+        that a store that cannot be written is said then.
 
         @raise StoreError: naming the path and what is wrong.
         """
         self._open()
 
-    def close(self) -> None:
+    def close(self) -> Deferred[None]:
         """
-        Write the log back, empty it and close, on the caller's thread
-        (L{closing}).
+        Stop taking changes now (one given later is reported lost), and,
+        after the writes already given, write the whole log back into the
+        file, empty it (C{wal_checkpoint(TRUNCATE)}) and close.  Closing
+        twice does nothing more.
         """
-        self.closing()()
-
-    def closing(self) -> Callable[[], None]:
-        """
-        Stop using the database now: whatever asks for it later fails with
-        L{StoreError}.  Return the work that ends it, for any thread (the
-        plugin runs it in the reactor's thread pool): the whole log written
-        back into the file and emptied (C{wal_checkpoint(TRUNCATE)}), then
-        the connection closed.  Closing twice does nothing more.
-        """
-        db, self._db = self._db, None
+        if self._closed:
+            return succeed(None)
         self._closed = True
 
-        def close() -> None:
+        def closeReaders() -> None:
+            for db in (self._readDb, self._callerDb):
+                if db is not None:
+                    db.close()
+            self._readDb = self._callerDb = None
+
+        def closeWriter() -> None:
+            with self._opening:
+                db, self._db = self._db, None
             if db is None:
                 return
             try:
-                if self.path != ":memory:":
+                if not self._memoryOnly:
                     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             finally:
                 db.close()
 
-        return close
+        readers = succeed(None) if self._reader is self._writer else self._reader.run(closeReaders)
+        if self._reader is self._writer:
+            closeReaders()
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        db = self._open()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
-        self.writes += 1
-        if self.writes % CHECKPOINT_EVERY == 0 and not self._checkpointing:
-            self._checkpointing = True
-            self._offload(self.checkpoint)
+        def writer(_: object) -> Deferred[None]:
+            return self._writer.run(closeWriter)
 
-    def checkpoint(self) -> None:
+        def stopped(result: object) -> object:
+            self._reader.stop()
+            self._writer.stop()
+            return result
+
+        d: Deferred[Any] = readers.addBoth(writer)
+        return d.addBoth(stopped)
+
+    @property
+    def queued(self) -> int:
+        """Work given to the store's threads and not finished."""
+        reader = 0 if self._reader is self._writer else self._reader.waiting
+        return self._writer.waiting + reader
+
+    # Writing.
+
+    def collect(self) -> list[Deferred[str | None]]:
         """
-        Write the log back into the database file, on a connection of its
-        own (so any thread may run it); readers and writers go on meanwhile.
+        Start collecting the writes given from now (L{collected} ends it):
+        how a client op learns whether what it changed was kept.
         """
-        try:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._collecting = []
+        return self._collecting
+
+    def collected(self) -> list[Deferred[str | None]]:
+        found, self._collecting = self._collecting or [], None
+        return found
+
+    def _write(
+        self, key: Key | None, what: str, work: Callable[[sqlite3.Connection], object]
+    ) -> Deferred[str | None]:
+        """
+        Give C{work} to the writer, as one transaction; the Deferred fires
+        with C{None} once it is committed, or with why it was not (which
+        L{onLost} is told too).
+        """
+        if key is not None:
+            self._pending[key] = self._pending.get(key, 0) + 1
+
+        def transaction() -> None:
+            db = self._open()
+            db.execute("BEGIN IMMEDIATE")
             try:
-                db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            finally:
-                db.close()
-        finally:
-            self._checkpointing = False
+                work(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+        def done(result: object) -> object:
+            if key is not None:
+                left = self._pending.get(key, 1) - 1
+                if left:
+                    self._pending[key] = left
+                else:
+                    self._pending.pop(key, None)
+            return result
+
+        def kept(_: object) -> None:
+            self.writes += 1
+            if key is not None:
+                self._stored.add(key)
+            return None
+
+        def lost(failure: Failure) -> str:
+            why = describe(failure.value)
+            self.lost += 1
+            self.onLost(key, what, why)
+            return why
+
+        if self._closed:
+            d: Deferred[Any] = succeed(None).addCallback(
+                lambda _: transaction()  # fails: the store is closed
+            )
+        else:
+            d = self._writer.run(transaction)
+        d.addBoth(done).addCallbacks(kept, lost)
+        if self._collecting is not None:
+            self._collecting.append(d)
+        return d
+
+    def _rowid(
+        self,
+        db: sqlite3.Connection,
+        key: Key,
+        summary: str = "",
+        through: int = 0,
+        updated: float = 0.0,
+    ) -> int:
+        """The conversation's row in the file, made if need be (the writer's thread)."""
+        rowid = self._ids.get(key)
+        if rowid is None:
+            row = db.execute(
+                "SELECT id FROM conversations "
+                "WHERE integration = ? AND character = ? AND conversation = ?",
+                (key.integrationId, key.characterId, key.conversationId),
+            ).fetchone()
+            if row is not None:
+                rowid = int(row[0])
+            else:
+                cursor = db.execute(
+                    "INSERT INTO conversations (integration, character, conversation, summary, "
+                    "summarized, updated) VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        key.integrationId,
+                        key.characterId,
+                        key.conversationId,
+                        summary,
+                        through,
+                        updated,
+                    ),
+                )
+                assert cursor.lastrowid is not None
+                rowid = cursor.lastrowid
+            self._ids[key] = rowid
+        return rowid
+
+    def _change(
+        self,
+        conversation: Conversation,
+        what: str,
+        work: Callable[[sqlite3.Connection, int], object],
+    ) -> Deferred[str | None]:
+        """
+        One change to C{conversation}, already made in memory: for a game's,
+        its write (C{work} with the row id, and the conversation's summary
+        and time as they are now); nothing to write for a session's.
+        """
+        conversation.updated = self._now()
+        key = conversation.key
+        if not key.persistent:
+            return succeed(None)
+        summary, through, updated = (
+            conversation.summary,
+            conversation.summarizedThrough,
+            conversation.updated,
+        )
+
+        def write(db: sqlite3.Connection) -> None:
+            rowid = self._rowid(db, key, summary, through, updated)
+            work(db, rowid)
+            db.execute(
+                "UPDATE conversations SET summary = ?, summarized = ?, updated = ? WHERE id = ?",
+                (summary, through, updated, rowid),
+            )
+
+        return self._write(key, what, write)
 
     # Conversations.
 
-    def conversation(self, key: Key) -> Conversation:
-        """
-        The conversation C{key} names, loaded or new (a new one is written
-        with its first change).
-        """
+    def cached(self, key: Key) -> Conversation | None:
+        """The conversation C{key} names if it is loaded (or a session's)."""
         found = self._loaded.get(key)
         if found is not None:
             self._loaded.move_to_end(key)
             return found
-        conversation = self._read(key) if key.persistent else None
-        if conversation is None:
-            conversation = Conversation(key, updated=self._now())
+        if not key.persistent:
+            return self._keep(key, Conversation(key, updated=self._now()))
+        return None
+
+    def _keep(self, key: Key, conversation: Conversation) -> Conversation:
         self._loaded[key] = conversation
-        while len(self._loaded) > self._cached:
-            self._loaded.popitem(last=False)
+        self._loaded.move_to_end(key)
+        if len(self._loaded) > self._cached:
+            for old in list(self._loaded):
+                if len(self._loaded) <= self._cached:
+                    break
+                if old != key and old not in self._pending:
+                    del self._loaded[old]
         return conversation
 
-    def _read(self, key: Key) -> Conversation | None:
-        db = self._open()
+    def conversation(self, key: Key) -> Conversation:
+        """
+        The conversation C{key} names, loaded or new (a new one is written
+        with its first change).  One not loaded is read on the caller's
+        thread: the plugin calls L{load} first.
+        """
+        found = self.cached(key)
+        if found is not None:
+            return found
+        read = self._read(self._callersDb(), key) if self._exists() else None
+        return self._loadedAs(key, read)
+
+    def load(self, key: Key) -> Deferred[Conversation]:
+        """
+        The conversation C{key} names, read on the reader's thread if it is
+        not loaded; fails with L{StoreError} when it cannot be read.
+        """
+        found = self.cached(key)
+        if found is not None:
+            return succeed(found)
+        if not self._exists():
+            return succeed(self._loadedAs(key, None))
+
+        def read() -> tuple[Conversation, int] | None:
+            return self._read(self._readerDb(), key)
+
+        return self._reader.run(read).addCallback(lambda read: self._loadedAs(key, read))
+
+    def _loadedAs(self, key: Key, read: tuple[Conversation, int] | None) -> Conversation:
+        found = self._loaded.get(key)
+        if found is not None:
+            # Made or changed while it was being read: the newer one stays.
+            return found
+        if read is None:
+            return self._keep(key, Conversation(key, updated=self._now()))
+        self._stored.add(key)
+        return self._keep(key, read[0])
+
+    def _read(self, db: sqlite3.Connection, key: Key) -> tuple[Conversation, int] | None:
         row = db.execute(
             "SELECT id, summary, summarized, updated FROM conversations "
             "WHERE integration = ? AND character = ? AND conversation = ?",
@@ -260,7 +528,6 @@ class MemoryStore:
         if row is None:
             return None
         rowid, summary, summarized, updated = row
-        self._ids[key] = rowid
         entries = [
             Entry(seq, role, text, status, speaker, at)
             for seq, role, speaker, text, status, at in db.execute(
@@ -275,57 +542,11 @@ class MemoryStore:
                 "SELECT id, text FROM facts WHERE conversation = ? ORDER BY id", (rowid,)
             )
         ]
-        return Conversation(key, entries, summary, summarized, facts, updated)
+        return Conversation(key, entries, summary, summarized, facts, updated), rowid
 
-    def _rowid(self, db: sqlite3.Connection, conversation: Conversation) -> int:
-        key = conversation.key
-        rowid = self._ids.get(key)
-        if rowid is None:
-            cursor = db.execute(
-                "INSERT INTO conversations (integration, character, conversation, summary, "
-                "summarized, updated) VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    key.integrationId,
-                    key.characterId,
-                    key.conversationId,
-                    conversation.summary,
-                    conversation.summarizedThrough,
-                    conversation.updated,
-                ),
-            )
-            rowid = cursor.lastrowid
-            assert rowid is not None
-            self._ids[key] = rowid
-        return rowid
-
-    def _touch(self, db: sqlite3.Connection | None, conversation: Conversation) -> None:
-        conversation.updated = self._now()
-        if db is not None:
-            db.execute(
-                "UPDATE conversations SET summary = ?, summarized = ?, updated = ? WHERE id = ?",
-                (
-                    conversation.summary,
-                    conversation.summarizedThrough,
-                    conversation.updated,
-                    self._rowid(db, conversation),
-                ),
-            )
-
-    @contextmanager
-    def _change(self, conversation: Conversation) -> Iterator[sqlite3.Connection | None]:
-        """
-        One change to C{conversation}: a transaction for a game's, nothing
-        to write for a session's.
-        """
-        if not conversation.key.persistent:
-            yield None
-            self._touch(None, conversation)
-            return
-        with self._transaction() as db:
-            yield db
-            self._touch(db, conversation)
-
-    def append(self, conversation: Conversation, *entries: tuple[str, str, str, str]) -> None:
+    def append(
+        self, conversation: Conversation, *entries: tuple[str, str, str, str]
+    ) -> Deferred[str | None]:
         """
         Add entries (C{(role, speaker, text, status)} each) in one change.
         """
@@ -335,17 +556,19 @@ class MemoryStore:
         for role, speaker, text, status in entries:
             made.append(Entry(seq, role, text, status, speaker, at))
             seq += 1
-        with self._change(conversation) as db:
-            if db is not None:
-                rowid = self._rowid(db, conversation)
-                db.executemany(
-                    "INSERT INTO entries (conversation, seq, role, speaker, text, status, at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [(rowid, e.seq, e.role, e.speaker, e.text, e.status, e.at) for e in made],
-                )
-            conversation.entries.extend(made)
+        conversation.entries.extend(made)
+        rows = [(e.seq, e.role, e.speaker, e.text, e.status, e.at) for e in made]
 
-    def edit(self, conversation: Conversation, seq: int, text: str | None) -> None:
+        def write(db: sqlite3.Connection, rowid: int) -> None:
+            db.executemany(
+                "INSERT INTO entries (conversation, seq, role, speaker, text, status, at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(rowid, *row) for row in rows],
+            )
+
+        return self._change(conversation, "entries", write)
+
+    def edit(self, conversation: Conversation, seq: int, text: str | None) -> Deferred[str | None]:
         """
         Change an entry's text, or remove it (C{text} C{None}).
 
@@ -354,54 +577,64 @@ class MemoryStore:
         entry = conversation.entry(seq)
         if entry is None:
             raise KeyError(seq)
-        with self._change(conversation) as db:
-            if db is not None:
-                rowid = self._rowid(db, conversation)
-                if text is None:
-                    db.execute(
-                        "DELETE FROM entries WHERE conversation = ? AND seq = ?", (rowid, seq)
-                    )
-                else:
-                    db.execute(
-                        "UPDATE entries SET text = ? WHERE conversation = ? AND seq = ?",
-                        (text, rowid, seq),
-                    )
-            if text is None:
-                conversation.entries.remove(entry)
-            else:
-                entry.text = text
+        if text is None:
+            conversation.entries.remove(entry)
+        else:
+            entry.text = text
 
-    def summarize(self, conversation: Conversation, summary: str, through: int) -> None:
-        with self._change(conversation):
-            conversation.summary = summary
-            conversation.summarizedThrough = max(conversation.summarizedThrough, through)
+        def write(db: sqlite3.Connection, rowid: int) -> None:
+            if text is None:
+                db.execute("DELETE FROM entries WHERE conversation = ? AND seq = ?", (rowid, seq))
+            else:
+                db.execute(
+                    "UPDATE entries SET text = ? WHERE conversation = ? AND seq = ?",
+                    (text, rowid, seq),
+                )
+
+        return self._change(conversation, "edit", write)
+
+    def summarize(
+        self, conversation: Conversation, summary: str, through: int
+    ) -> Deferred[str | None]:
+        conversation.summary = summary
+        conversation.summarizedThrough = max(conversation.summarizedThrough, through)
+        return self._change(conversation, "summary", lambda db, rowid: None)
 
     def pin(self, conversation: Conversation, text: str) -> Fact:
-        with self._change(conversation) as db:
-            if db is None:
-                factId = max((f.id for f in conversation.facts), default=0) + 1
-            else:
-                cursor = db.execute(
-                    "INSERT INTO facts (conversation, text) VALUES (?, ?)",
-                    (self._rowid(db, conversation), text),
-                )
-                assert cursor.lastrowid is not None
-                factId = cursor.lastrowid
-            fact = Fact(factId, text)
-            conversation.facts.append(fact)
+        """
+        Pin a fact; its write is in L{collect}'s list.
+        """
+        if conversation.key.persistent:
+            self._open()
+            factId = self._nextFact
+            self._nextFact += 1
+        else:
+            factId = max((f.id for f in conversation.facts), default=0) + 1
+        fact = Fact(factId, text)
+        conversation.facts.append(fact)
+
+        def write(db: sqlite3.Connection, rowid: int) -> None:
+            db.execute(
+                "INSERT INTO facts (id, conversation, text) VALUES (?, ?, ?)",
+                (factId, rowid, text),
+            )
+
+        self._change(conversation, "fact", write)
         return fact
 
-    def unpin(self, conversation: Conversation, factId: int) -> None:
+    def unpin(self, conversation: Conversation, factId: int) -> Deferred[str | None]:
         """
         @raise KeyError: when the conversation has no such fact.
         """
         fact = next((f for f in conversation.facts if f.id == factId), None)
         if fact is None:
             raise KeyError(factId)
-        with self._change(conversation) as db:
-            if db is not None:
-                db.execute("DELETE FROM facts WHERE id = ?", (factId,))
-            conversation.facts.remove(fact)
+        conversation.facts.remove(fact)
+        return self._change(
+            conversation,
+            "unpin",
+            lambda db, rowid: db.execute("DELETE FROM facts WHERE id = ?", (factId,)),
+        )
 
     def forget(self, key: Key) -> bool:
         """
@@ -410,18 +643,24 @@ class MemoryStore:
         found = self._loaded.pop(key, None)
         if not key.persistent:
             return found is not None
-        with self._transaction() as db:
-            deleted = self._delete(db, key)
-        return deleted or found is not None
+        existed = key in self._stored or bool(
+            found is not None and (found.entries or found.facts or found.summary)
+        )
+        if found is None and not existed and self._exists():
+            existed = self._read(self._callersDb(), key) is not None
+        # An empty one stands for it until the delete is written.
+        self._keep(key, Conversation(key, updated=self._now()))
+        self._stored.discard(key)
+        self._write(key, "forget", lambda db: self._delete(db, key))
+        return existed
 
-    def _delete(self, db: sqlite3.Connection, key: Key) -> bool:
+    def _delete(self, db: sqlite3.Connection, key: Key) -> None:
         self._ids.pop(key, None)
-        cursor = db.execute(
+        db.execute(
             "DELETE FROM conversations WHERE integration = ? AND character = ? "
             "AND conversation = ?",
             (key.integrationId, key.characterId, key.conversationId),
         )
-        return cursor.rowcount > 0
 
     def dropConversations(self, conversationId: str) -> list[Key]:
         """
@@ -433,114 +672,219 @@ class MemoryStore:
             del self._loaded[key]
         return keys
 
+    # What there is.
+
+    _BRIEFS = (
+        "SELECT integration, character, conversation, summary != '', updated, "
+        "(SELECT count(*) FROM entries WHERE entries.conversation = c.id), "
+        "(SELECT count(*) FROM facts WHERE facts.conversation = c.id) "
+        "FROM conversations AS c"
+    )
+
     def briefs(
         self, integrationId: str | None = None, characterId: str | None = None
     ) -> list[dict[str, Any]]:
         """
         What conversations there are (L{Conversation.brief}), maybe of one
         integration or character: the loaded ones as they are, the rest
-        counted in the database without reading their entries.
+        counted in the database without reading their entries (on the
+        caller's thread: the plugin's client ops use L{briefsLater}).
         """
+        if self._closed:
+            raise StoreError(f"the memory database {self.path} is closed (the daemon is stopping)")
+        rows = self._callersDb().execute(self._BRIEFS).fetchall() if self._exists() else []
+        return self._briefs(rows, integrationId, characterId)
 
+    def briefsLater(
+        self, integrationId: str | None = None, characterId: str | None = None
+    ) -> Deferred[list[dict[str, Any]]]:
+        """L{briefs}, read on the reader's thread."""
+        if not self._exists():
+            return succeed(self._briefs([], integrationId, characterId))
+
+        def read() -> list[_Row]:
+            return self._readerDb().execute(self._BRIEFS).fetchall()
+
+        return self._reader.run(read).addCallback(self._briefs, integrationId, characterId)
+
+    def _briefs(
+        self, rows: list[_Row], integrationId: str | None, characterId: str | None
+    ) -> list[dict[str, Any]]:
         def wanted(key: Key) -> bool:
             return (integrationId is None or key.integrationId == integrationId) and (
                 characterId is None or key.characterId == characterId
             )
 
-        found = {
-            k: c.brief()
-            for k, c in self._loaded.items()
-            if wanted(k) and (c.entries or c.facts or c.summary)
-        }
-        if self._exists():
-            rows = self._open().execute(
-                "SELECT integration, character, conversation, summary != '', updated, "
-                "(SELECT count(*) FROM entries WHERE entries.conversation = c.id), "
-                "(SELECT count(*) FROM facts WHERE facts.conversation = c.id) "
-                "FROM conversations AS c"
-            )
-            for integration, character, name, summarized, updated, entries, facts in rows:
-                key = Key(integration, character, name)
-                if wanted(key) and key not in found:
-                    brief = {"entries": entries, "facts": facts, "summarized": bool(summarized)}
-                    found[key] = {**key.asDict(), **brief, "updated": updated}
+        loaded = {k: c for k, c in self._loaded.items() if wanted(k)}
+        found = {k: c.brief() for k, c in loaded.items() if c.entries or c.facts or c.summary}
+        for integration, character, name, summarized, updated, entries, facts in rows:
+            key = Key(integration, character, name)
+            if wanted(key) and key not in loaded:
+                brief = {"entries": entries, "facts": facts, "summarized": bool(summarized)}
+                found[key] = {**key.asDict(), **brief, "updated": updated}
         return list(found.values())
 
     # Export and import.
 
     def export(self, conversation: Conversation) -> dict[str, Any]:
-        return {"format": EXPORT_FORMAT, **conversation.asDict()}
+        """
+        The conversation as a document for a game's save: with its entry
+        count and a checksum of its content, which L{restore} verifies.
+        """
+        body = conversation.asDict()
+        return {
+            "format": EXPORT_FORMAT,
+            **body,
+            "entryCount": len(conversation.entries),
+            "checksum": checksum(body),
+        }
 
-    def restore(self, key: Key, document: Any) -> Conversation:
+    def restore(self, key: Key, document: Any, empty: bool = False) -> Conversation:
         """
         Replace conversation C{key} with an L{export}ed document (a game's
-        save file), in one change: a kill leaves the old one or the new.
+        save file), in one change: a kill leaves the old one or the new.  A
+        document with no entries is refused unless C{empty} says that is
+        meant.  Its write is in L{collect}'s list.
 
         @raise InvalidDocument: naming what is wrong with C{document}.
         """
-        conversation = _parseExport(key, document)
+        conversation = _parseExport(key, document, empty)
         conversation.updated = self._now()
-        self._loaded.pop(key, None)
         if key.persistent:
-            with self._transaction() as db:
+            self._open()
+            for fact in conversation.facts:
+                fact.id = self._nextFact
+                self._nextFact += 1
+        self._loaded.pop(key, None)
+        self._keep(key, conversation)
+        if key.persistent:
+            rows = [
+                (e.seq, e.role, e.speaker, e.text, e.status, e.at) for e in conversation.entries
+            ]
+            facts = [(f.id, f.text) for f in conversation.facts]
+            summary, through = conversation.summary, conversation.summarizedThrough
+            updated = conversation.updated
+
+            def write(db: sqlite3.Connection) -> None:
                 self._delete(db, key)
-                rowid = self._rowid(db, conversation)
+                rowid = self._rowid(db, key, summary, through, updated)
                 db.executemany(
                     "INSERT INTO entries (conversation, seq, role, speaker, text, status, at) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (rowid, e.seq, e.role, e.speaker, e.text, e.status, e.at)
-                        for e in conversation.entries
-                    ],
+                    [(rowid, *row) for row in rows],
                 )
-                for fact in conversation.facts:
-                    cursor = db.execute(
-                        "INSERT INTO facts (conversation, text) VALUES (?, ?)",
-                        (rowid, fact.text),
-                    )
-                    assert cursor.lastrowid is not None
-                    fact.id = cursor.lastrowid
-        self._loaded[key] = conversation
+                db.executemany(
+                    "INSERT INTO facts (id, conversation, text) VALUES (?, ?, ?)",
+                    [(i, rowid, text) for i, text in facts],
+                )
+
+            self._write(key, "import", write)
         return conversation
 
-    # The game's knowledge.
+    # The game's knowledge, kept wholly in memory.
 
-    def knowledge(self, integrationId: str) -> list[tuple[int, str, dict[str, Any]]]:
+    def _knowledge(self) -> dict[str, list[Known]]:
+        if self._known is None:
+            if not self._exists():
+                return {}
+            self._open()
+        assert self._known is not None
+        return self._known
+
+    def knowledge(self, integrationId: str) -> list[Known]:
         """
         The game's knowledge entries of an integration: C{(id, scope, entry)}.
         """
-        if not self._exists():
-            return []
-        return [
-            (i, scope, json.loads(entry))
-            for i, scope, entry in self._open().execute(
-                "SELECT id, scope, entry FROM knowledge WHERE integration = ? ORDER BY id",
-                (integrationId,),
-            )
-        ]
+        return list(self._knowledge().get(integrationId, ()))
 
     def know(self, integrationId: str, scope: str, entry: dict[str, Any]) -> int:
-        with self._transaction() as db:
-            cursor = db.execute(
-                "INSERT INTO knowledge (integration, scope, entry) VALUES (?, ?, ?)",
-                (integrationId, scope, json.dumps(entry)),
-            )
-        assert cursor.lastrowid is not None
-        return cursor.lastrowid
+        """Add knowledge; its write is in L{collect}'s list."""
+        self._open()
+        known = self._knowledge()
+        knowledgeId = self._nextKnowledge
+        self._nextKnowledge += 1
+        known.setdefault(integrationId, []).append((knowledgeId, scope, entry))
+        text = json.dumps(entry)
+        self._write(
+            None,
+            "knowledge",
+            lambda db: db.execute(
+                "INSERT INTO knowledge (id, integration, scope, entry) VALUES (?, ?, ?, ?)",
+                (knowledgeId, integrationId, scope, text),
+            ),
+        )
+        return knowledgeId
 
     def unknow(self, integrationId: str, knowledgeId: int) -> bool:
-        with self._transaction() as db:
-            cursor = db.execute(
+        known = self._knowledge().get(integrationId, [])
+        found = [k for k in known if k[0] == knowledgeId]
+        if not found:
+            return False
+        known.remove(found[0])
+        self._write(
+            None,
+            "knowledge",
+            lambda db: db.execute(
                 "DELETE FROM knowledge WHERE integration = ? AND id = ?",
                 (integrationId, knowledgeId),
-            )
-        return cursor.rowcount > 0
+            ),
+        )
+        return True
 
 
-def _parseExport(key: Key, document: Any) -> Conversation:
-    if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
+def checksum(body: dict[str, Any]) -> str:
+    """
+    SHA-256 of an exported conversation's content (summary, facts' texts,
+    entries), each number as the float or int it means, so that a game's
+    JSON library (which may write C{5.0} as C{5}) does not change it.
+    """
+    content = [
+        body.get("summary"),
+        body.get("summarizedThrough"),
+        [f.get("text") if isinstance(f, dict) else f for f in body.get("facts") or []],
+        [
+            [
+                e.get("seq"),
+                e.get("role"),
+                e.get("speaker", ""),
+                e.get("text"),
+                e.get("status", "complete"),
+                float(e.get("at", 0.0)) if isinstance(e.get("at", 0.0), int | float) else 0.0,
+            ]
+            if isinstance(e, dict)
+            else e
+            for e in body.get("entries") or []
+        ],
+    ]
+    text = json.dumps(content, ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _parseExport(key: Key, document: Any, empty: bool = False) -> Conversation:
+    if not isinstance(document, dict):
         raise InvalidDocument(
             f'an imported conversation must be an object with format "{EXPORT_FORMAT}"'
+        )
+    got = document.get("format")
+    if got != EXPORT_FORMAT:
+        raise InvalidDocument(
+            f'an imported conversation must have format "{EXPORT_FORMAT}"; this one has '
+            + (json.dumps(got) if isinstance(got, str) else "none")
+        )
+    if "entries" not in document:
+        raise InvalidDocument("the document has no entries (it is not a whole export)")
+    count, sealed = document.get("entryCount"), document.get("checksum")
+    if isinstance(count, bool) or not isinstance(count, int) or not isinstance(sealed, str):
+        raise InvalidDocument("the document has no entryCount and checksum (not a whole export)")
+    if isinstance(document["entries"], list) and len(document["entries"]) != count:
+        raise InvalidDocument(
+            f"the document holds {len(document['entries'])} entries but was exported with "
+            f"{count}: it was cut or changed"
+        )
+    if not document["entries"] and not empty:
+        raise InvalidDocument(
+            "the document has no entries; importing it would leave the conversation empty "
+            "(send empty: true if that is meant)"
         )
     summary = document.get("summary", "")
     through = document.get("summarizedThrough", 0)
@@ -549,7 +893,7 @@ def _parseExport(key: Key, document: Any) -> Conversation:
     if isinstance(through, bool) or not isinstance(through, int) or through < 0:
         raise InvalidDocument("summarizedThrough must be a whole number of at least 0")
     entries: list[Entry] = []
-    raw = document.get("entries", [])
+    raw = document["entries"]
     if not isinstance(raw, list):
         raise InvalidDocument("entries must be a list")
     last = 0
@@ -583,4 +927,8 @@ def _parseExport(key: Key, document: Any) -> Conversation:
         if not isinstance(text, str) or not text.strip():
             raise InvalidDocument(f"facts[{i}] must be a non-empty string or an object with text")
         facts.append(Fact(i + 1, text.strip()))
+    if checksum(document) != sealed:
+        raise InvalidDocument(
+            "the document's checksum does not match its content: it was changed after export"
+        )
     return Conversation(key, entries, summary, through, facts)

@@ -58,7 +58,10 @@ def isSummaryRequest(requestId: Any) -> bool:
 def toCondense(conversation: Conversation, keepRecent: int, chunk: int) -> list[Entry]:
     """
     The oldest entries not yet summarized, leaving the newest C{keepRecent}
-    tokens of them as they are, at most C{chunk} tokens of them.
+    tokens of them as they are, at most C{chunk} tokens of them: whole
+    exchanges only, so that what is left never opens with the character
+    answering a line the summary holds (the entry after the last chosen is
+    never the character's).
     """
     pending = conversation.unsummarized()
     kept = 0
@@ -73,6 +76,8 @@ def toCondense(conversation: Conversation, keepRecent: int, chunk: int) -> list[
             break
         chosen.append(entry)
         total += entry.tokens
+    while chosen and len(chosen) < len(pending) and pending[len(chosen)].role == CHARACTER:
+        chosen.pop()
     return chosen
 
 

@@ -134,7 +134,12 @@ def handleExtension(client: ClientSurface, message: dict[str, Any]) -> None:
     A message of a plugin's own type goes to the chain, in order with the
     client's turns, for the plugin to take.
     """
-    client.middleware.submit(fromClient(client.session.id, message))
+    envelope = fromClient(client.session.id, message)
+    character = client.session.character
+    if character is not None and character.integrationId:
+        # The integration the client's character named: the memory ops'.
+        envelope.meta["integrationId"] = character.integrationId
+    client.middleware.submit(envelope)
 
 
 def refuseOffer(client: ClientSurface, message: dict[str, Any]) -> None:

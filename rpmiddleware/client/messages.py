@@ -14,6 +14,7 @@ silently change nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from typing import Annotated, Any
 
@@ -109,6 +110,14 @@ def decodeFrame(
         raise InvalidMessage("the message is nested too deeply")
     if not isinstance(value, dict):
         raise InvalidMessage(f"a message must be a JSON object, got {jsonName(value)}")
+    escapes = _SURROGATE_ESCAPE if isinstance(payload, str) else _SURROGATE_ESCAPE_BYTES
+    if escapes.search(payload):  # type: ignore[arg-type]
+        wrong = notUnicode(value)
+        if wrong is not None:
+            raise InvalidMessage(
+                f"{wrong} is not valid Unicode text: it holds a lone UTF-16 surrogate "
+                "(a character cut in half?)"
+            )
     kind = value.get("type")
     if not isinstance(kind, str) or not kind:
         raise InvalidMessage("a message must have a string type")
@@ -116,6 +125,43 @@ def decodeFrame(
         known = ", ".join((*CLIENT_TYPES, *sorted(extensions)))
         raise InvalidMessage(f"unknown message type {kind[:64]!r} (known: {known})")
     return value
+
+
+#: A JSON escape of a UTF-16 surrogate (C{\\ud800} to C{\\udfff}): the only
+#: way one can reach a decoded message, since UTF-8 cannot carry one.  A
+#: message without one is not walked (L{notUnicode}).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def notUnicode(value: Any) -> str | None:
+    """
+    The path (C{text}, C{card.data.name}, C{attachments[0].alt}) of the
+    first string in C{value}, key or value, that is not valid Unicode (a
+    lone surrogate, which JSON's C{"\\ud800"} decodes to and no store or
+    encoder takes), or C{None}.
+    """
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return path or "the message"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                name = f"{path}.{key}" if path else str(key)
+                if not key.isascii():
+                    try:
+                        key.encode("utf-8")
+                    except UnicodeEncodeError:
+                        return f"a field name in {path or 'the message'}"
+                stack.append((child, name))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
+    return None
 
 
 #: msgspec's type names as L{jsonName} says them, for schema errors.
