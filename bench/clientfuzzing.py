@@ -200,7 +200,8 @@ class ClientFrameFactory:
         if choice == 20:
             lone = pick(["\\ud800", "\\udfff", "a\\ud83d"])
             payload = ('{"type":"ping","timestamp":3,"x":"' + lone + '"}').encode()
-            return ClientFrame(payload, False, "escaped-surrogate", [("pong", None)])
+            # Not valid Unicode: refused where it enters, naming the field (issue 32).
+            return ClientFrame(payload, False, "escaped-surrogate", INVALID)
         if choice == 21:
             number = pick(["1e400", "NaN", "-Infinity", "9" * 5000, "1.5e-400"])
             payload = ('{"type":"ping","timestamp":' + number + "}").encode()
