@@ -11,6 +11,8 @@ test here.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from twisted.internet.task import Clock
@@ -436,11 +438,6 @@ class TableTests(SynchronousTestCase):
         docs/memory.md's table of interruptions names a test of this module
         on every row, and each exists.
         """
-        import re
-        from pathlib import Path
-
-        import tests.test_interruptions as here
-
         text = (Path(__file__).resolve().parent.parent / "docs" / "memory.md").read_text("utf-8")
         section = text[text.index("## When a turn is interrupted") :]
         section = section[: section.index("\n## ")]
@@ -448,7 +445,7 @@ class TableTests(SynchronousTestCase):
         self.assertGreaterEqual(len(rows), 9)
         names = {
             name
-            for case in vars(here).values()
+            for case in globals().values()
             if isinstance(case, type) and issubclass(case, SynchronousTestCase)
             for name in vars(case)
         }
