@@ -77,8 +77,11 @@ class TwistdTests(TestCase):
             "-n", "--pidfile=", "--logfile=-", "--reactor=asyncio",
             "rpmiddleware", "--demo", "--port", "0",
         ]  # fmt: skip
+        # In a folder of its own: the daemon makes its memory store at start-up.
+        folder = os.path.abspath(self.mktemp())
+        os.makedirs(folder)
         process = reactor.spawnProcess(  # type: ignore[attr-defined]
-            watcher, sys.executable, args, env=dict(os.environ), path=TOP
+            watcher, sys.executable, args, env=dict(os.environ), path=folder
         )
 
         def check(output: bytes) -> Deferred[None]:
