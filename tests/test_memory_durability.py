@@ -15,12 +15,17 @@ from twisted.internet import protocol, reactor
 from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.internet.task import Clock
 from twisted.logger import Logger
-from twisted.trial.unittest import SkipTest, SynchronousTestCase
+from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.builtin.memory import Memory, MemorySettings, memory
 from rpmiddleware.builtin.memory.conversation import CHARACTER, COMPLETE, PLAYER, Conversation, Key
 from rpmiddleware.builtin.memory.planner import MAX_FACT
-from rpmiddleware.builtin.memory.store import EXPORT_FORMAT, MemoryStore, StoreError
+from rpmiddleware.builtin.memory.store import (
+    EXPORT_FORMAT,
+    UNSEALED_FORMAT,
+    MemoryStore,
+    StoreError,
+)
 from rpmiddleware.builtin.memory.summarizer import toCondense
 from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.client.messages import decodeFrame
@@ -268,6 +273,10 @@ class UnicodeTests(SynchronousTestCase):
         self.assertEqual(whole["text"], "\U0001f600")
 
 
+#: The user a root test run drops to, to meet a file's permissions as a game would.
+NOBODY = 65534
+
+
 class StartupTests(SynchronousTestCase):
     """Finding 5: start-up refuses every store it cannot write, naming file and cause."""
 
@@ -284,28 +293,75 @@ class StartupTests(SynchronousTestCase):
         self.assertIn(path, str(e))
         self.assertIn("database is locked", str(e))
 
-    def _readOnly(self) -> None:
-        if os.geteuid() == 0:
-            raise SkipTest("root writes to read-only files and folders")
+    def refusedUnprivileged(self, path: str) -> str:
+        """
+        Build the plugin on C{path} as a user without root's right to write
+        anywhere, and return its refusal.  The suite runs as root in CI,
+        which ignores a file's permissions; there the build runs in a forked
+        child that has dropped to C{nobody} first (everything it needs is
+        imported by a first build here, since C{nobody} cannot read root's
+        Python).
+        """
+        if os.geteuid() != 0:
+            e = self.assertRaises(ValueError, memory.buildPlugin, {"path": path}, services())
+            return str(e)
+        memory.buildPlugin({"path": os.path.abspath(self.mktemp())}, services())
+        readEnd, writeEnd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child reports through the pipe)
+            report = b"ERROR nothing"
+            try:
+                os.close(readEnd)
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+                memory.buildPlugin({"path": path}, services())
+                report = b"BUILT"
+            except ValueError as e:
+                report = b"REFUSED " + str(e).encode("utf-8", "replace")
+            except BaseException as e:
+                report = b"ERROR " + repr(e).encode("utf-8", "replace")
+            finally:
+                os.write(writeEnd, report)
+                os._exit(0)
+        os.close(writeEnd)
+        chunks = []
+        while chunk := os.read(readEnd, 65536):
+            chunks.append(chunk)
+        os.close(readEnd)
+        os.waitpid(pid, 0)
+        outcome = b"".join(chunks).decode("utf-8")
+        self.assertTrue(outcome.startswith("REFUSED "), outcome)
+        return outcome.removeprefix("REFUSED ")
 
-    def test_readOnlyFolderWithoutAStoreRefused(self) -> None:
-        self._readOnly()
+    def ownFolder(self) -> str:
+        """
+        A new folder as a game's own would be: the unprivileged user may
+        reach it (trial's are private to root) and owns it.
+        """
         folder = os.path.abspath(self.mktemp())
         os.makedirs(folder)
+        os.chmod(os.path.dirname(folder), 0o755)
+        if os.geteuid() == 0:
+            os.chown(folder, NOBODY, NOBODY)
+        return folder
+
+    def test_readOnlyFolderWithoutAStoreRefused(self) -> None:
+        folder = self.ownFolder()
         os.chmod(folder, 0o555)
         self.addCleanup(os.chmod, folder, 0o755)
         path = os.path.join(folder, "memory.sqlite3")
-        e = self.assertRaises(ValueError, memory.buildPlugin, {"path": path}, services())
-        self.assertIn(path, str(e))
+        why = self.refusedUnprivileged(path)
+        self.assertIn(path, why)
+        self.assertIn(f"its folder {folder} is read-only", why)
 
     def test_readOnlyStoreRefused(self) -> None:
-        self._readOnly()
-        path = os.path.abspath(self.mktemp())
+        path = os.path.join(self.ownFolder(), "memory.sqlite3")
         MemoryStore(path, lambda: 0.0).check()
         os.chmod(path, 0o444)
-        e = self.assertRaises(ValueError, memory.buildPlugin, {"path": path}, services())
-        self.assertIn(path, str(e))
-        self.assertIn("readonly", str(e).replace("-", "").replace(" ", ""))
+        why = self.refusedUnprivileged(path)
+        self.assertIn(path, why)
+        self.assertIn("the file is read-only", why)
 
     def test_folderThatCannotBeMadeRefused(self) -> None:
         """A store where no folder can be made (even by root: /proc) is refused."""
@@ -393,6 +449,17 @@ class ExportTests(SynchronousTestCase):
     def test_wrongVersionNamesBoth(self) -> None:
         self.refused({**self.document, "format": "rpmiddleware.memory/9"},
                      EXPORT_FORMAT, "rpmiddleware.memory/9")  # fmt: skip
+
+    def test_unsealedSaveOnlyWhenSaid(self) -> None:
+        """
+        A save of the older, unsealed format (no entryCount or checksum) is
+        refused, saying how to take it; with unverified it imports as it is.
+        """
+        old = {k: v for k, v in self.document.items() if k not in ("entryCount", "checksum")}
+        old["format"] = UNSEALED_FORMAT
+        self.refused(old, UNSEALED_FORMAT, "unverified: true")
+        restored = self.store.restore(Key("game", "mira", "b"), old, False, True)
+        self.assertEqual([e.text for e in restored.entries], ["Hi", "Ho", "Bye"])
 
     def test_numbersAsAGameWritesThemStillMatch(self) -> None:
         """A JSON library that writes 0.0 as 0 does not break the checksum."""

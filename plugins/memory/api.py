@@ -44,10 +44,13 @@ class IConversationMemory(Interface):
     def export(characterId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]
         """The conversation as a JSON document for the game's save file."""
 
-    def restore(characterId, conversationId, document, integrationId=None, empty=False):  # type: ignore[no-untyped-def]
+    def restore(
+        characterId, conversationId, document, integrationId=None, empty=False, unverified=False
+    ):  # type: ignore[no-untyped-def]  # noqa: E501
         """
         Replace the conversation with an exported document; StoreError if
-        wrong, or if it has no entries and C{empty} is not true.
+        wrong, if it has no entries and C{empty} is not true, or if it has the
+        older, unsealed format and C{unverified} is not true.
         """
 
     def loaded(characterId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]

@@ -20,8 +20,9 @@ one the client's C{character} named, else the configured one.  The ops, and what
   - C{list} C{{characterId?}}; C{read}, C{export}, C{forget} C{{characterId}};
   - C{edit} C{{characterId, seq, text | remove: true}}; C{summary} C{{characterId, summary}};
   - C{pin} C{{characterId, fact}}; C{unpin} C{{characterId, factId}};
-  - C{import} C{{characterId, document, empty?}} (what C{export} gave;
-    C{empty: true} to import one with no entries);
+  - C{import} C{{characterId, document, empty?, unverified?}} (what C{export} gave;
+    C{empty: true} to import one with no entries, C{unverified: true} to
+    import an export of the older, unsealed format as it is);
   - C{know} C{{text, keys?, constant?, scope?}}; C{unknow} C{{knowledgeId}}.
 """
 
@@ -172,7 +173,10 @@ def _import(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(empty, bool):
         raise OpError("empty must be true or false")
     document = msg.get("document")
-    count = m.restore(t.characterId, t.conversationId, document, t.integrationId, empty)
+    unverified = msg.get("unverified", False)
+    if not isinstance(unverified, bool):
+        raise OpError("unverified must be true or false")
+    count = m.restore(t.characterId, t.conversationId, document, t.integrationId, empty, unverified)
     return {"entries": count}
 
 

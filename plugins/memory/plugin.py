@@ -752,9 +752,10 @@ class Memory(ChainPlugin):
         document: Any,
         integrationId: str | None = None,
         empty: bool = False,
+        unverified: bool = False,
     ) -> int:
         key = self._key(characterId, conversationId, integrationId)
-        return len(self.storeFor(key).restore(key, document, empty).entries)
+        return len(self.storeFor(key).restore(key, document, empty, unverified).entries)
 
     def forget(
         self, characterId: str, conversationId: str, integrationId: str | None = None

@@ -56,6 +56,9 @@ from rpmiddleware.builtin.memory.writer import Lane
 
 SCHEMA_VERSION = 1
 EXPORT_FORMAT = "rpmiddleware.memory/2"
+#: The exports made before they were sealed (no entry count, no checksum):
+#: imported only when the game says it takes them as they are.
+UNSEALED_FORMAT = "rpmiddleware.memory/1"
 #: Seconds a write waits for a lock another process holds (SQLite's busy
 #: handler retries meanwhile) before it is given up and reported.
 WRITE_TIMEOUT = 30.0
@@ -176,6 +179,28 @@ class MemoryStore:
 
     # The file.
 
+    def _checkWritable(self) -> None:
+        """
+        Make the store's folder if there is none, and refuse a store this
+        user cannot write with the cause in words: SQLite says only "unable
+        to open database file" for a read-only folder (where it keeps the
+        C{-wal} and C{-shm} files beside the store).
+        """
+        path = os.path.abspath(self.path)
+        folder = os.path.dirname(path)
+        if not os.path.isdir(folder):
+            try:
+                os.makedirs(folder)
+            except OSError as e:
+                raise StoreError(f"cannot create the memory folder {folder}: {e.strerror}")
+        if os.path.exists(path) and not os.access(path, os.W_OK):
+            raise StoreError(f"cannot write the memory database {path}: the file is read-only")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise StoreError(
+                f"cannot write the memory database {path}: its folder {folder} is read-only "
+                "(SQLite keeps the store and its -wal and -shm files there)"
+            )
+
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute(f"PRAGMA busy_timeout={int(self._writeTimeout * 1000)}")
@@ -194,11 +219,7 @@ class MemoryStore:
                     f"the memory database {self.path} is closed (the daemon is stopping)"
                 )
             if not self._memoryOnly:
-                folder = os.path.dirname(os.path.abspath(self.path))
-                try:
-                    os.makedirs(folder, exist_ok=True)
-                except OSError as e:
-                    raise StoreError(f"cannot create the memory folder {folder}: {e.strerror}")
+                self._checkWritable()
             try:
                 db = self._connect()
                 db.execute("PRAGMA journal_mode=WAL")
@@ -739,16 +760,19 @@ class MemoryStore:
             "checksum": checksum(body),
         }
 
-    def restore(self, key: Key, document: Any, empty: bool = False) -> Conversation:
+    def restore(
+        self, key: Key, document: Any, empty: bool = False, unverified: bool = False
+    ) -> Conversation:
         """
         Replace conversation C{key} with an L{export}ed document (a game's
         save file), in one change: a kill leaves the old one or the new.  A
         document with no entries is refused unless C{empty} says that is
-        meant.  Its write is in L{collect}'s list.
+        meant; an export of the older, unsealed format unless C{unverified}
+        says the game takes it as it is.  Its write is in L{collect}'s list.
 
         @raise InvalidDocument: naming what is wrong with C{document}.
         """
-        conversation = _parseExport(key, document, empty)
+        conversation = _parseExport(key, document, empty, unverified)
         conversation.updated = self._now()
         if key.persistent:
             self._open()
@@ -860,21 +884,32 @@ def checksum(body: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
-def _parseExport(key: Key, document: Any, empty: bool = False) -> Conversation:
+def _parseExport(
+    key: Key, document: Any, empty: bool = False, unverified: bool = False
+) -> Conversation:
     if not isinstance(document, dict):
         raise InvalidDocument(
             f'an imported conversation must be an object with format "{EXPORT_FORMAT}"'
         )
     got = document.get("format")
-    if got != EXPORT_FORMAT:
+    unsealed = got == UNSEALED_FORMAT
+    if got != EXPORT_FORMAT and not unsealed:
         raise InvalidDocument(
             f'an imported conversation must have format "{EXPORT_FORMAT}"; this one has '
             + (json.dumps(got) if isinstance(got, str) else "none")
         )
+    if unsealed and not unverified:
+        raise InvalidDocument(
+            f'this export has the older format "{UNSEALED_FORMAT}", which carries no entry '
+            "count or checksum, so a cut or changed one cannot be told from a whole one: send "
+            "unverified: true to import it as it is (then export it again to seal it)"
+        )
     if "entries" not in document:
         raise InvalidDocument("the document has no entries (it is not a whole export)")
     count, sealed = document.get("entryCount"), document.get("checksum")
-    if isinstance(count, bool) or not isinstance(count, int) or not isinstance(sealed, str):
+    if unsealed:
+        count, sealed = len(document["entries"]) if isinstance(document["entries"], list) else 0, ""
+    elif isinstance(count, bool) or not isinstance(count, int) or not isinstance(sealed, str):
         raise InvalidDocument("the document has no entryCount and checksum (not a whole export)")
     if isinstance(document["entries"], list) and len(document["entries"]) != count:
         raise InvalidDocument(
@@ -927,7 +962,7 @@ def _parseExport(key: Key, document: Any, empty: bool = False) -> Conversation:
         if not isinstance(text, str) or not text.strip():
             raise InvalidDocument(f"facts[{i}] must be a non-empty string or an object with text")
         facts.append(Fact(i + 1, text.strip()))
-    if checksum(document) != sealed:
+    if not unsealed and checksum(document) != sealed:
         raise InvalidDocument(
             "the document's checksum does not match its content: it was changed after export"
         )
