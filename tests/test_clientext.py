@@ -23,6 +23,7 @@ from rpmiddleware.plugin.clientext import clientMessage, toClient
 from rpmiddleware.plugin.interfaces import IChainContext, IClientExtension, IEnvelopePlugin
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.protocol.timeline import Timeline
+from rpmiddleware.testing.kit import exampleCard
 from tests.support.client import clockedEndpoint
 from tests.support.connections import OpenConnections
 
@@ -115,3 +116,35 @@ class ExtensionTests(SynchronousTestCase):
         self.assertEqual((answer["type"], answer["op"], answer["id"]), ("memory-result", "pin", 1))
         self.assertEqual(answer["fact"]["text"], "Alex.")
         self.assertEqual(answer["conversationId"], f"session:{connection.session.id}")
+
+    def test_memoryOpsUseTheCharactersIntegration(self) -> None:
+        """
+        A memory op of a client whose character names its integration
+        (C{character}'s C{integrationId}) keeps that integration's
+        conversation, not the daemon's default integration's (issue 32).
+        """
+        from rpmiddleware.builtin.memory import memory
+
+        clock = Clock()
+        services = PluginServices(clock, Settings(), CardHasher(None), Timeline())
+        plugin = memory.buildPlugin({"path": ":memory:"}, services)
+        rig = Rig(plugin)
+        connection, writer = rig.connect()
+        rig.say(
+            connection,
+            type="character",
+            characterId="mira",
+            integrationId="north-game",
+            card=exampleCard(),
+        )
+        rig.say(connection, type="memory", op="pin", id=1, characterId="mira", fact="Alex.")
+        self.assertEqual(writer.sent[-1]["type"], "memory-result")
+        self.assertEqual(
+            [(c["integrationId"], c["facts"]) for c in plugin.conversations("north-game")],
+            [("north-game", 1)],
+        )
+        self.assertEqual(plugin.conversations(Settings().game.integration_id), [])
+        rig.say(connection, type="memory", op="read", id=2, characterId="mira")
+        answer = writer.sent[-1]
+        self.assertEqual((answer["type"], answer["id"]), ("memory-result", 2))
+        self.assertEqual([f["text"] for f in answer["conversation"]["facts"]], ["Alex."])
