@@ -13,9 +13,9 @@ import wave
 import numpy as np
 from twisted.trial.unittest import SynchronousTestCase
 
+from rpmiddleware.audio.format import base64Bytes
 from rpmiddleware.audio.format import pcm16Wav as wavBytes
 from rpmiddleware.client.decode import decodeAudio, sniff
-from rpmiddleware.client.tts import base64Bytes
 from rpmiddleware.protocol.clienterrors import AudioDecodeError
 from tests.support.client import opusBase64, tone, wavBase64
 

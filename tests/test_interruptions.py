@@ -15,8 +15,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from twisted.internet.task import Clock
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.internet.task import Clock, LoopingCall
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from rpmiddleware.builtin.memory import IConversationMemory, Memory
 from rpmiddleware.client.clientext import ExtensionBridge
@@ -259,6 +259,181 @@ class BargeInTests(SynchronousTestCase):
             rig.entries(),
             [("player", STORY, "complete"), ("character", got.strip(), "interrupted")],
         )
+
+
+#: A reply of whole sentences, each one segment of RPEngine's speech.
+FIRST = "I will tell you a story now."
+TALE = (
+    f"{FIRST} It starts in a small village by the sea. The fishermen there were poor "
+    "but happy. One morning a stranger came ashore. He carried a chest of gold and "
+    "silver. Nobody knew where he came from."
+)
+#: Seconds the simulator's voice takes to say the first sentence.
+FIRST_SECONDS = len(FIRST) * 0.05
+
+
+class PlayedSpeechTests(SynchronousTestCase):
+    """
+    A spoken reply cut off is remembered as far as the player heard it: the
+    sentences its speech played whole, not the text sent.  Over WebRTC the
+    speech track says how much it played; over the WebSocket the client
+    says it (C{played}); a client that says nothing gets the text rule.
+    """
+
+    def spoken(self, rig: Rig) -> None:
+        rig.begin()
+        rig.say(type="configure", output={"modalities": ["text", "audio"]})
+        rig.say(type="text", text=STORY)
+
+    def assertHeardFirstSentence(self, rig: Rig) -> None:
+        settle(rig.clock, 30)
+        invocation = rig.invocationFor(NEXT)
+        self.assertEqual(list(invocation.history), [("user", STORY), ("assistant", FIRST + " —")])
+        self.assertEqual(
+            rig.entries()[:2],
+            [("player", STORY, "complete"), ("character", FIRST, "interrupted")],
+        )
+
+    def sentBeyondTheFirst(self, rig: Rig) -> None:
+        """Wait until the client was sent the second sentence's text and speech."""
+        rig.until(lambda: "by the sea." in rig.received() and len(rig.sent("tts-chunk")) >= 2)
+        self.assertEqual(rig.sent("reply-complete"), [], "the reply still streams")
+
+    def test_webSocketClientReportsPlayedMs(self) -> None:
+        """
+        A barge-in by C{text} whose C{played} says the client played the
+        first sentence and a little of the second: the next request holds
+        the first sentence alone, cut off, though the client had the text
+        of two.
+        """
+        rig = Rig({"mira": TALE}, tokensPerSecond=10)
+        self.spoken(rig)
+        self.sentBeyondTheFirst(rig)
+        rig.say(type="text", text=NEXT, played={"ms": (FIRST_SECONDS + 0.1) * 1000})
+        self.assertHeardFirstSentence(rig)
+
+    def test_webSocketCancelReportsPlayedSamples(self) -> None:
+        """
+        C{cancel} with C{played} in samples at the C{tts-chunk}s' rate, then
+        the next line at once: the same.
+        """
+        rig = Rig({"mira": TALE}, tokensPerSecond=10)
+        self.spoken(rig)
+        self.sentBeyondTheFirst(rig)
+        rate = rig.sent("tts-chunk")[0]["sampleRate"]
+        rig.say(type="cancel", played={"samples": int((FIRST_SECONDS + 0.1) * rate)})
+        rig.say(type="text", text=NEXT)
+        self.assertHeardFirstSentence(rig)
+
+    def test_webSocketPlayedNothingWhole(self) -> None:
+        """
+        A client that played less than the first sentence: the reply is not
+        remembered at all, only the player's line.
+        """
+        rig = Rig({"mira": TALE}, tokensPerSecond=10)
+        self.spoken(rig)
+        self.sentBeyondTheFirst(rig)
+        rig.say(type="text", text=NEXT, played={"samples": 10})
+        settle(rig.clock, 30)
+        self.assertEqual(list(rig.invocationFor(NEXT).history), [("user", STORY)])
+        self.assertEqual(
+            rig.entries()[:2], [("player", STORY, "complete"), ("player", NEXT, "complete")]
+        )
+
+    def test_webSocketSilentClientGetsTheTextRule(self) -> None:
+        """
+        A spoken turn cut by a client that says nothing of its playback:
+        remembered as far as the client got the text.
+        """
+        rig = Rig({"mira": TALE}, tokensPerSecond=10)
+        self.spoken(rig)
+        self.sentBeyondTheFirst(rig)
+        got = rig.received().strip()
+        rig.say(type="text", text=NEXT)
+        settle(rig.clock, 30)
+        self.assertIn("by the sea.", got)
+        self.assertEqual(
+            list(rig.invocationFor(NEXT).history), [("user", STORY), ("assistant", got + " —")]
+        )
+        self.assertEqual(rig.entries()[1], ("character", got, "interrupted"))
+
+    def test_playedIsChecked(self) -> None:
+        """A C{played} that is not one of ms and samples is refused, naming it."""
+        rig = Rig({"mira": TALE}, tokensPerSecond=10)
+        self.spoken(rig)
+        for played in ({"ms": -1}, {"samples": 1.5}, {"ms": 1, "samples": 1}, {"s": 1}, 3):
+            rig.say(type="cancel", played=played)
+            error = rig.sent("error")[-1]
+            self.assertEqual(error["code"], "INVALID_MESSAGE")
+            self.assertIn("cancel.played", error["message"])
+        self.assertEqual(rig.sent("tts-cancelled"), [], "a refused cancel cancels nothing")
+
+    def test_webRTCBargeInAfterTheFirstSentencePlayed(self) -> None:
+        """
+        Over WebRTC the speech track plays the reply in real time; the
+        player speaks once the first sentence was played and a little of
+        the second: the next request (the utterance, sent at once) holds
+        the first sentence alone, cut off, though the text of more was
+        sent and more speech was queued on the track.
+        """
+        from rpmiddleware.webrtc.speech import TRACK_RATE
+        from rpmiddleware.webrtc.vad import SpeechStarted
+
+        rig = Rig({"mira": TALE}, tokensPerSecond=10)
+        link, track = trackLink(rig)
+        rig.engine.options.audioTranscript = NEXT
+        self.spoken(rig)
+        rig.until(lambda: track.played(track.turn) >= (FIRST_SECONDS + 0.1) * TRACK_RATE)
+        self.assertIn("by the sea.", rig.received())
+        self.assertEqual(rig.sent("tts-chunk"), [], "the speech went on the track")
+        self.assertGreater(track.queuedSeconds, 0.5, "more was queued than was played")
+        link._speechStarted(SpeechStarted(0))
+        rig.connection.submitAudio(
+            {"format": "pcm_s16le", "sampleRate": 16000, "channels": 1, "data": "AAAAAA=="}
+        )
+        self.assertEqual(track.queuedSeconds, 0, "the track fell silent at once")
+        settle(rig.clock, 30)
+        self.assertEqual(
+            list(rig.engine.invocations[-1].history),
+            [("user", STORY), ("assistant", FIRST + " —")],
+        )
+        self.assertEqual(rig.entries()[1], ("character", FIRST, "interrupted"))
+
+
+def trackLink(rig: Rig) -> tuple[Any, Any]:
+    """
+    A WebRTC link for the rig's connection with a negotiated speech track
+    (no real peer: the track's frames are taken every 20 ms of the Clock,
+    as aiortc's sender takes them in real time).
+    """
+    try:
+        from rpmiddleware.webrtc.speech import FRAME_SECONDS, SpeechTrack
+        from rpmiddleware.webrtc.voice import VoiceLink
+    except ImportError as e:
+        raise SkipTest(f"the optional webrtc extra is not installed: {e}")
+
+    class Peer:
+        closed = False
+        speaking = True
+
+        def __init__(self) -> None:
+            self.speech = SpeechTrack(clock=rig.clock.seconds)
+            self.sent: list[dict[str, Any]] = []
+
+        def send(self, message: dict[str, Any]) -> None:
+            self.sent.append(message)
+
+    peer = Peer()
+    link = VoiceLink.__new__(VoiceLink)
+    link.connection = rig.connection  # type: ignore[assignment]
+    link.label = "test"
+    link.peer = peer  # type: ignore[assignment]
+    link.turnIds = {}
+    rig.connection.voice = link
+    frames = LoopingCall(peer.speech.nextFrame)
+    frames.clock = rig.clock
+    frames.start(FRAME_SECONDS, now=False)
+    return link, peer.speech
 
 
 GARRICK = "Halt. The gate is shut."

@@ -92,6 +92,7 @@ EXPECTED = {
     "trimmed",
     "AUTO_EVENT",
     "addSceneText",
+    "sentenceBlocks",
     # Cards.
     "CARD_FORMAT",
     "CanonicalCard",
@@ -113,6 +114,7 @@ EXPECTED = {
     "decodeBase64",
     "encodeBase64",
     "endsSegment",
+    "base64Bytes",
     "pcm",
     # The reactor and the collector.
     "hasTurns",

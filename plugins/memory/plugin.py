@@ -45,6 +45,7 @@ from rpmiddleware.builtin.memory.conversation import (
     Key,
     Where,
 )
+from rpmiddleware.builtin.memory.heard import Speech, heardText
 from rpmiddleware.builtin.memory.lorebook import Book, EntryReader, bookOf, entryFrom
 from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
 from rpmiddleware.builtin.memory.planner import MAX_FACT, Limits, Plan, plan
@@ -69,6 +70,7 @@ from rpmiddleware.plugin import (
     IMetricsSource,
     OwnedDocument,
     clientMessage,
+    meta,
     renderMacros,
     snapshotTransfer,
     textOfDelta,
@@ -101,6 +103,9 @@ class _Turn:
     #: Lines the character heard while this turn played (an action's
     #: outcome, a refused call, another's line): remembered after it.
     after: list[tuple[str, str, str, str]] = field(default_factory=list)
+    #: The reply's speech as it passed toward the client, segment by
+    #: segment (for what the player heard of it when it is cut off).
+    speech: Speech | None = None
 
 
 @dataclass
@@ -306,7 +311,7 @@ class Memory(ChainPlugin):
             # not the client's any more.
             turn = self._turns.pop(envelope.requestId or "", None)
             if turn is not None:
-                self._ended(turn, kind)
+                self._ended(turn, kind, envelope.meta.get(meta.PLAYED))
                 self._kick()
             return envelope
         if kind == HEARD:
@@ -509,6 +514,14 @@ class Memory(ChainPlugin):
             text = envelope.get("text")
             if isinstance(text, str):
                 turn.completed = text
+        elif kind == "reply.audio.chunk":
+            if turn.speech is None:
+                turn.speech = Speech()
+            turn.speech.chunk(envelope.fields)
+        elif kind == "reply.audio.start":
+            if turn.speech is None:
+                turn.speech = Speech()
+            turn.speech.started(envelope.fields)
         elif kind == "voice.capture.transcript":
             words = trimmed(envelope.get("text"))
             who = turn.player[1] if turn.player else ""
@@ -519,7 +532,7 @@ class Memory(ChainPlugin):
             self._kick()
         return envelope
 
-    def _ended(self, turn: _Turn, kind: str) -> None:
+    def _ended(self, turn: _Turn, kind: str, played: Any = None) -> None:
         """
         Remember a turn that ended (C{kind} its terminal type) or was
         withdrawn (C{kind} the cancel that passed toward RPEngine): the
@@ -529,9 +542,19 @@ class Memory(ChainPlugin):
         C{reply.text.completed} passed, else the deltas, marked as cut off
         unless it was whole; a turn that failed (C{request.error}) before
         any of its reply passed leaves nothing, so the game may ask again.
-        What the character heard while the turn played follows it.
+        A cancel that says how much of the reply's speech the player was
+        played (C{played}, L{meta.PLAYED}) keeps the reply only as far as
+        the sentences that speech said whole (L{heard}), once any speech
+        passed toward the client.  What the character heard while the turn
+        played follows it.
         """
         reply = turn.completed if turn.completed is not None else "".join(turn.parts)
+        whole = kind == "reply.completed" or turn.completed is not None
+        sentences = None
+        if played is not None and turn.speech is not None:
+            sentences = turn.speech.heardSegments(played)
+        if sentences is not None:
+            reply, whole = heardText(reply, turn.completed is not None, sentences)
         conversation = self.conversation(turn.key)
         said: list[tuple[str, str, str, str]] = []
         if kind == "request.error" and not reply.strip():
@@ -541,7 +564,6 @@ class Memory(ChainPlugin):
         elif kind == "reply.completed" or reply.strip():
             # A capture that never told its words.
             said.append((PLAYER, "", "", UNHEARD))
-        whole = kind == "reply.completed" or turn.completed is not None
         status = COMPLETE if whole else INTERRUPTED
         if reply.strip() and said:
             said.append((CHARACTER, turn.character, reply.strip(), status))

@@ -90,6 +90,13 @@ def encodeBase64(data: bytes) -> str:
     return pybase64.b64encode_as_string(data)
 
 
+def base64Bytes(text: str) -> int:
+    """
+    How many bytes a padded base64 string decodes to, without decoding it.
+    """
+    return len(text) // 4 * 3 - text[-2:].count("=") if text else 0
+
+
 def exactLength(inputSamples: int, inRate: int, outRate: int) -> int:
     """
     C{round(inputSamples * outRate / inRate)} computed exactly, with Python's

@@ -26,6 +26,7 @@ connection only as a L{rpmiddleware.client.surface.ClientSurface}.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
@@ -282,12 +283,22 @@ class ClientConnection:
         return self.session
 
     def submit(
-        self, kind: str, playerText: str | None, open: Opener, config: ClientConfig | None = None
+        self,
+        kind: str,
+        playerText: str | None,
+        open: Opener,
+        config: ClientConfig | None = None,
+        played: Mapping[str, Any] | None = None,
     ) -> None:
-        self.turns.submit(kind, playerText, open, config)
+        self.turns.submit(kind, playerText, open, config, played)
 
-    def submitAudio(self, audio: dict[str, Any], config: ClientConfig | None = None) -> None:
-        self.turns.submitAudio(audio, config)
+    def submitAudio(
+        self,
+        audio: dict[str, Any],
+        config: ClientConfig | None = None,
+        played: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.turns.submitAudio(audio, config, played)
 
     def dropWaiting(self, reason: str) -> None:
         self.turns.dropWaiting(reason)

@@ -268,6 +268,40 @@ def turnOptions(message: Mapping[str, Any]) -> dict[str, Any]:
     return changes
 
 
+#: The keys of a C{played} report: one of them.
+PLAYED_KEYS = ("ms", "samples")
+
+
+def played(message: Mapping[str, Any]) -> dict[str, int | float] | None:
+    """
+    The optional C{played} of a C{cancel}, or of a C{text}, C{audio} or
+    C{voice-capture start} that barges in: how much of the interrupted
+    line's speech the player was played, counted from its C{tts-start}:
+    C{{ms}} (a number of milliseconds) or C{{samples}} (a whole number, at
+    the C{sampleRate} of its C{tts-chunk}s).  C{None} when absent.
+    """
+    value = message.get("played")
+    if value is None:
+        return None
+    where = f"{message['type']}.played"
+    if not isinstance(value, dict):
+        raise InvalidMessage(f"{where} must be an object, got {jsonName(value)}")
+    unknown = sorted(k for k in value if k not in PLAYED_KEYS)
+    if unknown:
+        raise InvalidMessage(f"{where} has unknown field {unknown[0]!r} (known: ms, samples)")
+    given = [k for k in PLAYED_KEYS if k in value]
+    if len(given) != 1:
+        raise InvalidMessage(f"{where} must have exactly one of ms and samples")
+    key = given[0]
+    amount = value[key]
+    if key == "samples":
+        if type(amount) is not int or amount < 0:
+            raise InvalidMessage(f"{where}.samples must be a whole number from 0, got {amount!r}")
+    elif not isinstance(amount, int | float) or isinstance(amount, bool) or not amount >= 0:
+        raise InvalidMessage(f"{where}.ms must be a number from 0, got {amount!r}")
+    return {key: amount}
+
+
 def settingsChanges(fields: Mapping[str, Any], where: str, keys: frozenset[str]) -> dict[str, Any]:
     unknown = sorted(k for k in fields if k not in keys)
     if unknown:

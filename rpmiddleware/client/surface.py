@@ -15,7 +15,7 @@ and resume), so the handlers cannot reach into it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet.defer import Deferred
@@ -117,16 +117,23 @@ class ClientSurface(Protocol):
         playerText: str | None,
         open: Opener,
         config: ClientConfig | None = None,
+        played: Mapping[str, Any] | None = None,
     ) -> None:
         """
         Start a turn now (cancelling the one playing, with barge-in) or
-        queue it behind the one playing.
+        queue it behind the one playing.  C{played}: the client's report of
+        how much of the playing turn's speech it played, for the cancel.
 
         @raise rpmiddleware.client.messages.InvalidMessage: when the client
             has no character.
         """
 
-    def submitAudio(self, audio: dict[str, Any], config: ClientConfig | None = None) -> None:
+    def submitAudio(
+        self,
+        audio: dict[str, Any],
+        config: ClientConfig | None = None,
+        played: Mapping[str, Any] | None = None,
+    ) -> None:
         """
         Start a turn from a recording in RPEngine's C{event.audio} shape,
         with any pending attachments' alt text as context.

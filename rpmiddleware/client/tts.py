@@ -16,7 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rpmiddleware.audio.format import encodeBase64, endsSegment, pcm16Wav, strictBase64
+from rpmiddleware.audio.format import (
+    base64Bytes,
+    encodeBase64,
+    endsSegment,
+    pcm16Wav,
+    strictBase64,
+)
 from rpmiddleware.protocol.messages import OUTPUT_SAMPLE_RATE
 
 if TYPE_CHECKING:
@@ -32,13 +38,6 @@ class SpeechTooLong(Exception):
     """
     A non-streaming reply's speech outgrew L{MAX_WAV_SECONDS}.
     """
-
-
-def base64Bytes(text: str) -> int:
-    """
-    How many bytes a padded base64 string decodes to, without decoding it.
-    """
-    return len(text) // 4 * 3 - text[-2:].count("=") if text else 0
 
 
 def _rate(value: Any) -> int | None:
@@ -115,6 +114,14 @@ class SpeechOutput:
         if self._resampler is None:
             return []
         return self._emit([self._flushSegment()])
+
+    def played(self) -> dict[str, int] | None:
+        """
+        How much of the speech the player was played: not known here (the
+        client plays it; it may say so with C{played}, see
+        L{rpmiddleware.client.turns.Turn.cancel}).
+        """
+        return None
 
     def wav(self) -> bytes:
         """

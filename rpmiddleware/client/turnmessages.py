@@ -54,6 +54,7 @@ def turnConfig(client: ClientSurface, message: dict[str, Any]) -> ClientConfig:
 def handleText(client: ClientSurface, message: dict[str, Any]) -> None:
     typed = clientfields.string(message, "text")
     config = turnConfig(client, message)
+    played = wire.played(message)
     client.character()
     context = attachmentContext(client)
 
@@ -61,7 +62,7 @@ def handleText(client: ClientSurface, message: dict[str, Any]) -> None:
         text = typed if context is None else f"{context}\n{typed}"
         return client.middleware.requestReply(text=text, **request)
 
-    client.submit(TEXT, typed, open, config)
+    client.submit(TEXT, typed, open, config, played)
 
 
 def handleAudio(client: ClientSurface, message: dict[str, Any]) -> Deferred[None]:
@@ -72,6 +73,7 @@ def handleAudio(client: ClientSurface, message: dict[str, Any]) -> Deferred[None
     data = clientfields.string(message, "data")
     attached = wire.attachments(message, required=False)
     config = turnConfig(client, message)
+    played = wire.played(message)
     client.character()
     if attached:
         keepAttachments(client, attached, "this turn")
@@ -88,7 +90,7 @@ def handleAudio(client: ClientSurface, message: dict[str, Any]) -> Deferred[None
             channels=audio.channels,
         )
         try:
-            client.submitAudio(audio.eventAudio(config.inputLanguage), config)
+            client.submitAudio(audio.eventAudio(config.inputLanguage), config, played)
         except InvalidMessage as e:
             client.error(INVALID_MESSAGE, str(e))
 
@@ -120,6 +122,7 @@ def handleVoiceCapture(client: ClientSurface, message: dict[str, Any]) -> None:
     capture = turn if live and turn is not None and turn.kind == VOICE else None
     if action == "start":
         config = turnConfig(client, message)
+        played = wire.played(message)
         client.character()
         if capture is not None and capture.capturePhase:
             # RPEngine has one capture at a time and would answer
@@ -135,7 +138,7 @@ def handleVoiceCapture(client: ClientSurface, message: dict[str, Any]) -> None:
                 returnTranscript=True, silenceBehavior=silence, **request
             )
 
-        client.submit(VOICE, None, open, config)
+        client.submit(VOICE, None, open, config, played)
     elif capture is None:
         raise InvalidMessage(f"voice-capture {action}: no voice capture is in progress")
     elif action == "stop":
@@ -144,11 +147,16 @@ def handleVoiceCapture(client: ClientSurface, message: dict[str, Any]) -> None:
         if capture.stopCapture():
             client.middleware.stopVoiceCapture(capture.stream)
     else:
-        capture.cancel()
+        capture.cancel(played=wire.played(message))
 
 
 def handleCancel(client: ClientSurface, message: dict[str, Any]) -> None:
+    """
+    Stop the turn playing, and those waiting; C{played} (how much of its
+    speech the client played) goes with the cancel.
+    """
+    played = wire.played(message)
     client.dropWaiting("a waiting turn was cancelled by the client")
     turn = client.current
     if turn is not None and not turn.ended:
-        turn.cancel()
+        turn.cancel(played=played)

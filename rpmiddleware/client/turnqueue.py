@@ -14,7 +14,7 @@ waiting turn starts.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from twisted.internet.interfaces import IReactorTime
@@ -53,12 +53,20 @@ class TurnQueue:
         self.waiting: deque[Callable[[], None]] = deque()
 
     def submit(
-        self, kind: str, playerText: str | None, open: Opener, config: ClientConfig | None = None
+        self,
+        kind: str,
+        playerText: str | None,
+        open: Opener,
+        config: ClientConfig | None = None,
+        played: Mapping[str, Any] | None = None,
     ) -> None:
         """
         L{rpmiddleware.client.surface.ClientSurface.submit}, with barge-in or
         queueing as configured.  C{config} is the configuration the turn
-        plays with (the session's now when not given).
+        plays with (the session's now when not given); C{played}, the
+        client's report of how much of the playing turn's speech it played
+        (L{rpmiddleware.client.messages.played}), goes with a barge-in's
+        cancel.
         """
         client = self._client
         character = client.character()
@@ -68,7 +76,7 @@ class TurnQueue:
             if client.session.config.bargesIn(client.settings):
                 self.dropWaiting("a waiting turn was replaced by a newer one (barge-in)")
                 self.current = None
-                turn.cancel("interrupted by a new turn (barge-in)")
+                turn.cancel("interrupted by a new turn (barge-in)", played)
             elif len(self.waiting) >= client.settings.queued_turns:
                 client.error(
                     RATE_LIMITED,
@@ -82,7 +90,12 @@ class TurnQueue:
                 return
         self._start(kind, playerText, open, character, config)
 
-    def submitAudio(self, audio: dict[str, Any], config: ClientConfig | None = None) -> None:
+    def submitAudio(
+        self,
+        audio: dict[str, Any],
+        config: ClientConfig | None = None,
+        played: Mapping[str, Any] | None = None,
+    ) -> None:
         """
         Start a turn from a recording already in RPEngine's C{event.audio}
         shape (PCM at any rate; the audio-resample plugin converts it), with
@@ -98,7 +111,7 @@ class TurnQueue:
         def open(request: dict[str, Any]) -> ReplyStream:
             return client.middleware.requestReply(text=context, audio=audio, **request)
 
-        self.submit(AUDIO, None, open, config)
+        self.submit(AUDIO, None, open, config, played)
 
     def dropWaiting(self, reason: str) -> None:
         """

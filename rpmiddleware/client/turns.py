@@ -64,7 +64,7 @@ from rpmiddleware.protocol.clienterrors import (
 )
 from rpmiddleware.protocol.envelope import ENVELOPE_FIELDS, Envelope
 from rpmiddleware.protocol.messages import textOfDelta
-from rpmiddleware.protocol.meta import SPEAKER
+from rpmiddleware.protocol.meta import PLAYED, SPEAKER
 
 #: What a turn is about: typed text, a recording, or the RPEngine microphone.
 TEXT, AUDIO, VOICE = "text", "audio", "voice"
@@ -215,13 +215,19 @@ class Turn:
         self.stream.done.addErrback(lambda failure: None)
         self.stream.subscribe(self._received)
 
-    def cancel(self, reason: str | None = None) -> None:
+    def cancel(self, reason: str | None = None, played: Mapping[str, Any] | None = None) -> None:
         """
         Stop this turn: C{tts-cancelled} now, C{request.cancel} (or
-        C{voice.capture.cancel}) upstream, and silence.
+        C{voice.capture.cancel}) upstream, and silence.  The cancel tells
+        the plugins how much of the reply's speech the player was played
+        (L{PLAYED}): what the client reported (C{played}, as
+        L{rpmiddleware.client.messages.played} reads it), else what the
+        speech output knows it played (the WebRTC track), else nothing.
         """
         if self.ended or self.silenced:
             return
+        # Read before tts-cancelled silences the speech track.
+        heard = self._played(played)
         self.silenced = True
         self.capturing = self.capturePhase = False
         self._stopTimer()
@@ -233,7 +239,24 @@ class Turn:
             turnId=self.id,
             reason=reason or "the client asked",
         )
-        self.stream.cancel()
+        self.stream.cancel({PLAYED: heard} if heard is not None else None)
+
+    def _played(self, reported: Mapping[str, Any] | None) -> dict[str, int] | None:
+        """
+        L{PLAYED} for this turn's cancel: C{{samples, sampleRate}} of the
+        line's speech the player was played, or C{None} when there is no
+        speech or nobody knows.  A report in milliseconds is counted down
+        to whole samples, so it never claims more than was played.
+        """
+        speech = self.speech
+        if speech is None:
+            return None
+        if reported is not None:
+            rate = speech.rate
+            if "samples" in reported:
+                return {"samples": int(reported["samples"]), "sampleRate": rate}
+            return {"samples": int(reported["ms"] * rate // 1000), "sampleRate": rate}
+        return speech.played()
 
     # The stream.
 

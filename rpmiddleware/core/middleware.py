@@ -390,6 +390,7 @@ class Middleware(CoreView):
         def cancel(stream: ReplyStream) -> None:
             withdraw = Envelope.build(cancelKind, requestId=stream.requestId)
             withdraw.meta.update(meta or {})
+            withdraw.meta.update(stream.cancelMeta)
             self._sendInOrder(withdraw)
 
         stream = ReplyStream(requestId, cancel, retainAudio=retainAudio, retainText=retainText)

@@ -9,7 +9,8 @@ the end, and a way to cancel.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -72,6 +73,9 @@ class ReplyStream:
         self._cancel = cancel
         self.finished = False
         self.cancelRequested = False
+        #: What the cancel's C{meta} says besides the request's own (the
+        #: speech the player was played: L{rpmiddleware.protocol.meta.PLAYED}).
+        self.cancelMeta: dict[str, Any] = {}
 
     def subscribe(self, observer: StreamObserver) -> None:
         for envelope in self.envelopes:
@@ -79,10 +83,15 @@ class ReplyStream:
         if not self.finished:
             self._observers.append(observer)
 
-    def cancel(self) -> None:
+    def cancel(self, meta: Mapping[str, Any] | None = None) -> None:
+        """
+        Ask RPEngine to stop this reply.  C{meta} goes on the cancel's
+        envelope (never on the wire), for the plugins it passes.
+        """
         if self.finished or self.cancelRequested:
             return
         self.cancelRequested = True
+        self.cancelMeta = dict(meta or {})
         self._cancel(self)
 
     def _last(self, kind: str) -> Envelope | None:

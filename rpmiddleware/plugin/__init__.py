@@ -30,12 +30,13 @@ The names, by what they are for:
   - B{What RPEngine accepts and tells its model}: its rules
     (L{EngineRefusal}, L{checkPromptContext}, ...), its prompt assembly and
     token estimate (L{estimateTokens}, L{promptRequest}, ...), adding to a
-    request's scene context (L{addSceneText}).
+    request's scene context (L{addSceneText}), and where its speech cuts
+    a reply into sentences, one audio segment each (L{sentenceBlocks}).
   - B{Cards}: L{validateCard}, L{CardHasher} (L{CardHasher.withData} is the
     sanctioned way to change what the model is told of a character),
     L{canonicalHash}, transfers and diffs.
   - B{Audio}: the light helpers (L{decodeBase64}, L{encodeBase64},
-    L{endsSegment}, ...); the conversions in L{pcm} (numpy and soxr) are
+    L{base64Bytes}, L{endsSegment}, ...); the conversions in L{pcm} (numpy and soxr) are
     imported the first time C{rpmiddleware.plugin.pcm} is asked for, so a
     plugin imports them inside the function that first converts audio.
   - B{The reactor and the collector}: L{inLaterTurn}, L{hasTurns},
@@ -50,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 from rpmiddleware.audio.format import (
     QUALITIES,
     AudioError,
+    base64Bytes,
     canonicalFormat,
     decodeBase64,
     encodeBase64,
@@ -147,6 +149,7 @@ from rpmiddleware.protocol.rules import (
     EngineRefusal,
     checkPromptContext,
 )
+from rpmiddleware.protocol.sentences import sentenceBlocks
 from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.runtime.collector import importFrozen
 from rpmiddleware.runtime.reactorturn import hasTurns, inLaterTurn
@@ -225,6 +228,7 @@ __all__ = [
     "addSceneText",
     "answerOp",
     "applyPatch",
+    "base64Bytes",
     "canonicalFormat",
     "canonicalHash",
     "checkPromptContext",
@@ -253,6 +257,7 @@ __all__ = [
     "promptRequest",
     "rejectUnknownSettings",
     "renderMacros",
+    "sentenceBlocks",
     "snapshotTransfer",
     "speakerKey",
     "startTurn",

@@ -202,9 +202,11 @@ class IReplyStream(Interface):
         with those already received.
         """
 
-    def cancel():  # type: ignore[no-untyped-def]
+    def cancel(meta=None):  # type: ignore[no-untyped-def]
         """
         Ask RPEngine to stop this reply; C{done} then fails with ReplyCancelled.
+        C{meta}, if given, goes on the cancel's envelope (as
+        C{meta.PLAYED}: how much of the reply's speech the player was played).
         """
 
 

@@ -29,5 +29,12 @@ UNCLAIMED = "unclaimed"
 #: with C{addSceneText}, in order, so that a playbook stage applied further
 #: from the game (which replaces the request's prompt context) adds them again.
 SCENE_TEXT = "sceneText"
+#: On a request's cancel (C{request.cancel}, C{voice.capture.cancel}): how
+#: much of the reply's speech the player was played before it was cut,
+#: C{{samples, sampleRate}} counted from the first sample of its speech.
+#: The client endpoint sets it (from the client's C{played}, or the WebRTC
+#: speech track's playout); the memory plugin remembers the reply as far as
+#: that speech said it.  Absent when nobody knows.
+PLAYED = "played"
 
-__all__ = ["CLIENT", "ORIGIN", "SCENE_TEXT", "SPEAKER", "STAGE", "TURN", "UNCLAIMED"]
+__all__ = ["CLIENT", "ORIGIN", "PLAYED", "SCENE_TEXT", "SPEAKER", "STAGE", "TURN", "UNCLAIMED"]

@@ -95,6 +95,8 @@ class SpeechTrack(MediaStreamTrack):
         self.underrunSamples = 0
         #: Samples dropped by L{clear} or the queue bound.
         self.droppedSamples = 0
+        #: Samples of speech handed out, by turn (the newest few turns).
+        self._played: dict[int, int] = {}
         #: Called with (turn, frame index) when a turn's first sample is sent.
         self.onStarted: Callable[[int, int], None] | None = None
         #: Called with the turn when a finished turn has been sent completely.
@@ -208,6 +210,7 @@ class SpeechTrack(MediaStreamTrack):
                 if self.onStarted is not None:
                     self.onStarted(turn, self.frames)
             take = min(FRAME_SAMPLES - filled, len(head) - self._head)
+            self._count(turn, take)
             out[filled : filled + take] = head[self._head : self._head + take]
             filled += take
             self._head += take
@@ -232,6 +235,21 @@ class SpeechTrack(MediaStreamTrack):
         frame.time_base = _TIME_BASE
         self.frames += 1
         return frame
+
+    def played(self, turn: int) -> int:
+        """
+        Samples (at L{TRACK_RATE}) of turn C{turn}'s speech handed to the
+        sender so far: what the player has been played of it, the sender
+        pacing frames in real time (a network's delay before they are heard).
+        """
+        return self._played.get(turn, 0)
+
+    def _count(self, turn: int, samples: int) -> None:
+        if turn not in self._played:
+            for old in [t for t in self._played if t < turn - 8]:
+                del self._played[old]
+            self._played[turn] = 0
+        self._played[turn] += samples
 
     def _markers(self) -> None:
         """

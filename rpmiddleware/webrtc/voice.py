@@ -89,6 +89,8 @@ class TrackSpeech:
         self.samples = 0
         self._inRate = INPUT_RATE
         self._playing = playing
+        #: The track's turn this output fed last (0: none yet).
+        self._turn = 0
 
     def started(self, fields: Mapping[str, Any]) -> None:
         rate = fields.get("sampleRate")
@@ -106,6 +108,8 @@ class TrackSpeech:
         rate = rate if type(rate) is int and rate > 0 else self._inRate
         pcm = pcm[: len(pcm) - len(pcm) % 2]
         turn = self.track.feed(pcm, rate)
+        # A new line (a scene's) is a turn of the track of its own.
+        self._turn = turn
         self._playing(turn, str(fields.get("requestId", "")))
         self.samples += exactLength(len(pcm) // 2, rate, TRACK_RATE)
         return []
@@ -113,6 +117,16 @@ class TrackSpeech:
     def finish(self) -> list[str]:
         self.track.finish()
         return []
+
+    def played(self) -> dict[str, int] | None:
+        """
+        How much of the line fed last the player has been played (the
+        track's playout): C{{samples, sampleRate}}, for
+        L{rpmiddleware.protocol.meta.PLAYED}; C{None} before any speech.
+        """
+        if not self._turn:
+            return None
+        return {"samples": self.track.played(self._turn), "sampleRate": TRACK_RATE}
 
     def wav(self) -> bytes:
         raise RuntimeError("speech on the track is never collected into a WAV")
