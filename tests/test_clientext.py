@@ -123,11 +123,12 @@ class ExtensionTests(SynchronousTestCase):
         (C{character}'s C{integrationId}) keeps that integration's
         conversation, not the daemon's default integration's (issue 32).
         """
-        from rpmiddleware.builtin.memory import memory
+        from rpmiddleware.builtin.memory import Memory, memory
 
         clock = Clock()
         services = PluginServices(clock, Settings(), CardHasher(None), Timeline())
         plugin = memory.buildPlugin({"path": ":memory:"}, services)
+        assert isinstance(plugin, Memory)
         rig = Rig(plugin)
         connection, writer = rig.connect()
         rig.say(
