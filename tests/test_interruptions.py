@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from twisted.internet.task import Clock, LoopingCall
+from twisted.internet.testing import EventLoggingObserver
+from twisted.logger import LogLevel, globalLogPublisher
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from rpmiddleware.builtin.memory import IConversationMemory, Memory
+from rpmiddleware.builtin.memory.api import heard
 from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.middleware import Middleware
@@ -45,12 +48,17 @@ class Rig:
     """
 
     def __init__(
-        self, lines: dict[str, str] | None = None, tokensPerSecond: float | None = 20
+        self,
+        lines: dict[str, str] | None = None,
+        tokensPerSecond: float | None = 20,
+        memory: bool = True,
     ) -> None:
         self.lines = lines if lines is not None else {}
         self.clock = Clock()
         self.settings = Settings()
         self.settings.plugins["memory"] = {"path": ":memory:", "summaries": False}
+        if not memory:
+            self.settings.chain["memory"] = None
         self.middleware = Middleware.fromSettings(self.clock, self.settings)
         self.link = connectInMemory(
             self.middleware,
@@ -63,9 +71,9 @@ class Rig:
         self.middleware.router.observe(ExtensionBridge(self.clients))
         settle(self.clock, 0.2)
         self.connection, self.writer = self.clients.connect()
-        memory = self.middleware.plugin(IConversationMemory)
-        assert isinstance(memory, Memory)
-        self.memory = memory
+        found = self.middleware.plugin(IConversationMemory)
+        assert isinstance(found, Memory) or not memory
+        self.memory = found
         self.card = exampleCard(mes_example="", first_mes="")
 
     def _reply(self, request: dict[str, Any]) -> str:
@@ -398,6 +406,169 @@ class PlayedSpeechTests(SynchronousTestCase):
             [("user", STORY), ("assistant", FIRST + " —")],
         )
         self.assertEqual(rig.entries()[1], ("character", FIRST, "interrupted"))
+
+
+class CutAfterCompletedTests(SynchronousTestCase):
+    """
+    RPEngine completed the reply (the whole text and speech reached the
+    middleware, and memory kept the whole reply) while the player still
+    hears it; the player then cuts it off.  What was played is told through
+    the chain (C{x-client.played}) before the next line's request, and
+    memory cuts the reply to the sentences played whole.  The next line is
+    sent at once.
+    """
+
+    def completed(self, rig: Rig) -> None:
+        """A spoken reply, completed upstream; the player has not heard it all."""
+        PlayedSpeechTests.spoken(self, rig)  # type: ignore[arg-type]
+        rig.until(lambda: rig.sent("reply-complete"))
+        self.assertEqual(rig.entries()[1], ("character", TALE, "complete"))
+
+    def assertHeardFirstSentence(self, rig: Rig) -> None:
+        PlayedSpeechTests.assertHeardFirstSentence(self, rig)  # type: ignore[arg-type]
+        self.assertNotIn("x-client.played", [m["type"] for m in rig.engine.receivedMessages])
+
+    def firstSentencePlayed(self, rig: Rig) -> int:
+        rate: int = rig.sent("tts-chunk")[0]["sampleRate"]
+        return int((FIRST_SECONDS + 0.1) * rate)
+
+    def test_webRTCBargeInAfterCompleted(self) -> None:
+        """
+        Over WebRTC the speech track still plays a reply RPEngine completed;
+        the player speaks once the first sentence was played: the track
+        falls silent, and the next request (the utterance, sent at once)
+        holds the first sentence alone, cut off, not the whole reply that
+        was remembered when it completed.
+        """
+        from rpmiddleware.webrtc.speech import TRACK_RATE
+        from rpmiddleware.webrtc.vad import SpeechStarted
+
+        rig = Rig({"mira": TALE}, tokensPerSecond=None)
+        link, track = trackLink(rig)
+        rig.engine.options.audioTranscript = NEXT
+        PlayedSpeechTests.spoken(self, rig)  # type: ignore[arg-type]
+        rig.until(lambda: track.played(track.turn) >= (FIRST_SECONDS + 0.1) * TRACK_RATE)
+        self.assertTrue(rig.sent("reply-complete"), "RPEngine completed the reply")
+        self.assertEqual(rig.entries()[1], ("character", TALE, "complete"))
+        self.assertGreater(track.queuedSeconds, 1, "most of it still plays")
+        link._speechStarted(SpeechStarted(0))
+        rig.connection.submitAudio(
+            {"format": "pcm_s16le", "sampleRate": 16000, "channels": 1, "data": "AAAAAA=="}
+        )
+        self.assertEqual(track.queuedSeconds, 0, "the track fell silent at once")
+        settle(rig.clock, 30)
+        self.assertEqual(
+            list(rig.engine.invocations[-1].history),
+            [("user", STORY), ("assistant", FIRST + " —")],
+        )
+        self.assertEqual(rig.entries()[1], ("character", FIRST, "interrupted"))
+
+    def test_webSocketCancelPlayedAfterReplyComplete(self) -> None:
+        """
+        C{cancel} with C{played} (samples) after C{reply-complete}, then the
+        next line at once: the reply is remembered up to the first
+        sentence, cut off; the cancel is answered with nothing (the turn
+        already ended).
+        """
+        rig = Rig({"mira": TALE}, tokensPerSecond=None)
+        self.completed(rig)
+        told = len(rig.sent())
+        rig.say(type="cancel", played={"samples": self.firstSentencePlayed(rig)})
+        self.assertEqual(rig.sent()[told:], [], "nothing is answered")
+        rig.say(type="text", text=NEXT)
+        self.assertHeardFirstSentence(rig)
+
+    def test_webSocketCancelNamingTheTurnAfterReplyComplete(self) -> None:
+        """
+        The same with the turn's C{turnId}; a C{cancel} naming another turn
+        changes nothing.
+        """
+        rig = Rig({"mira": TALE}, tokensPerSecond=None)
+        self.completed(rig)
+        turnId = rig.sent("reply-complete")[-1]["turnId"]
+        played = {"samples": self.firstSentencePlayed(rig)}
+        rig.say(type="cancel", turnId="another", played=played)
+        settle(rig.clock, 1)
+        self.assertEqual(rig.entries()[1], ("character", TALE, "complete"))
+        rig.say(type="cancel", turnId=turnId, played=played)
+        rig.say(type="text", text=NEXT)
+        self.assertHeardFirstSentence(rig)
+
+    def test_textBargeInPlayedAfterReplyComplete(self) -> None:
+        """
+        A barge-in by C{text} with C{played} (ms) after C{reply-complete}:
+        the request for it holds the first sentence alone, cut off.
+        """
+        rig = Rig({"mira": TALE}, tokensPerSecond=None)
+        self.completed(rig)
+        rig.say(type="text", text=NEXT, played={"ms": (FIRST_SECONDS + 0.1) * 1000})
+        self.assertHeardFirstSentence(rig)
+
+    def test_playedAllOfItChangesNothing(self) -> None:
+        """A client that played the whole reply: remembered whole."""
+        rig = Rig({"mira": TALE}, tokensPerSecond=None)
+        self.completed(rig)
+        rig.say(type="cancel", played={"ms": 600_000})
+        rig.say(type="text", text=NEXT)
+        settle(rig.clock, 30)
+        self.assertEqual(
+            list(rig.invocationFor(NEXT).history), [("user", STORY), ("assistant", TALE)]
+        )
+
+    def test_noMemoryPluginDropsItQuietly(self) -> None:
+        """
+        A chain without memory: what was played goes nowhere, quietly (no
+        warning, nothing to RPEngine, no error to the client), and the next
+        line is answered.
+        """
+        events = EventLoggingObserver()
+        globalLogPublisher.addObserver(events)
+        self.addCleanup(globalLogPublisher.removeObserver, events)
+        rig = Rig({"mira": TALE}, tokensPerSecond=None, memory=False)
+        self.assertNotIn("memory", rig.middleware.pluginNames)
+        PlayedSpeechTests.spoken(self, rig)  # type: ignore[arg-type]
+        rig.until(lambda: rig.sent("reply-complete"))
+        rig.say(type="cancel", played={"samples": 10})
+        rig.say(type="text", text=NEXT)
+        settle(rig.clock, 30)
+        self.assertEqual(len(rig.sent("reply-complete")), 2, "the next line was answered")
+        self.assertEqual(rig.sent("error"), [])
+        self.assertNotIn("x-client.played", [m["type"] for m in rig.engine.receivedMessages])
+        self.assertEqual(list(rig.invocationFor(NEXT).history), [])
+        warned = [e for e in events if e.get("log_level") in (LogLevel.warn, LogLevel.error)]
+        self.assertEqual(warned, [])
+
+    def test_notTheNewestEntryIsLeftWhole(self) -> None:
+        """
+        The character heard another line after its reply completed (a
+        scene's, an action's outcome): a cut that comes after it is logged
+        and the reply left whole, since what followed was heard after it.
+        """
+        rig = Rig({"mira": TALE}, tokensPerSecond=None)
+        self.completed(rig)
+        line = heard(
+            "rpmiddleware",
+            "mira",
+            "event",
+            "",
+            "The bell rang.",
+            {"client": rig.connection.session.id},
+        )
+        rig.middleware.submit(line)
+        rig.say(type="cancel", played={"samples": self.firstSentencePlayed(rig)})
+        rig.say(type="text", text=NEXT)
+        settle(rig.clock, 30)
+        self.assertEqual(
+            rig.entries()[:3],
+            [
+                ("player", STORY, "complete"),
+                ("character", TALE, "complete"),
+                ("event", "The bell rang.", "complete"),
+            ],
+        )
+        self.assertEqual(
+            list(rig.invocationFor(NEXT).history)[:2], [("user", STORY), ("assistant", TALE)]
+        )
 
 
 def trackLink(rig: Rig) -> tuple[Any, Any]:

@@ -62,6 +62,7 @@ EXPECTED = {
     "TO_CLIENT",
     "START_TURN",
     "TURN_FAILED",
+    "TURN_PLAYED",
     "toClient",
     "clientMessage",
     "answerOp",

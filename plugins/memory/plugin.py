@@ -61,6 +61,7 @@ from rpmiddleware.plugin import (
     CANCELLING,
     OPENING,
     TERMINAL,
+    TURN_PLAYED,
     ChainPlugin,
     Envelope,
     IChainContext,
@@ -87,6 +88,9 @@ BOOKS_CACHED = 64
 #: The meta keys a Python API caller (or another plugin) names a turn's
 #: conversation, location and scene with.
 CONVERSATION, LOCATION, SCENE = "conversation", "location", "scene"
+#: Completed spoken replies kept for a late cut (L{TURN_PLAYED}): the last of
+#: each conversation, until its next turn starts, at most this many.
+COMPLETED_KEPT = 256
 
 
 @dataclass
@@ -106,6 +110,23 @@ class _Turn:
     #: The reply's speech as it passed toward the client, segment by
     #: segment (for what the player heard of it when it is cut off).
     speech: Speech | None = None
+    requestId: str = ""
+
+
+@dataclass
+class _Completed:
+    """
+    A spoken reply remembered whole when RPEngine completed it, while the
+    player may still be hearing it: what a late cut (L{TURN_PLAYED}) needs.
+    """
+
+    requestId: str
+    key: Key
+    #: The character's entry the reply made.
+    seq: int
+    reply: str
+    speech: Speech
+    client: str
 
 
 @dataclass
@@ -159,6 +180,8 @@ class Memory(ChainPlugin):
         self.chosen: dict[str, str] = {}
         self.where: dict[str, Where] = {}
         self._turns: dict[str, _Turn] = {}
+        #: The last completed spoken reply of each conversation (L{_Completed}).
+        self._completed: OrderedDict[Key, _Completed] = OrderedDict()
         self._summary: _Summary | None = None
         self._due: dict[Key, None] = {}
         self._failures: dict[Key, int] = {}
@@ -317,6 +340,9 @@ class Memory(ChainPlugin):
         if kind == HEARD:
             self._heard(envelope)
             return None
+        if kind == TURN_PLAYED:
+            self._playedAfterEnd(envelope)
+            return None
         message = clientMessage(envelope, CLIENT_TYPES)
         if message is not None:
             client = str(envelope.meta.get("client") or "api")
@@ -348,6 +374,50 @@ class Memory(ChainPlugin):
         client = str(envelope.meta.get("client") or "api")
         kept = self.storeFor(key).append(self.conversation(key), line)
         kept.addCallback(self._tellIfLost, client, key, "heard line")
+
+    def _playedAfterEnd(self, envelope: Envelope) -> None:
+        """
+        A reply remembered whole when RPEngine completed it was cut off
+        while its speech still played (L{TURN_PLAYED}): its entry is cut to
+        the sentences played whole, marked as cut off (or removed, when not
+        even the first was), as a cancel would have cut it.  Only while
+        that entry is still the newest of its conversation: what came after
+        it was heard after it, and stays as it is.
+        """
+        requestId = envelope.requestId or ""
+        done = next((d for d in self._completed.values() if d.requestId == requestId), None)
+        if done is None:
+            self.log.info(
+                "no completed reply {requestId} to cut to what was played (its conversation "
+                "moved on, or it was not spoken)",
+                requestId=requestId,
+            )
+            return
+        del self._completed[done.key]
+        sentences = done.speech.heardSegments(envelope.get("played"))
+        if sentences is None:
+            return
+        text, whole = heardText(done.reply, True, sentences)
+        if whole:
+            return
+        store = self.storeFor(done.key)
+        conversation = store.cached(done.key)
+        newest = conversation.entries[-1] if conversation and conversation.entries else None
+        if (
+            conversation is None
+            or newest is None
+            or newest.seq != done.seq
+            or done.seq <= conversation.summarizedThrough
+        ):
+            self.log.warn(
+                "reply {requestId} of {key} was heard only in part, but its entry is no longer "
+                "the newest of the conversation; it is left whole",
+                requestId=requestId,
+                key=done.key.asDict(),
+            )
+            return
+        kept = store.cut(conversation, done.seq, text.strip())
+        kept.addCallback(self._tellIfLost, done.client, done.key, "turn")
 
     def _playing(self, key: Key) -> _Turn | None:
         """The newest turn of C{key}'s conversation still in flight, if any."""
@@ -394,8 +464,10 @@ class Memory(ChainPlugin):
         spoken = capture or _hasAudio(fields)
         requestId = envelope.requestId or ""
         self._turns[requestId] = _Turn(
-            key, said, character, client=str(meta.get("client") or "api")
+            key, said, character, client=str(meta.get("client") or "api"), requestId=requestId
         )
+        # A new turn: the last one's reply can no longer be cut.
+        self._completed.pop(key, None)
         made = self._plan(fields, card, conversation, spoken, meta)
         self.timeline.note(requestId, memory={**made.report, "conversation": key.asDict()})
         if made.card is None:
@@ -565,10 +637,20 @@ class Memory(ChainPlugin):
             # A capture that never told its words.
             said.append((PLAYER, "", "", UNHEARD))
         status = COMPLETE if whole else INTERRUPTED
+        seq = None
         if reply.strip() and said:
+            seq = conversation.nextSeq + len(said)
             said.append((CHARACTER, turn.character, reply.strip(), status))
         # What the character heard while its line played comes after it.
         said.extend(turn.after)
+        if seq is not None and kind == "reply.completed" and turn.speech is not None:
+            # Its speech may still be playing: kept, should the player cut it.
+            self._completed.pop(turn.key, None)
+            self._completed[turn.key] = _Completed(
+                turn.requestId, turn.key, seq, reply, turn.speech, turn.client
+            )
+            while len(self._completed) > COMPLETED_KEPT:
+                self._completed.popitem(last=False)
         if said:
             kept = self.storeFor(turn.key).append(conversation, *said)
             kept.addCallback(self._tellIfLost, turn.client, turn.key, "turn")

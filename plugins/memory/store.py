@@ -45,6 +45,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.python.failure import Failure
 
 from rpmiddleware.builtin.memory.conversation import (
+    INTERRUPTED,
     ROLES,
     STATUSES,
     Conversation,
@@ -611,6 +612,29 @@ class MemoryStore:
                     "UPDATE entries SET text = ? WHERE conversation = ? AND seq = ?",
                     (text, rowid, seq),
                 )
+
+        return self._change(conversation, "edit", write)
+
+    def cut(self, conversation: Conversation, seq: int, text: str) -> Deferred[str | None]:
+        """
+        Entry C{seq} was heard only as far as C{text}: its words become
+        that, marked as cut off (L{INTERRUPTED}); or, when C{text} is
+        empty, it goes (nothing of it was heard).
+
+        @raise KeyError: when it has no entry C{seq}.
+        """
+        entry = conversation.entry(seq)
+        if entry is None:
+            raise KeyError(seq)
+        if not text:
+            return self.edit(conversation, seq, None)
+        entry.text, entry.status = text, INTERRUPTED
+
+        def write(db: sqlite3.Connection, rowid: int) -> None:
+            db.execute(
+                "UPDATE entries SET text = ?, status = ? WHERE conversation = ? AND seq = ?",
+                (text, INTERRUPTED, rowid, seq),
+            )
 
         return self._change(conversation, "edit", write)
 

@@ -302,3 +302,8 @@ class ClientConnection:
 
     def dropWaiting(self, reason: str) -> None:
         self.turns.dropWaiting(reason)
+
+    def endedTurnPlayed(
+        self, played: Mapping[str, Any] | None = None, turnId: str | None = None
+    ) -> bool:
+        return self.turns.endedTurnPlayed(played, turnId)

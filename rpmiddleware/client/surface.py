@@ -142,6 +142,16 @@ class ClientSurface(Protocol):
     def dropWaiting(self, reason: str) -> None:
         """Forget the turns waiting behind the one playing, telling the client."""
 
+    def endedTurnPlayed(
+        self, played: Mapping[str, Any] | None = None, turnId: str | None = None
+    ) -> bool:
+        """
+        The client's most recent turn completed upstream but the player cut
+        its speech off: tell the plugins how much was played (the client's
+        C{played}, else the speech track's count), in order with the turns
+        (L{rpmiddleware.client.turnqueue.TurnQueue.endedTurnPlayed}).
+        """
+
     def resume(self, sessionId: str) -> ClientSession:
         """
         Take over the session C{sessionId} (a C{reconnect}).

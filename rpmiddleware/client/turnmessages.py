@@ -153,10 +153,23 @@ def handleVoiceCapture(client: ClientSurface, message: dict[str, Any]) -> None:
 def handleCancel(client: ClientSurface, message: dict[str, Any]) -> None:
     """
     Stop the turn playing, and those waiting; C{played} (how much of its
-    speech the client played) goes with the cancel.
+    speech the client played) goes with the cancel.  With C{turnId}, only
+    the turn it names is cancelled (a cancel that crossed that turn's end
+    stops no newer one).
+
+    A cancel with C{played} while no turn plays is about the client's most
+    recent turn, whose reply completed upstream while the client still
+    played its speech: the plugins hear how much was played (memory then
+    remembers the reply only that far), when no newer turn started and
+    C{turnId}, if given, names that turn.  Nothing is sent back: that turn
+    already ended with C{reply-complete}.
     """
     played = wire.played(message)
+    turnId = clientfields.identifier(message, "turnId", required=False)
     client.dropWaiting("a waiting turn was cancelled by the client")
     turn = client.current
     if turn is not None and not turn.ended:
-        turn.cancel(played=played)
+        if turnId is None or turnId == turn.id:
+            turn.cancel(played=played)
+    elif played is not None:
+        client.endedTurnPlayed(played, turnId)

@@ -28,6 +28,7 @@ from rpmiddleware.client.surface import ClientSurface, Opener
 from rpmiddleware.client.tts import SpeechOutput
 from rpmiddleware.client.turns import AUDIO, Turn
 from rpmiddleware.core.replystream import ReplyStream
+from rpmiddleware.plugin.clientext import turnPlayed
 from rpmiddleware.protocol.clienterrors import INTERNAL_ERROR, RATE_LIMITED
 
 
@@ -51,6 +52,9 @@ class TurnQueue:
         self._capacity = capacity
         self.current: Turn | None = None
         self.waiting: deque[Callable[[], None]] = deque()
+        #: The turn started last, kept once it ended until the next starts:
+        #: what a late C{played} is about (L{endedTurnPlayed}).
+        self.latest: Turn | None = None
 
     def submit(
         self,
@@ -88,7 +92,45 @@ class TurnQueue:
             else:
                 self.waiting.append(lambda: self._start(kind, playerText, open, character, config))
                 return
+        elif played is not None and client.session.config.bargesIn(client.settings):
+            # It barges in on a reply that completed upstream but still
+            # played: the plugins hear how far, before this turn's request.
+            self.endedTurnPlayed(played)
         self._start(kind, playerText, open, character, config)
+
+    def endedTurnPlayed(
+        self, played: Mapping[str, Any] | None = None, turnId: str | None = None
+    ) -> bool:
+        """
+        The most recent turn (no newer one started) completed upstream
+        while its speech still played, and the player cut it off: send the
+        plugins how much of it was played
+        (L{TURN_PLAYED <rpmiddleware.plugin.clientext.TURN_PLAYED>}), in
+        order with this client's turns, so the memory plugin amends the
+        reply it remembered whole before the next request is planned.
+        C{played}: the client's report (L{rpmiddleware.client.messages.played}),
+        else what the speech output knows it played (the WebRTC track).
+        C{turnId}, when given, must name that turn.  Told once a turn;
+        whether it was told.
+        """
+        turn = self.latest
+        if turn is None or not turn.ended or (turnId is not None and turnId != turn.id):
+            return False
+        amount = turn.playedAfterEnd(played)
+        if amount is None:
+            return False
+        self.latest = None
+        client = self._client
+        self.log.info(
+            "client {peer}: turn {turnId} was cut off after it completed, "
+            "{samples} samples at {rate} Hz played",
+            peer=client.peer,
+            turnId=turn.id,
+            samples=amount["samples"],
+            rate=amount["sampleRate"],
+        )
+        client.middleware.submit(turnPlayed(client.session.id, turn.id, amount))
+        return True
 
     def submitAudio(
         self,
@@ -135,6 +177,7 @@ class TurnQueue:
         (the connection is going, or plays another session now).
         """
         self.waiting.clear()
+        self.latest = None
         turn, self.current = self.current, None
         if turn is not None and not turn.ended:
             turn.cancel(reason)
@@ -189,7 +232,7 @@ class TurnQueue:
             stallTimeout=settings.stall_timeout,
             queue=client.middleware.engineQueue,
         )
-        self.current = turn
+        self.current = self.latest = turn
         self.log.info(
             "client {peer} started a {kind} turn {turnId}",
             peer=client.peer,

@@ -241,6 +241,19 @@ class Turn:
         )
         self.stream.cancel({PLAYED: heard} if heard is not None else None)
 
+    def playedAfterEnd(self, reported: Mapping[str, Any] | None) -> dict[str, int] | None:
+        """
+        How much of this turn's speech the player was played, for a turn
+        that completed upstream while its speech still played and was then
+        cut off (L{rpmiddleware.plugin.clientext.TURN_PLAYED}): as
+        L{_played}, for a completed turn of one line only (a scene's turn
+        of several lines is not told: what plays is a line of its own
+        request), else C{None}.
+        """
+        if self.outcome != "completed" or len(self.lines) > 1:
+            return None
+        return self._played(reported)
+
     def _played(self, reported: Mapping[str, Any] | None) -> dict[str, int] | None:
         """
         L{PLAYED} for this turn's cancel: C{{samples, sampleRate}} of the

@@ -38,7 +38,7 @@ from rpmiddleware.core.view import (
 from rpmiddleware.engine.link import EngineLink
 from rpmiddleware.engine.queue import EngineQueue
 from rpmiddleware.engine.session import EngineSession, MessageWriter, SessionOptions
-from rpmiddleware.plugin.clientext import FROM_CLIENT, toClient
+from rpmiddleware.plugin.clientext import FROM_CLIENT, TURN_PLAYED, toClient
 from rpmiddleware.plugin.interfaces import IEnvelopePlugin, IHeldWork
 from rpmiddleware.plugin.services import PluginServices
 from rpmiddleware.protocol.clienterrors import INVALID_MESSAGE, errorMessage
@@ -108,9 +108,17 @@ class Middleware(CoreView):
         What leaves the chain toward RPEngine goes to the engine link; a
         client's message that no plugin took (L{rpmiddleware.plugin.clientext})
         is answered here instead, so the client hears that nothing took it.
+        What the client endpoint says of a completed turn's playout
+        (L{TURN_PLAYED}) is for a plugin that remembers (memory); a chain
+        without one lets it go here, quietly: it is no one's error.
         """
         if envelope.type == FROM_CLIENT:
             self._unclaimed(envelope)
+            return
+        if envelope.type == TURN_PLAYED:
+            self.log.debug(
+                "no plugin took what was played of {requestId}", requestId=envelope.requestId
+            )
             return
         self.link.send(envelope)
 

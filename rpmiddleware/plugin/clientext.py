@@ -43,6 +43,15 @@ START_TURN = "x-client.start-turn"
 #: The endpoint could not start it: toward RPEngine, C{clientId}, C{token},
 #: C{reason}, for the plugin that asked.
 TURN_FAILED = "x-client.turn-failed"
+#: A client's turn whose reply ended upstream (C{reply.completed}) was played
+#: only this far: the player cut it off (a barge-in, a C{cancel} with
+#: C{played}) while its speech still played.  Toward RPEngine, sent by the
+#: client endpoint in order with the client's turns, before the next one:
+#: C{requestId} (the completed turn's), C{played} (C{{samples, sampleRate}},
+#: as L{rpmiddleware.protocol.meta.PLAYED}); C{meta["client"]}.  The memory
+#: plugin cuts the reply it remembered whole to the sentences that were
+#: played; the engine end drops it quietly (a chain without memory).
+TURN_PLAYED = "x-client.played"
 #: How the name of a plugin's field for clients begins (RPEngine's never do).
 PLUGIN_FIELD_PREFIX = "x-"
 
@@ -96,6 +105,17 @@ def startTurn(
     envelope = Envelope.build(
         START_TURN, clientId=clientId, text=text, token=token, source=source, meta=dict(meta or {})
     )
+    envelope.meta["client"] = clientId
+    return envelope
+
+
+def turnPlayed(clientId: str, requestId: str, played: Mapping[str, Any]) -> Envelope:
+    """
+    A L{TURN_PLAYED} envelope: client session C{clientId}'s turn
+    C{requestId}, which completed upstream, was played C{played}
+    (C{{samples, sampleRate}}) of its speech before the player cut it off.
+    """
+    envelope = Envelope.build(TURN_PLAYED, requestId=requestId, played=dict(played))
     envelope.meta["client"] = clientId
     return envelope
 

@@ -71,6 +71,15 @@ class ClientHost(Protocol):
     def submitAudio(self, audio: dict[str, Any]) -> None:
         """An audio turn from RPEngine's event.audio object; raises InvalidMessage."""
 
+    def endedTurnPlayed(
+        self, played: Mapping[str, Any] | None = None, turnId: str | None = None
+    ) -> bool:
+        """
+        The most recent turn, completed upstream, was cut off while its
+        speech played: the plugins hear how much was played (with no
+        C{played}, the track's count); whether they were told.
+        """
+
 
 class TrackSpeech:
     """
@@ -259,8 +268,12 @@ class VoiceLink:
                 turn.cancel("interrupted by the player's speech (barge-in)")
             speech = self.peer.speech
             if speech.playing:
-                # A reply that ended upstream but still plays: silence it too.
+                # A reply that ended upstream but still plays: silence it too,
+                # and tell the plugins how much of it was played (memory keeps
+                # the reply only that far).
                 turnId = self.turnIds.get(speech.sounding or speech.turn)
+                if turnId:
+                    connection.endedTurnPlayed(None, turnId)
                 speech.clear()
                 message = {"type": "tts-cancelled", "reason": "interrupted by the player's speech"}
                 if turnId:
