@@ -198,8 +198,14 @@ class Daemon:
             sys.executable, "-c", "from twisted.scripts.twistd import run; run()",
             "-n", "--pidfile=", "--logfile=-", "rpmiddleware", "--demo", "--port", "0",
         ]  # fmt: skip
+        # In a folder of its own: the daemon makes its memory store at start-up.
+        self.folder = tempfile.TemporaryDirectory(prefix="console-daemon-")
         self.process = subprocess.Popen(
-            args, cwd=TOP, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ)
+            args,
+            cwd=self.folder.name,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ),
         )
         self.output: list[str] = []
         self.port: int | None = None
@@ -235,6 +241,7 @@ class Daemon:
                 self.process.kill()
                 self.process.wait(10)
         self._reader.join(5)
+        self.folder.cleanup()
 
 
 class OtherOrigin:

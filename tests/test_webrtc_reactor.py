@@ -201,8 +201,11 @@ class TwistdReactorTests(SynchronousTestCase):
             sys.executable, "-c", "from twisted.scripts.twistd import run; run()",
             "-n", "--pidfile=", "--logfile=-", *before, "rpmiddleware", "--demo", "--port", "0",
         ]  # fmt: skip
+        # In a folder of its own: the daemon makes its memory store at start-up.
+        folder = os.path.abspath(self.mktemp())
+        os.makedirs(folder)
         process = subprocess.Popen(
-            args, cwd=TOP, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            args, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         # A daemon that never completes its turn is killed after a minute,
         # which ends the read below.
