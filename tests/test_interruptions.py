@@ -698,6 +698,33 @@ class SceneInterruptionTests(SynchronousTestCase):
         )
 
 
+class ScenePlayedTests(SynchronousTestCase):
+    def test_listenersHeardTheAddressedLineAsFarAsItWasPlayed(self) -> None:
+        """
+        A spoken scene: the player barges in on Garrick's line with
+        C{played} (the first sentence and a little more), though the client
+        had the text of two: Mara, who heard him, remembers his line as far
+        as it was played, cut off, as he does.
+        """
+        rig = Rig({"garrick": TALE, "mara": "Hush."}, tokensPerSecond=10)
+        SceneInterruptionTests.openScene(self, rig, reactions=0)  # type: ignore[arg-type]
+        rig.say(type="configure", output={"modalities": ["text", "audio"]})
+        rig.say(type="text", text="Garrick, tell me a story.")
+        rig.until(lambda: "by the sea." in rig.received() and len(rig.sent("tts-chunk")) >= 2)
+        rig.say(
+            type="text",
+            text="Mara, never mind him.",
+            played={"ms": (FIRST_SECONDS + 0.1) * 1000},
+        )
+        settle(rig.clock, 30)
+        self.assertIn(("character", FIRST, "interrupted"), rig.entries("garrick"))
+        self.assertIn(("other", FIRST, "interrupted"), rig.entries("mara"))
+        for _, text, _ in rig.entries("mara"):
+            self.assertNotIn("by the sea", text)
+        invocation = rig.invocationFor("Mara, never mind him.")
+        self.assertIn(("user", f"Garrick: {FIRST} —"), list(invocation.history))
+
+
 OPEN_GATE = exampleAction(characters=["garrick"])
 GUARD_LINE = 'Fine, I will open the north gate. [[open_gate {"gate": "north"}]] Stand back.'
 SAID_LINE = "Fine, I will open the north gate.  Stand back."

@@ -37,6 +37,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from rpmiddleware.builtin.memory.api import HEARD_ROLES, SAID, heard
+from rpmiddleware.builtin.memory.heard import Speech, heardText
 from rpmiddleware.builtin.scene import director
 from rpmiddleware.builtin.scene.api import IScenes
 from rpmiddleware.builtin.scene.model import (
@@ -109,6 +110,10 @@ class _Exchange:
     #: until the line is complete as text (a line cut short is heard as far
     #: as they go).
     partial: dict[str, list[str]] = field(default_factory=dict)
+    #: The speech of each streaming line that passed toward the client,
+    #: segment by segment (a line cut short while it is spoken is heard as
+    #: far as its speech was played, when the cancel says).
+    speech: dict[str, Speech] = field(default_factory=dict)
 
 
 @implementer(IEnvelopePlugin, IClientExtension, IScenes)
@@ -312,26 +317,37 @@ class ScenePlugin(ChainPlugin):
             cancel = Envelope.build("request.cancel", requestId=requestId)
             cancel.meta.update({metakeys.ORIGIN: NAME, metakeys.CLIENT: exchange.client})
             context.sendToEngine(cancel)
-        self._heardInPart(exchange, context)
+        self._heardInPart(exchange, context, envelope.meta.get(metakeys.PLAYED))
         return envelope if exchange.requestId in exchange.pending else None
 
-    def _heardInPart(self, exchange: _Exchange, context: IChainContext) -> None:
+    def _heardInPart(self, exchange: _Exchange, context: IChainContext, played: Any = None) -> None:
         """
         The lines cut short while they streamed: those who hear the speaker
         heard them as far as the client got them, marked as cut off (the
         speaker's own memory keeps its line so, by the memory plugin's rule
-        for a withdrawn request).
+        for a withdrawn request).  When the cancel says how much of the
+        speech was played (L{metakeys.PLAYED}) and one line alone was cut
+        short, its speech playing, they heard it as far as its sentences
+        were played whole (L{heardText}), as the speaker remembers it.
         """
         running = exchange.scene
         current = self.scenes.get(exchange.client) is running
+        heardUpTo = None
+        if played is not None and len(exchange.partial) == 1:
+            speech = exchange.speech.get(next(iter(exchange.partial)))
+            heardUpTo = speech.heardSegments(played) if speech is not None else None
         for requestId, parts in exchange.partial.items():
-            text = "".join(parts).strip()
+            text = "".join(parts)
+            if heardUpTo is not None:
+                text = heardText(text, False, heardUpTo)[0]
+            text = text.strip()
             speaker = exchange.lines.get(requestId)
             if not text or speaker is None or not current:
                 continue
             for listener in running.listeners(speaker.characterId):
                 self._tell(exchange, listener, OTHER, speaker.name, text, context, cutOff=True)
         exchange.partial.clear()
+        exchange.speech.clear()
 
     # Toward the game.
 
@@ -350,6 +366,12 @@ class ScenePlugin(ChainPlugin):
             return self._lineEnded(exchange, requestId, envelope, context)
         if kind == "reply.text.delta" and not exchange.cancelled:
             exchange.partial.setdefault(requestId, []).append(textOfDelta(envelope.fields))
+        elif kind in ("reply.audio.start", "reply.audio.chunk") and not exchange.cancelled:
+            speech = exchange.speech.setdefault(requestId, Speech())
+            if kind == "reply.audio.start":
+                speech.started(envelope.fields)
+            else:
+                speech.chunk(envelope.fields)
         elif kind == "reply.text.completed":
             exchange.partial.pop(requestId, None)
             self._lineSaid(exchange, speaker, str(envelope.get("text") or ""), context)
@@ -442,6 +464,7 @@ class ScenePlugin(ChainPlugin):
         """
         exchange.pending.discard(requestId)
         exchange.partial.pop(requestId, None)
+        exchange.speech.pop(requestId, None)
         self._lines.pop(requestId, None)
         kind = envelope.type
         if kind == "reply.completed":
