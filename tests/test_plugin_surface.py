@@ -94,6 +94,8 @@ EXPECTED = {
     "AUTO_EVENT",
     "addSceneText",
     "sentenceBlocks",
+    "Speech",
+    "heardText",
     # Cards.
     "CARD_FORMAT",
     "CanonicalCard",

@@ -45,7 +45,6 @@ from rpmiddleware.builtin.memory.conversation import (
     Key,
     Where,
 )
-from rpmiddleware.builtin.memory.heard import Speech, heardText
 from rpmiddleware.builtin.memory.lorebook import Book, EntryReader, bookOf, entryFrom
 from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
 from rpmiddleware.builtin.memory.planner import MAX_FACT, Limits, Plan, plan
@@ -70,7 +69,9 @@ from rpmiddleware.plugin import (
     IEnvelopePlugin,
     IMetricsSource,
     OwnedDocument,
+    Speech,
     clientMessage,
+    heardText,
     meta,
     renderMacros,
     snapshotTransfer,

@@ -37,7 +37,6 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from rpmiddleware.builtin.memory.api import HEARD_ROLES, SAID, heard
-from rpmiddleware.builtin.memory.heard import Speech, heardText
 from rpmiddleware.builtin.scene import director
 from rpmiddleware.builtin.scene.api import IScenes
 from rpmiddleware.builtin.scene.model import (
@@ -61,9 +60,11 @@ from rpmiddleware.plugin import (
     IChainContext,
     IClientExtension,
     IEnvelopePlugin,
+    Speech,
     addSceneText,
     answerOp,
     clientMessage,
+    heardText,
     textOfDelta,
     toClient,
     trimmed,

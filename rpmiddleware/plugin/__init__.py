@@ -31,7 +31,9 @@ The names, by what they are for:
     (L{EngineRefusal}, L{checkPromptContext}, ...), its prompt assembly and
     token estimate (L{estimateTokens}, L{promptRequest}, ...), adding to a
     request's scene context (L{addSceneText}), and where its speech cuts
-    a reply into sentences, one audio segment each (L{sentenceBlocks}).
+    a reply into sentences, one audio segment each (L{sentenceBlocks}), and
+    what of a reply the player heard from how much of its speech was
+    played (L{Speech}, L{heardText}).
   - B{Cards}: L{validateCard}, L{CardHasher} (L{CardHasher.withData} is the
     sanctioned way to change what the model is told of a character),
     L{canonicalHash}, transfers and diffs.
@@ -151,6 +153,7 @@ from rpmiddleware.protocol.rules import (
     checkPromptContext,
 )
 from rpmiddleware.protocol.sentences import sentenceBlocks
+from rpmiddleware.protocol.speech import Speech, heardText
 from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.runtime.collector import importFrozen
 from rpmiddleware.runtime.reactorturn import hasTurns, inLaterTurn
@@ -260,6 +263,8 @@ __all__ = [
     "rejectUnknownSettings",
     "renderMacros",
     "sentenceBlocks",
+    "Speech",
+    "heardText",
     "snapshotTransfer",
     "speakerKey",
     "startTurn",

@@ -6,7 +6,7 @@ RPEngine speaks a reply one sentence at a time, each one audio segment
 (C{segmentSequence}, in order), and sends each segment's chunks as soon as
 the sentence is synthesised, long before the player hears them.  A cancel
 may say how much of the speech the player was played
-(L{rpmiddleware.plugin.meta.PLAYED}: samples at a rate, from its first
+(L{rpmiddleware.protocol.meta.PLAYED}: samples at a rate, from its first
 sample).  A segment counts as heard when all of it arrived (its last chunk,
 L{endsSegment}) and the played samples reach its end; the reply is then
 remembered up to the end of that many of its sentences, found in its text
@@ -24,12 +24,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from rpmiddleware.plugin import (
-    OUTPUT_SAMPLE_RATE,
-    base64Bytes,
-    endsSegment,
-    sentenceBlocks,
-)
+from rpmiddleware.audio.format import base64Bytes, endsSegment
+from rpmiddleware.protocol.messages import OUTPUT_SAMPLE_RATE
+from rpmiddleware.protocol.sentences import sentenceBlocks
 
 
 def _rate(value: Any) -> int | None:
