@@ -463,6 +463,72 @@ class CutAfterCompletedTests(SynchronousTestCase):
         )
         self.assertEqual(rig.entries()[1], ("character", FIRST, "interrupted"))
 
+    def webRTCCompleted(self, rig: Rig) -> Any:
+        """
+        Over WebRTC, a reply RPEngine completed, its first sentence (and a
+        little of the second) played on the track, most of it still queued.
+        """
+        from rpmiddleware.webrtc.speech import TRACK_RATE
+
+        link, track = trackLink(rig)
+        PlayedSpeechTests.spoken(self, rig)  # type: ignore[arg-type]
+        rig.until(lambda: track.played(track.turn) >= (FIRST_SECONDS + 0.1) * TRACK_RATE)
+        self.assertTrue(rig.sent("reply-complete"), "RPEngine completed the reply")
+        self.assertEqual(rig.entries()[1], ("character", TALE, "complete"))
+        self.assertGreater(track.queuedSeconds, 1, "most of it still plays")
+        return track
+
+    def assertTrackSilenced(self, rig: Rig, track: Any, told: int) -> None:
+        self.assertEqual(track.queuedSeconds, 0, "the track fell silent at once")
+        turnId = rig.sent("reply-complete")[-1]["turnId"]
+        cancelled = [m for m in rig.sent()[told:] if m["type"] == "tts-cancelled"]
+        self.assertEqual([m.get("turnId") for m in cancelled], [turnId])
+
+    def test_webRTCCancelAfterCompletedSilencesTheTrack(self) -> None:
+        """
+        Over WebRTC, a typed C{cancel} (no C{played}) after C{reply-complete}
+        while the track still plays the reply: the track falls silent
+        (C{tts-cancelled} for that turn), and the next line, sent at once,
+        holds the reply up to the first sentence, cut off: the track's count.
+        """
+        rig = Rig({"mira": TALE}, tokensPerSecond=None)
+        track = self.webRTCCompleted(rig)
+        told = len(rig.sent())
+        rig.say(type="cancel")
+        self.assertTrackSilenced(rig, track, told)
+        rig.say(type="text", text=NEXT)
+        self.assertHeardFirstSentence(rig)
+
+    def test_webRTCCancelWithPlayedAfterCompletedUsesTheTrack(self) -> None:
+        """
+        The same C{cancel} with a C{played} that claims the whole reply (and
+        naming the turn): the track knows what it played, and its count is
+        the one used.
+        """
+        rig = Rig({"mira": TALE}, tokensPerSecond=None)
+        track = self.webRTCCompleted(rig)
+        turnId = rig.sent("reply-complete")[-1]["turnId"]
+        told = len(rig.sent())
+        rig.say(type="cancel", turnId="another", played={"ms": 600_000})
+        self.assertGreater(track.queuedSeconds, 1, "a cancel naming another turn stops nothing")
+        rig.say(type="cancel", turnId=turnId, played={"ms": 600_000})
+        self.assertTrackSilenced(rig, track, told)
+        rig.say(type="text", text=NEXT)
+        self.assertHeardFirstSentence(rig)
+
+    def test_webRTCTextBargeInAfterCompletedSilencesTheTrack(self) -> None:
+        """
+        Over WebRTC, a typed line after C{reply-complete} while the track
+        still plays the reply: the track falls silent, and the request for
+        the line holds the reply up to the first sentence, cut off.
+        """
+        rig = Rig({"mira": TALE}, tokensPerSecond=None)
+        track = self.webRTCCompleted(rig)
+        told = len(rig.sent())
+        rig.say(type="text", text=NEXT)
+        self.assertTrackSilenced(rig, track, told)
+        self.assertHeardFirstSentence(rig)
+
     def test_webSocketCancelPlayedAfterReplyComplete(self) -> None:
         """
         C{cancel} with C{played} (samples) after C{reply-complete}, then the

@@ -307,3 +307,6 @@ class ClientConnection:
         self, played: Mapping[str, Any] | None = None, turnId: str | None = None
     ) -> bool:
         return self.turns.endedTurnPlayed(played, turnId)
+
+    def stopTrack(self, reason: str, turnId: str | None = None) -> bool:
+        return self.turns.stopTrack(reason, turnId)

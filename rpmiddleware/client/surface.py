@@ -152,6 +152,14 @@ class ClientSurface(Protocol):
         (L{rpmiddleware.client.turnqueue.TurnQueue.endedTurnPlayed}).
         """
 
+    def stopTrack(self, reason: str, turnId: str | None = None) -> bool:
+        """
+        The client's WebRTC speech track still plays its most recent turn,
+        which completed upstream (C{turnId}, when given, names it): silence
+        it, the plugins told how much it played
+        (L{rpmiddleware.client.turnqueue.TurnQueue.stopTrack}); whether it did.
+        """
+
     def resume(self, sessionId: str) -> ClientSession:
         """
         Take over the session C{sessionId} (a C{reconnect}).

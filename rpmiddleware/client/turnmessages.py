@@ -162,7 +162,9 @@ def handleCancel(client: ClientSurface, message: dict[str, Any]) -> None:
     played its speech: the plugins hear how much was played (memory then
     remembers the reply only that far), when no newer turn started and
     C{turnId}, if given, names that turn.  Nothing is sent back: that turn
-    already ended with C{reply-complete}.
+    already ended with C{reply-complete}.  Over WebRTC, a cancel while the
+    speech track still plays that turn silences it (C{tts-cancelled}), and
+    the plugins hear the track's count, with or without C{played}.
     """
     played = wire.played(message)
     turnId = clientfields.identifier(message, "turnId", required=False)
@@ -171,5 +173,7 @@ def handleCancel(client: ClientSurface, message: dict[str, Any]) -> None:
     if turn is not None and not turn.ended:
         if turnId is None or turnId == turn.id:
             turn.cancel(played=played)
+    elif client.stopTrack("cancelled by the client", turnId):
+        pass
     elif played is not None:
         client.endedTurnPlayed(played, turnId)

@@ -92,10 +92,13 @@ class TurnQueue:
             else:
                 self.waiting.append(lambda: self._start(kind, playerText, open, character, config))
                 return
-        elif played is not None and client.session.config.bargesIn(client.settings):
+        elif client.session.config.bargesIn(client.settings):
             # It barges in on a reply that completed upstream but still
-            # played: the plugins hear how far, before this turn's request.
-            self.endedTurnPlayed(played)
+            # plays: the WebRTC track falls silent, and the plugins hear how
+            # far it played (the track's count, else the client's), before
+            # this turn's request.
+            if not self.stopTrack("interrupted by a new turn (barge-in)") and played is not None:
+                self.endedTurnPlayed(played)
         self._start(kind, playerText, open, character, config)
 
     def endedTurnPlayed(
@@ -131,6 +134,16 @@ class TurnQueue:
         )
         client.middleware.submit(turnPlayed(client.session.id, turn.id, amount))
         return True
+
+    def stopTrack(self, reason: str, turnId: str | None = None) -> bool:
+        """
+        The client's WebRTC speech track still plays a turn that completed
+        upstream (C{turnId}, when given): silence it now, the plugins told
+        how much it played (L{rpmiddleware.webrtc.voice.VoiceLink.stopSpeech}).
+        Whether it did.
+        """
+        voice = self._client.voice
+        return voice is not None and bool(voice.stopSpeech(reason, turnId))
 
     def submitAudio(
         self,

@@ -17,7 +17,9 @@ members listed in L{ClientHost}:
     turn, mono 16 kHz, on the same path as the C{audio} message;
   - speech that starts while the character is talking is a barge-in: the
     reply is cancelled upstream (C{tts-cancelled}) and the speech track
-    falls silent at once;
+    falls silent at once; so does a typed C{cancel} or line that barges in
+    while the track still plays a reply that completed upstream
+    (L{VoiceLink.stopSpeech});
   - once the speech track is negotiated, a turn's audio plays on it
     (L{TrackSpeech}) instead of going out as C{tts-chunk} messages;
     C{tts-start} and C{tts-complete} are still sent.
@@ -266,20 +268,34 @@ class VoiceLink:
             turn = connection.current
             if turn is not None and not turn.ended:
                 turn.cancel("interrupted by the player's speech (barge-in)")
-            speech = self.peer.speech
-            if speech.playing:
-                # A reply that ended upstream but still plays: silence it too,
-                # and tell the plugins how much of it was played (memory keeps
-                # the reply only that far).
-                turnId = self.turnIds.get(speech.sounding or speech.turn)
-                if turnId:
-                    connection.endedTurnPlayed(None, turnId)
-                speech.clear()
-                message = {"type": "tts-cancelled", "reason": "interrupted by the player's speech"}
-                if turnId:
-                    message["turnId"] = turnId
-                connection.send(message)
+            self.stopSpeech("interrupted by the player's speech")
         connection.send({"type": "speech-start"})
+
+    def stopSpeech(self, reason: str, turnId: str | None = None) -> bool:
+        """
+        The player cut off a reply that ended upstream but still plays on
+        the track (the player's speech, a typed C{cancel}, a typed line
+        that barges in): silence the track, and tell the plugins how much
+        of it the track played (memory keeps the reply only that far),
+        whatever the client said it played: the track's count is what was
+        played.  C{tts-cancelled} names the turn.  With C{turnId}, only if
+        the track plays that turn.  Whether the track was playing it.
+        """
+        speech = self.peer.speech
+        if not speech.playing:
+            return False
+        sounding = self.turnIds.get(speech.sounding or speech.turn)
+        if turnId is not None and turnId != sounding:
+            return False
+        connection = self.connection
+        if sounding:
+            connection.endedTurnPlayed(None, sounding)
+        speech.clear()
+        message = {"type": "tts-cancelled", "reason": reason}
+        if sounding:
+            message["turnId"] = sounding
+        connection.send(message)
+        return True
 
     def _speechEnded(self, event: SpeechEnded) -> None:
         self.utterances += 1
