@@ -790,6 +790,77 @@ class ScenePlayedTests(SynchronousTestCase):
         invocation = rig.invocationFor("Mara, never mind him.")
         self.assertIn(("user", f"Garrick: {FIRST} —"), list(invocation.history))
 
+    def maraSpeaking(self, rig: Rig) -> None:
+        """
+        A spoken scene: Garrick answers the player, and Mara's reaction
+        streams until the client had the text of two of its sentences and
+        speech of more than one.
+        """
+        SceneInterruptionTests.openScene(self, rig, reactions=1)  # type: ignore[arg-type]
+        rig.say(type="configure", output={"modalities": ["text", "audio"]})
+        rig.say(type="text", text="Garrick, may I pass?")
+
+        def maraSpoke() -> bool:
+            said = SceneInterruptionTests.maraReceived(self, rig)  # type: ignore[arg-type]
+            chunks = [m for m in rig.sent("tts-chunk") if m["speaker"]["characterId"] == "mara"]
+            return "by the sea." in said and len(chunks) >= 2
+
+        rig.until(maraSpoke)
+
+    def assertMaraHeardFirstSentence(self, rig: Rig, nextLine: str) -> None:
+        settle(rig.clock, 30)
+        self.assertIn(("character", FIRST, "interrupted"), rig.entries("mara"))
+        self.assertIn(("other", FIRST, "interrupted"), rig.entries("garrick"))
+        for characterId in ("garrick", "mara"):
+            for _, text, _ in rig.entries(characterId):
+                self.assertNotIn("by the sea", text, characterId)
+        invocation = rig.invocationFor(nextLine)
+        self.assertIn(("user", f"Mara: {FIRST} —"), list(invocation.history))
+        reaction = [i for i in rig.engine.invocations if i.user.startswith("Garrick: ")][-1]
+        self.assertIn(("assistant", FIRST + " —"), list(reaction.history))
+
+    def test_reactionCutWithPlayedIsRememberedAsPlayed(self) -> None:
+        """
+        The player barges in on Mara's reaction with C{played} (its first
+        sentence and a little more), though the client had the text of
+        two: the scene's cancel of her request carries the played amount,
+        so she remembers her line as far as it was played, cut off, as
+        Garrick, who heard her, does; the next line's request and her next
+        reaction hold it so.
+        """
+        rig = Rig({"garrick": GARRICK, "mara": TALE}, tokensPerSecond=10)
+        self.maraSpeaking(rig)
+        rig.lines.update(mara="Hush.", garrick="As you wish.")
+        nextLine = "Garrick, never mind her."
+        rig.say(type="text", text=nextLine, played={"ms": (FIRST_SECONDS + 0.1) * 1000})
+        self.assertMaraHeardFirstSentence(rig, nextLine)
+
+    def test_reactionCutOverWebRTCIsRememberedAsPlayed(self) -> None:
+        """
+        The same over WebRTC, the player's speech cutting Mara's reaction
+        once the track played its first sentence: the track's count.
+        """
+        from rpmiddleware.webrtc.speech import TRACK_RATE
+        from rpmiddleware.webrtc.vad import SpeechStarted
+
+        rig = Rig({"garrick": GARRICK, "mara": TALE}, tokensPerSecond=10)
+        link, track = trackLink(rig)
+        nextLine = "Garrick, never mind her."
+        rig.engine.options.audioTranscript = nextLine
+        SceneInterruptionTests.openScene(self, rig, reactions=1)  # type: ignore[arg-type]
+        rig.say(type="configure", output={"modalities": ["text", "audio"]})
+        rig.say(type="text", text="Garrick, may I pass?")
+        rig.until(lambda: rig.requests("mara") and track.turn >= 2)
+        rig.until(lambda: track.played(track.turn) >= (FIRST_SECONDS + 0.1) * TRACK_RATE)
+        self.assertIn("by the sea.", SceneInterruptionTests.maraReceived(self, rig))  # type: ignore[arg-type]
+        rig.lines.update(mara="Hush.", garrick="As you wish.")
+        link._speechStarted(SpeechStarted(0))
+        rig.connection.submitAudio(
+            {"format": "pcm_s16le", "sampleRate": 16000, "channels": 1, "data": "AAAAAA=="}
+        )
+        self.assertEqual(track.queuedSeconds, 0, "the track fell silent at once")
+        self.assertMaraHeardFirstSentence(rig, nextLine)
+
 
 OPEN_GATE = exampleAction(characters=["garrick"])
 GUARD_LINE = 'Fine, I will open the north gate. [[open_gate {"gate": "north"}]] Stand back.'

@@ -115,6 +115,9 @@ class _Exchange:
     #: segment by segment (a line cut short while it is spoken is heard as
     #: far as its speech was played, when the cancel says).
     speech: dict[str, Speech] = field(default_factory=dict)
+    #: The line whose speech passed toward the client last: the one a
+    #: cancel's played amount (L{metakeys.PLAYED}) is about.
+    sounding: str | None = None
 
 
 @implementer(IEnvelopePlugin, IClientExtension, IScenes)
@@ -311,14 +314,21 @@ class ScenePlugin(ChainPlugin):
         The game cancelled its turn (or barged in): every line playing or
         waiting is cancelled upstream now, whichever it is (the game's own
         line may have ended while a reaction plays), and no line is asked
-        for after this; the turn ends when they have.
+        for after this; the turn ends when they have.  How much of the
+        speech was played (L{metakeys.PLAYED}, about the line whose speech
+        passed last) goes on that line's cancel.
         """
         exchange.cancelled = True
+        played = envelope.meta.get(metakeys.PLAYED)
         for requestId in sorted(exchange.pending - {exchange.requestId}):
             cancel = Envelope.build("request.cancel", requestId=requestId)
             cancel.meta.update({metakeys.ORIGIN: NAME, metakeys.CLIENT: exchange.client})
+            if played is not None and requestId == exchange.sounding:
+                # How much of this line's speech was played: its speaker
+                # remembers it as far as the player heard it.
+                cancel.meta[metakeys.PLAYED] = played
             context.sendToEngine(cancel)
-        self._heardInPart(exchange, context, envelope.meta.get(metakeys.PLAYED))
+        self._heardInPart(exchange, context, played)
         return envelope if exchange.requestId in exchange.pending else None
 
     def _heardInPart(self, exchange: _Exchange, context: IChainContext, played: Any = None) -> None:
@@ -369,6 +379,7 @@ class ScenePlugin(ChainPlugin):
             exchange.partial.setdefault(requestId, []).append(textOfDelta(envelope.fields))
         elif kind in ("reply.audio.start", "reply.audio.chunk") and not exchange.cancelled:
             speech = exchange.speech.setdefault(requestId, Speech())
+            exchange.sounding = requestId
             if kind == "reply.audio.start":
                 speech.started(envelope.fields)
             else:
