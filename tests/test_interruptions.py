@@ -861,6 +861,111 @@ class ScenePlayedTests(SynchronousTestCase):
         self.assertEqual(track.queuedSeconds, 0, "the track fell silent at once")
         self.assertMaraHeardFirstSentence(rig, nextLine)
 
+    def garrickToldWhole(self, rig: Rig, reactions: int) -> None:
+        """
+        A spoken scene: Garrick's line is complete as text (so Mara was
+        told it whole) while its speech still streams.
+        """
+        SceneInterruptionTests.openScene(self, rig, reactions=reactions)  # type: ignore[arg-type]
+        rig.say(type="configure", output={"modalities": ["text", "audio"]})
+        rig.engine.options.audioRealtime = True
+        rig.say(type="text", text="Garrick, tell me a story.")
+        rig.until(lambda: rig.sent("llm") and len(rig.sent("tts-chunk")) >= 2)
+        self.assertEqual(rig.sent("reply-complete"), [], "the turn still plays")
+        self.assertIn(("other", TALE, "complete"), self.heardOf(rig, "mara"))
+
+    def heardOf(self, rig: Rig, characterId: str) -> list[tuple[str, str, str]]:
+        """What C{characterId} remembers, with the lines it reacts to (still in flight)."""
+        entries = rig.entries(characterId)
+        turns = rig.memory._turns.values() if rig.memory is not None else []
+        return entries + [
+            (t.player[0], t.player[2], t.player[3])
+            for t in turns
+            if t.player is not None and t.key.characterId == characterId
+        ]
+
+    def assertBothHeardFirstSentence(self, rig: Rig, nextLine: str) -> None:
+        settle(rig.clock, 30)
+        self.assertIn(("character", FIRST, "interrupted"), rig.entries("garrick"))
+        self.assertIn(("other", FIRST, "interrupted"), rig.entries("mara"))
+        for characterId in ("garrick", "mara"):
+            for _, text, _ in rig.entries(characterId):
+                self.assertNotIn("by the sea", text, characterId)
+        invocation = rig.invocationFor(nextLine)
+        self.assertIn(("user", f"Garrick: {FIRST} —"), list(invocation.history))
+
+    def test_listenerToldTheWholeLineIsCutWithItsSpeech(self) -> None:
+        """
+        Garrick's line was complete as text, so Mara (who hears him) was
+        told it whole; the player cuts its speech with C{played} (the first
+        sentence and a little more): Mara's entry is cut as his is.
+        """
+        rig = Rig({"garrick": TALE, "mara": "Hush."}, tokensPerSecond=10)
+        self.garrickToldWhole(rig, reactions=0)
+        nextLine = "Mara, never mind him."
+        rig.say(type="text", text=nextLine, played={"ms": (FIRST_SECONDS + 0.1) * 1000})
+        self.assertBothHeardFirstSentence(rig, nextLine)
+
+    def test_reactorToldTheWholeLineIsCutWithItsSpeech(self) -> None:
+        """
+        The same when Mara was asked to react to his whole line (her
+        request, waiting, opens with it): her reaction is cancelled, and the
+        line she remembers hearing is cut as his is.
+        """
+        rig = Rig({"garrick": TALE, "mara": "Hush."}, tokensPerSecond=10)
+        self.garrickToldWhole(rig, reactions=1)
+        rig.clock.advance(2 * LATENCY)
+        self.assertTrue(rig.requests("mara"), "Mara's reaction was asked for")
+        nextLine = "Mara, never mind him."
+        rig.lines.update(mara="As you wish.", garrick="Fine.")
+        rig.say(type="text", text=nextLine, played={"ms": (FIRST_SECONDS + 0.1) * 1000})
+        self.assertBothHeardFirstSentence(rig, nextLine)
+
+    def test_listenerCutAfterCompletedToo(self) -> None:
+        """
+        A scene's turn of one line, completed upstream, cut by C{cancel}
+        with C{played} while the client still plays it: Garrick's entry
+        and Mara's (told whole) are cut to the first sentence.
+        """
+        rig = Rig({"garrick": TALE, "mara": "Hush."}, tokensPerSecond=None)
+        SceneInterruptionTests.openScene(self, rig, reactions=0)  # type: ignore[arg-type]
+        rig.say(type="configure", output={"modalities": ["text", "audio"]})
+        rig.say(type="text", text="Garrick, tell me a story.")
+        rig.until(lambda: rig.sent("reply-complete"))
+        self.assertIn(("other", TALE, "complete"), rig.entries("mara"))
+        rate = rig.sent("tts-chunk")[0]["sampleRate"]
+        rig.say(type="cancel", played={"samples": int((FIRST_SECONDS + 0.1) * rate)})
+        nextLine = "Mara, never mind him."
+        rig.say(type="text", text=nextLine)
+        self.assertBothHeardFirstSentence(rig, nextLine)
+
+    def test_listenerEntryNotTheNewestIsLeftWhole(self) -> None:
+        """
+        Mara heard something more after Garrick's whole line: a cut of his
+        speech after that leaves her entry whole (and logs it); his own is cut.
+        """
+        rig = Rig({"garrick": TALE, "mara": "Hush."}, tokensPerSecond=None)
+        SceneInterruptionTests.openScene(self, rig, reactions=0)  # type: ignore[arg-type]
+        rig.say(type="configure", output={"modalities": ["text", "audio"]})
+        rig.say(type="text", text="Garrick, tell me a story.")
+        rig.until(lambda: rig.sent("reply-complete"))
+        bell = heard(
+            "rpmiddleware",
+            "mara",
+            "event",
+            "",
+            "The bell rang.",
+            {"client": rig.connection.session.id},
+        )
+        rig.middleware.submit(bell)
+        rate = rig.sent("tts-chunk")[0]["sampleRate"]
+        rig.say(type="cancel", played={"samples": int((FIRST_SECONDS + 0.1) * rate)})
+        rig.say(type="text", text="Mara, never mind him.")
+        settle(rig.clock, 30)
+        self.assertIn(("character", FIRST, "interrupted"), rig.entries("garrick"))
+        self.assertIn(("other", TALE, "complete"), rig.entries("mara"))
+        self.assertIn(("event", "The bell rang.", "complete"), rig.entries("mara"))
+
 
 OPEN_GATE = exampleAction(characters=["garrick"])
 GUARD_LINE = 'Fine, I will open the north gate. [[open_gate {"gate": "north"}]] Stand back.'

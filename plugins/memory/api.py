@@ -83,6 +83,9 @@ class IConversationMemory(Interface):
 #: C{"other"} or C{"event"}), C{speaker}, C{text}, and C{cutOff: true}
 #: for a line heard only in part (another character's line cut short by a
 #: barge-in: it is remembered as far as it was heard, marked as cut off);
+#: C{lineId}, the request id of the line heard whole (when the player then
+#: cuts that line's speech, the entry is cut as its speaker's is, while it
+#: is the newest of the listener's conversation);
 #: C{meta} names the conversation as a request's does (C{client},
 #: C{conversation}).  Memory records it and drops it; without memory the
 #: engine end drops it.
@@ -90,7 +93,8 @@ HEARD = "x-memory.heard"
 
 #: A request's C{meta} key for the line its turn opens with, when that is
 #: not the player's words in C{event.text}: a dict with C{role},
-#: C{speaker} and C{text} (a scene's character answering another).
+#: C{speaker} and C{text} (a scene's character answering another), and
+#: C{lineId} as L{HEARD}'s.
 SAID = "said"
 
 #: The roles a heard or said line may have.
@@ -105,10 +109,13 @@ def heard(
     text: str,
     meta: dict[str, Any] | None = None,
     cutOff: bool = False,
+    lineId: str | None = None,
 ) -> Envelope:
     """
     An L{HEARD} envelope: C{characterId} heard C{speaker} say C{text}
-    (only that much of a line cut short, with C{cutOff}).
+    (only that much of a line cut short, with C{cutOff}).  C{lineId}: the
+    request id of the line heard whole, should the player cut its speech
+    later (the entry is then cut as the speaker's is).
     """
     if role not in HEARD_ROLES:
         raise ValueError(f"role must be one of {', '.join(HEARD_ROLES)}")
@@ -122,5 +129,7 @@ def heard(
     )
     if cutOff:
         envelope.fields["cutOff"] = True
+    if lineId:
+        envelope.fields["lineId"] = lineId
     envelope.meta.update(meta or {})
     return envelope

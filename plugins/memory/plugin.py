@@ -112,6 +112,9 @@ class _Turn:
     #: segment (for what the player heard of it when it is cut off).
     speech: Speech | None = None
     requestId: str = ""
+    #: The request id of the line this turn opens with (L{SAID}'s
+    #: C{lineId}: a scene's line its character reacts to), heard whole.
+    heardLine: str | None = None
 
 
 @dataclass
@@ -183,6 +186,10 @@ class Memory(ChainPlugin):
         self._turns: dict[str, _Turn] = {}
         #: The last completed spoken reply of each conversation (L{_Completed}).
         self._completed: OrderedDict[Key, _Completed] = OrderedDict()
+        #: The entries that hold a line heard whole (L{HEARD}'s and L{SAID}'s
+        #: C{lineId}): the line's request id to (listener's key, seq,
+        #: client) of each, cut with the line should its speech be cut.
+        self._heardLines: OrderedDict[str, list[tuple[Key, int, str]]] = OrderedDict()
         self._summary: _Summary | None = None
         self._due: dict[Key, None] = {}
         self._failures: dict[Key, int] = {}
@@ -373,8 +380,46 @@ class Memory(ChainPlugin):
             playing.after.append(line)
             return
         client = str(envelope.meta.get("client") or "api")
-        kept = self.storeFor(key).append(self.conversation(key), line)
+        conversation = self.conversation(key)
+        self._heardWhole(envelope.get("lineId"), key, conversation.nextSeq, client)
+        kept = self.storeFor(key).append(conversation, line)
         kept.addCallback(self._tellIfLost, client, key, "heard line")
+
+    def _heardWhole(self, lineId: Any, key: Key, seq: int, client: str) -> None:
+        """Entry C{seq} of C{key} holds line C{lineId}, heard whole."""
+        if not isinstance(lineId, str) or not lineId:
+            return
+        self._heardLines.setdefault(lineId, []).append((key, seq, client))
+        self._heardLines.move_to_end(lineId)
+        while len(self._heardLines) > COMPLETED_KEPT:
+            self._heardLines.popitem(last=False)
+
+    def _cutHeard(self, lineId: str, text: str) -> None:
+        """
+        Line C{lineId}, heard whole, was played only as far as C{text}:
+        the entries of those who heard it are cut so (or removed, when
+        C{text} is empty), each only while it is the newest of that
+        listener's conversation; else it is logged and left whole.
+        """
+        for key, seq, client in self._heardLines.pop(lineId, []):
+            store = self.storeFor(key)
+            conversation = store.cached(key)
+            newest = conversation.entries[-1] if conversation and conversation.entries else None
+            if (
+                conversation is None
+                or newest is None
+                or newest.seq != seq
+                or seq <= conversation.summarizedThrough
+            ):
+                self.log.warn(
+                    "line {lineId} heard by {key} was played only in part, but that entry is "
+                    "no longer the newest of the conversation; it is left whole",
+                    lineId=lineId,
+                    key=key.asDict(),
+                )
+                continue
+            kept = store.cut(conversation, seq, text)
+            kept.addCallback(self._tellIfLost, client, key, "heard line")
 
     def _playedAfterEnd(self, envelope: Envelope) -> None:
         """
@@ -401,6 +446,7 @@ class Memory(ChainPlugin):
         text, whole = heardText(done.reply, True, sentences)
         if whole:
             return
+        self._cutHeard(requestId, text.strip())
         store = self.storeFor(done.key)
         conversation = store.cached(done.key)
         newest = conversation.entries[-1] if conversation and conversation.entries else None
@@ -460,12 +506,20 @@ class Memory(ChainPlugin):
         else:
             said = (PLAYER, player, text, COMPLETE)
         opening = meta.get(SAID)
+        heardLine = None
         if isinstance(opening, Mapping) and not capture:
             said = _line(opening) or said
+            lineId = opening.get("lineId")
+            heardLine = lineId if isinstance(lineId, str) and lineId else None
         spoken = capture or _hasAudio(fields)
         requestId = envelope.requestId or ""
         self._turns[requestId] = _Turn(
-            key, said, character, client=str(meta.get("client") or "api"), requestId=requestId
+            key,
+            said,
+            character,
+            client=str(meta.get("client") or "api"),
+            requestId=requestId,
+            heardLine=heardLine,
         )
         # A new turn: the last one's reply can no longer be cut.
         self._completed.pop(key, None)
@@ -624,10 +678,15 @@ class Memory(ChainPlugin):
         reply = turn.completed if turn.completed is not None else "".join(turn.parts)
         whole = kind == "reply.completed" or turn.completed is not None
         sentences = None
+        cutHeard: str | None = None
         if played is not None and turn.speech is not None:
             sentences = turn.speech.heardSegments(played)
         if sentences is not None:
             reply, whole = heardText(reply, turn.completed is not None, sentences)
+            if turn.completed is not None and not whole:
+                # Those who heard it whole (told at its text's end) heard
+                # only this much.
+                cutHeard = reply.strip()
         conversation = self.conversation(turn.key)
         said: list[tuple[str, str, str, str]] = []
         if kind == "request.error" and not reply.strip():
@@ -652,12 +711,16 @@ class Memory(ChainPlugin):
             )
             while len(self._completed) > COMPLETED_KEPT:
                 self._completed.popitem(last=False)
+        if turn.heardLine is not None and said and said[0] is turn.player:
+            self._heardWhole(turn.heardLine, turn.key, conversation.nextSeq, turn.client)
         if said:
             kept = self.storeFor(turn.key).append(conversation, *said)
             kept.addCallback(self._tellIfLost, turn.client, turn.key, "turn")
             self._failures.pop(turn.key, None)
             if conversation.unsummarizedTokens() > self.settings.summarize_after_tokens:
                 self._dueFor(turn.key)
+        if cutHeard is not None:
+            self._cutHeard(turn.requestId, cutHeard)
 
     # Summaries.
 

@@ -299,13 +299,21 @@ class ScenePlugin(ChainPlugin):
         text: str,
         context: IChainContext,
         cutOff: bool = False,
+        lineId: str | None = None,
     ) -> None:
         """C{listener} heard C{speaker} say C{text}: its memory is told."""
         meta: dict[str, Any] = {
             k: exchange.meta[k] for k in ("client", "conversation") if k in exchange.meta
         }
         envelope = heard(
-            exchange.scene.integrationId, listener.characterId, role, speaker, text, meta, cutOff
+            exchange.scene.integrationId,
+            listener.characterId,
+            role,
+            speaker,
+            text,
+            meta,
+            cutOff,
+            lineId,
         )
         context.sendToEngine(envelope)
 
@@ -386,7 +394,7 @@ class ScenePlugin(ChainPlugin):
                 speech.chunk(envelope.fields)
         elif kind == "reply.text.completed":
             exchange.partial.pop(requestId, None)
-            self._lineSaid(exchange, speaker, str(envelope.get("text") or ""), context)
+            self._lineSaid(exchange, speaker, str(envelope.get("text") or ""), context, requestId)
         elif kind == "voice.capture.transcript" and requestId == exchange.requestId:
             words = trimmed(envelope.get("text"))
             if words:
@@ -394,11 +402,18 @@ class ScenePlugin(ChainPlugin):
         return envelope
 
     def _lineSaid(
-        self, exchange: _Exchange, speaker: Member, text: str, context: IChainContext
+        self,
+        exchange: _Exchange,
+        speaker: Member,
+        text: str,
+        context: IChainContext,
+        lineId: str | None = None,
     ) -> None:
         """
-        A line is complete as text: those who heard it hear it, and one of
-        them may react at once.
+        A line is complete as text: those who heard it hear it (whole,
+        named by C{lineId}, its request id, so that memory cuts what they
+        heard should the player cut its speech), and one of them may react
+        at once.
         """
         if exchange.cancelled:
             # Withdrawn while this line's text was on its way: the client
@@ -422,10 +437,10 @@ class ScenePlugin(ChainPlugin):
             reacting = director.reactor(running, cid, text, exchange.spoken)
         for listener in listeners:
             if listener is not reacting:
-                self._tell(exchange, listener, OTHER, speaker.name, text, context)
+                self._tell(exchange, listener, OTHER, speaker.name, text, context, lineId=lineId)
         if reacting is not None:
             exchange.reactionsLeft -= 1
-            self._react(exchange, reacting, speaker, text, context)
+            self._react(exchange, reacting, speaker, text, context, lineId)
 
     def _react(
         self,
@@ -434,6 +449,7 @@ class ScenePlugin(ChainPlugin):
         speaker: Member,
         text: str,
         context: IChainContext,
+        lineId: str | None = None,
     ) -> None:
         base = exchange.base
         requestId = uuid.uuid4().hex
@@ -452,7 +468,7 @@ class ScenePlugin(ChainPlugin):
                 metakeys.ORIGIN: NAME,
                 metakeys.TURN: exchange.requestId,
                 metakeys.SPEAKER: reacting.asSpeaker(),
-                SAID: {"role": OTHER, "speaker": speaker.name, "text": text},
+                SAID: {"role": OTHER, "speaker": speaker.name, "text": text, "lineId": lineId},
             }
         )
         exchange.lines[requestId] = reacting
