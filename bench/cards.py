@@ -31,12 +31,11 @@ import rfc8785
 from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall, deferLater
 
-from bench.common import Section, median, percentile, pin, table
+from bench.common import Section, benchSettings, median, percentile, pin, table
 from bench.peers import Peer
 from rpmiddleware.builtin.card_cache import CardCache, jsonSize
 from rpmiddleware.cards.diff import diff
 from rpmiddleware.cards.validation import CardHasher, canonicalHash, snapshotTransfer
-from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.discovery import buildChain, discoverPlugins
 from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.plugin import PluginServices
@@ -189,7 +188,7 @@ async def longestTurn(reactor: Any, split: bool, idle: bool, turns: int = 20) ->
     the Python API plays C{turns} turns with a 200 KB card edited each time
     (or, with C{idle}, while nothing happens for as long).
     """
-    settings = Settings()
+    settings = benchSettings()
     settings.plugins["card-cache"] = {"defer_threshold": 32 * 1024 if split else 10**9}
     services = PluginServices(reactor, settings, CardHasher(reactor), Timeline())
     plugins = buildChain(settings, discoverPlugins(), services)

@@ -1,16 +1,23 @@
 """
 What every benchmark shares: the machine's description, order statistics,
-markdown tables, CPU pinning and process CPU time.
+markdown tables, CPU pinning and process CPU time, and the settings a
+benchmark's middleware starts from.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import platform
+import shutil
 import statistics
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rpmiddleware.config.settings import Settings
 
 
 def cpuModel() -> str:
@@ -105,3 +112,31 @@ def processCpu(pid: int) -> float:
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.3f}"
+
+
+_scratch: list[str] = []
+
+
+def scratchFolder() -> str:
+    """
+    A folder of this run's own, removed when it ends: what the middleware
+    keeps on disk (the memory plugin's store, made at start-up) goes there,
+    never into the folder the benchmark was started from.
+    """
+    if not _scratch:
+        folder = tempfile.mkdtemp(prefix="rpmiddleware-bench-")
+        atexit.register(shutil.rmtree, folder, True)
+        _scratch.append(folder)
+    return _scratch[0]
+
+
+def benchSettings() -> Settings:
+    """
+    The default settings, but for the memory store, kept in L{scratchFolder}
+    (a store on disk, as a daemon has, and a new one each run).
+    """
+    from rpmiddleware.config.settings import Settings
+
+    settings = Settings()
+    settings.plugins["memory"] = {"path": os.path.join(scratchFolder(), "memory.sqlite3")}
+    return settings

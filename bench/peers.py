@@ -179,10 +179,10 @@ def serveMiddleware(args: argparse.Namespace) -> None:
     if args.as_daemon:
         # The reactor twistd rpmiddleware chooses (the asyncio reactor when
         # WebRTC's extra is installed), before anything touches the reactor.
-        from rpmiddleware.config.settings import Settings
+        from bench.common import benchSettings
         from rpmiddleware.webrtc.reactor import chooseDaemonReactor
 
-        chooseDaemonReactor(Settings())
+        chooseDaemonReactor(benchSettings())
     from twisted.internet import reactor
 
     _quietLogs()
@@ -193,11 +193,12 @@ def serveMiddleware(args: argparse.Namespace) -> None:
         serve(reactor, startRelay(reactor), args)
         return
 
-    from rpmiddleware.config.settings import Settings, loadSettings
+    from bench.common import benchSettings
+    from rpmiddleware.config.settings import loadSettings
     from rpmiddleware.core.middleware import Middleware
     from rpmiddleware.testing.live import startMiddleware
 
-    settings = loadSettings(args.config) if args.config else Settings()
+    settings = loadSettings(args.config) if args.config else benchSettings()
     if args.session_ttl is not None:
         settings.client.session_ttl = args.session_ttl
     if args.max_connections is not None:

@@ -17,9 +17,9 @@ import time
 from typing import Any
 
 from bench.clientfuzzing import KNOWN_CLIENT_FAULTS, fuzzClient
+from bench.common import benchSettings
 from bench.fuzzing import fuzzEngine
 from bench.scenarios import clientLoad, engineDrops
-from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.live import startMiddleware
@@ -27,7 +27,7 @@ from rpmiddleware.testing.simulator import SimulatorOptions, connectSimulator
 
 
 def _fresh(reactor: Any, **server: Any) -> Any:
-    settings = Settings()
+    settings = benchSettings()
     for key, value in server.items():
         setattr(settings.server, key, value)
     settings.engine.dedup_window = 1024

@@ -59,12 +59,12 @@ def serve(portFile: str, hangover: int) -> None:
     asyncioreactor.install()
     from twisted.internet import reactor
 
-    from rpmiddleware.config.settings import Settings
+    from bench.common import benchSettings
     from rpmiddleware.core.middleware import Middleware
     from rpmiddleware.testing.live import startMiddleware
     from rpmiddleware.testing.simulator import SimulatorOptions, connectSimulator
 
-    settings = Settings()
+    settings = benchSettings()
     settings.webrtc.vad_hangover_ms = hangover
     settings.server.max_connections = 1000
     middleware = Middleware.fromSettings(reactor, settings)
