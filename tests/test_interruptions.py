@@ -366,10 +366,23 @@ class PlayedSpeechTests(SynchronousTestCase):
         self.assertEqual(rig.entries()[1], ("character", got, "interrupted"))
 
     def test_playedIsChecked(self) -> None:
-        """A C{played} that is not one of ms and samples is refused, naming it."""
+        """
+        A C{played} that is not one of ms and samples (and, optionally, a
+        C{line} from 0) is refused, naming it.
+        """
         rig = Rig({"mira": TALE}, tokensPerSecond=10)
         self.spoken(rig)
-        for played in ({"ms": -1}, {"samples": 1.5}, {"ms": 1, "samples": 1}, {"s": 1}, 3):
+        wrong = (
+            {"ms": -1},
+            {"samples": 1.5},
+            {"ms": 1, "samples": 1},
+            {"s": 1},
+            3,
+            {"ms": 1, "line": -1},
+            {"ms": 1, "line": "0"},
+            {"line": 0},
+        )
+        for played in wrong:
             rig.say(type="cancel", played=played)
             error = rig.sent("error")[-1]
             self.assertEqual(error["code"], "INVALID_MESSAGE")
@@ -966,6 +979,236 @@ class ScenePlayedTests(SynchronousTestCase):
         self.assertIn(("other", TALE, "complete"), rig.entries("mara"))
         self.assertIn(("event", "The bell rang.", "complete"), rig.entries("mara"))
 
+    # A scene's turn of several lines, each its own request: the played
+    # amount is about the line that was playing; earlier lines stay whole,
+    # later ones were not heard at all.
+
+    def bothCompleted(self, rig: Rig, garrick: str, mara: str) -> None:
+        """
+        A spoken scene: Garrick answers the player and Mara reacts; both
+        lines completed upstream (C{reply-complete}), remembered whole,
+        while the player still hears them.
+        """
+        SceneInterruptionTests.openScene(self, rig, reactions=1)  # type: ignore[arg-type]
+        rig.say(type="configure", output={"modalities": ["text", "audio"]})
+        rig.say(type="text", text=PASS)
+        rig.until(lambda: rig.sent("reply-complete"))
+        self.assertEqual(len(rig.sent("reply-complete")[0]["lines"]), 2)
+        self.assertEqual(
+            rig.entries("garrick"),
+            [
+                ("player", PASS, "complete"),
+                ("character", garrick, "complete"),
+                ("other", mara, "complete"),
+            ],
+        )
+        self.assertEqual(
+            rig.entries("mara"),
+            [
+                ("player", f"(to Garrick) {PASS}", "complete"),
+                ("other", garrick, "complete"),
+                ("character", mara, "complete"),
+            ],
+        )
+
+    def assertReactionHeardFirstSentence(self, rig: Rig, nextLine: str) -> None:
+        """
+        Garrick's line whole, Mara's reaction up to its first sentence, cut
+        off, for both; the next line's request holds them so.
+        """
+        settle(rig.clock, 30)
+        self.assertEqual(
+            rig.entries("garrick")[:3],
+            [
+                ("player", PASS, "complete"),
+                ("character", GARRICK, "complete"),
+                ("other", FIRST, "interrupted"),
+            ],
+        )
+        self.assertEqual(
+            rig.entries("mara")[:3],
+            [
+                ("player", f"(to Garrick) {PASS}", "complete"),
+                ("other", GARRICK, "complete"),
+                ("character", FIRST, "interrupted"),
+            ],
+        )
+        self.assertNextLineFollows(rig, 3, nextLine)
+        self.assertEqual(
+            list(rig.invocationFor(nextLine).history),
+            [("user", PASS), ("assistant", GARRICK), ("user", f"Mara: {FIRST} —")],
+        )
+
+    def assertNextLineFollows(self, rig: Rig, at: int, nextLine: str) -> None:
+        """
+        The next exchange follows at once in both memories: Garrick's the
+        player's line (typed, or a recording, remembered without words);
+        Mara's the typed line she heard, or (a recording, whose words those
+        who hear it are not told) Garrick's answer to it.
+        """
+        self.assertEqual(rig.entries("garrick")[at][0], "player")
+        self.assertIn(
+            rig.entries("mara")[at],
+            [("player", f"(to Garrick) {nextLine}", "complete"), ("other", ANSWER, "complete")],
+        )
+
+    def assertFirstLineHeardFirstSentence(self, rig: Rig, nextLine: str) -> None:
+        """
+        Garrick's line up to its first sentence, cut off, for both; Mara's
+        reaction to it in no one's memory; the next line's request holds it so.
+        """
+        settle(rig.clock, 30)
+        self.assertEqual(
+            rig.entries("garrick")[:2],
+            [
+                ("player", PASS, "complete"),
+                ("character", FIRST, "interrupted"),
+            ],
+        )
+        self.assertEqual(
+            rig.entries("mara")[:2],
+            [
+                ("player", f"(to Garrick) {PASS}", "complete"),
+                ("other", FIRST, "interrupted"),
+            ],
+        )
+        self.assertNextLineFollows(rig, 2, nextLine)
+        for characterId in ("garrick", "mara"):
+            for _, text, _ in rig.entries(characterId):
+                self.assertNotIn(REACTION, text, characterId)
+                self.assertNotIn("by the sea", text, characterId)
+        self.assertEqual(
+            list(rig.invocationFor(nextLine).history),
+            [("user", PASS), ("assistant", FIRST + " —")],
+        )
+
+    def test_reactionCutAfterBothLinesCompleted(self) -> None:
+        """
+        Both lines completed upstream; the player cuts Mara's reaction with
+        C{cancel} C{played} (its first sentence and a little more, counted
+        from its C{tts-start}), the next line sent at once: Mara's line is
+        cut for her and for Garrick, who heard it; Garrick's stays whole.
+        """
+        rig = Rig({"garrick": GARRICK, "mara": TALE}, tokensPerSecond=None)
+        self.bothCompleted(rig, GARRICK, TALE)
+        rate = rig.sent("tts-chunk")[0]["sampleRate"]
+        rig.lines.update(garrick=ANSWER, mara="Hush.")
+        rig.say(type="cancel", played={"samples": int((FIRST_SECONDS + 0.1) * rate)})
+        nextLine = "Garrick, never mind her."
+        rig.say(type="text", text=nextLine)
+        self.assertReactionHeardFirstSentence(rig, nextLine)
+
+    def test_reactionCutAfterBothLinesCompletedOverWebRTC(self) -> None:
+        """
+        The same over WebRTC: the player speaks once the track played the
+        first sentence of Mara's reaction (the track's count of that line).
+        """
+        from rpmiddleware.webrtc.speech import TRACK_RATE
+        from rpmiddleware.webrtc.vad import SpeechStarted
+
+        rig = Rig({"garrick": GARRICK, "mara": TALE}, tokensPerSecond=None)
+        link, track = trackLink(rig)
+        nextLine = "Garrick, never mind her."
+        rig.engine.options.audioTranscript = nextLine
+        self.bothCompleted(rig, GARRICK, TALE)
+        rig.until(
+            lambda: (
+                track.sounding == track.turn == 2
+                and track.played(2) >= (FIRST_SECONDS + 0.1) * TRACK_RATE
+            )
+        )
+        self.assertGreater(track.queuedSeconds, 1, "most of her line still plays")
+        rig.lines.update(garrick=ANSWER, mara="Hush.")
+        link._speechStarted(SpeechStarted(0))
+        rig.connection.submitAudio(
+            {"format": "pcm_s16le", "sampleRate": 16000, "channels": 1, "data": "AAAAAA=="}
+        )
+        self.assertEqual(track.queuedSeconds, 0, "the track fell silent at once")
+        self.assertReactionHeardFirstSentence(rig, nextLine)
+
+    def test_cutDuringTheFirstLineForgetsTheToldReaction(self) -> None:
+        """
+        Both lines completed upstream; the player cuts Garrick's line while
+        it plays (C{played} with C{line: 0}), though Mara's reaction to it
+        was already told to both: Garrick's line is cut for both, and her
+        reaction, never heard, is in no one's memory.
+        """
+        rig = Rig({"garrick": TALE, "mara": REACTION}, tokensPerSecond=None)
+        self.bothCompleted(rig, TALE, REACTION)
+        rate = rig.sent("tts-chunk")[0]["sampleRate"]
+        rig.lines.update(garrick=ANSWER, mara="Hush.")
+        rig.say(type="cancel", played={"samples": int((FIRST_SECONDS + 0.1) * rate), "line": 0})
+        nextLine = "Garrick, never mind her."
+        rig.say(type="text", text=nextLine)
+        self.assertFirstLineHeardFirstSentence(rig, nextLine)
+
+    def test_cutDuringTheFirstLineWhileTheReactionStreams(self) -> None:
+        """
+        Over WebRTC, the turn still playing: Garrick's line completed
+        upstream and its speech still sounds on the track while Mara's
+        reaction streams (some of its speech already queued behind it); the
+        player speaks once his first sentence was played.  Her request is
+        cancelled, his line is cut for both (the track's count of his
+        line), and nothing of hers is remembered.
+        """
+        from rpmiddleware.webrtc.speech import TRACK_RATE
+        from rpmiddleware.webrtc.vad import SpeechStarted
+
+        rig = Rig({"garrick": TALE, "mara": TALE.replace("story", "tale")}, tokensPerSecond=40)
+        link, track = trackLink(rig)
+        nextLine = "Garrick, never mind her."
+        rig.engine.options.audioTranscript = nextLine
+        SceneInterruptionTests.openScene(self, rig, reactions=1)  # type: ignore[arg-type]
+        rig.say(type="configure", output={"modalities": ["text", "audio"]})
+        rig.say(type="text", text=PASS)
+        rig.until(
+            lambda: (
+                track.turn >= 2
+                and track.sounding == 1
+                and track.played(1) >= (FIRST_SECONDS + 0.1) * TRACK_RATE
+            )
+        )
+        self.assertEqual(rig.sent("reply-complete"), [], "the turn still plays")
+        maraRequest = rig.requests("mara")[0]["requestId"]
+        rig.lines.update(garrick=ANSWER, mara="Hush.")
+        link._speechStarted(SpeechStarted(0))
+        rig.connection.submitAudio(
+            {"format": "pcm_s16le", "sampleRate": 16000, "channels": 1, "data": "AAAAAA=="}
+        )
+        self.assertEqual(track.queuedSeconds, 0, "the track fell silent at once")
+        rig.clock.advance(2 * LATENCY)
+        cancels = [
+            r["requestId"] for r in rig.engine.receivedMessages if r["type"] == "request.cancel"
+        ]
+        self.assertIn(maraRequest, cancels)
+        settle(rig.clock, 30)
+        self.assertEqual(
+            rig.entries("garrick")[:2],
+            [
+                ("player", PASS, "complete"),
+                ("character", FIRST, "interrupted"),
+            ],
+        )
+        self.assertEqual(
+            rig.entries("mara")[:2],
+            [
+                ("player", f"(to Garrick) {PASS}", "complete"),
+                ("other", FIRST, "interrupted"),
+            ],
+        )
+        self.assertNextLineFollows(rig, 2, nextLine)
+        for characterId in ("garrick", "mara"):
+            for _, text, _ in rig.entries(characterId):
+                self.assertNotIn("tale", text, characterId)
+        self.assertEqual(
+            list(rig.invocationFor(nextLine).history),
+            [("user", PASS), ("assistant", FIRST + " —")],
+        )
+
+
+PASS = "Garrick, may I pass?"
+REACTION = "Let him pass, Garrick."
+ANSWER = "As you wish."
 
 OPEN_GATE = exampleAction(characters=["garrick"])
 GUARD_LINE = 'Fine, I will open the north gate. [[open_gate {"gate": "north"}]] Stand back.'

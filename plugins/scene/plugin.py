@@ -29,6 +29,7 @@ nothing of how memory keeps it.
 from __future__ import annotations
 
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,7 @@ from rpmiddleware.plugin import (
     CANCELLING,
     OPENING,
     TERMINAL,
+    TURN_PLAYED,
     ChainPlugin,
     Envelope,
     IChainContext,
@@ -83,6 +85,9 @@ _PROMPT_FIELDS = ("interactionMode", "promptScene", "promptDirective")
 #: the prompt context the game (or the playbook) gave it.
 _BASE_FIELDS = ("output", "player", *_PROMPT_FIELDS)
 OTHER, PLAYER_ROLE = HEARD_ROLES[1], HEARD_ROLES[0]
+#: Spoken exchanges that ended kept for a late cut (L{TURN_PLAYED}): their
+#: lines, at most this many exchanges.
+ENDED_KEPT = 256
 
 
 @dataclass
@@ -115,9 +120,10 @@ class _Exchange:
     #: segment by segment (a line cut short while it is spoken is heard as
     #: far as its speech was played, when the cancel says).
     speech: dict[str, Speech] = field(default_factory=dict)
-    #: The line whose speech passed toward the client last: the one a
-    #: cancel's played amount (L{metakeys.PLAYED}) is about.
-    sounding: str | None = None
+    #: The lines whose speech passed toward the client, in that order: a
+    #: played amount (L{metakeys.PLAYED}) names one by its place here
+    #: (L{metakeys.PLAYED_LINE}), else it is about the last of them.
+    voiced: list[str] = field(default_factory=list)
 
 
 @implementer(IEnvelopePlugin, IClientExtension, IScenes)
@@ -139,6 +145,9 @@ class ScenePlugin(ChainPlugin):
         #: line ends: a cancel of the game's turn finds it while a reaction
         #: plays, after the game's own line has ended.
         self._exchanges: dict[str, _Exchange] = {}
+        #: Spoken exchanges that ended whole, by the game's request id: the
+        #: player may still hear them, and cut one (L{TURN_PLAYED}).
+        self._ended: OrderedDict[str, _Exchange] = OrderedDict()
 
     # The Python API (IScenes); the client's ops call it too.
 
@@ -208,6 +217,8 @@ class ScenePlugin(ChainPlugin):
 
     def clientSessionEnded(self, client: str, context: IChainContext) -> None:
         self.scenes.pop(client, None)
+        for requestId in [r for r, e in self._ended.items() if e.client == client]:
+            del self._ended[requestId]
 
     # Toward RPEngine.
 
@@ -225,6 +236,12 @@ class ScenePlugin(ChainPlugin):
             exchange = self._exchanges.get(envelope.requestId or "")
             if exchange is not None:
                 return self._withdraw(exchange, envelope, context)
+            return envelope
+        if kind == TURN_PLAYED:
+            ended = self._ended.pop(envelope.requestId or "", None)
+            if ended is not None:
+                self._playedAfterEnd(ended, envelope, context)
+                return None
             return envelope
         message = clientMessage(envelope, CLIENT_TYPES)
         if message is not None:
@@ -322,42 +339,132 @@ class ScenePlugin(ChainPlugin):
         The game cancelled its turn (or barged in): every line playing or
         waiting is cancelled upstream now, whichever it is (the game's own
         line may have ended while a reaction plays), and no line is asked
-        for after this; the turn ends when they have.  How much of the
-        speech was played (L{metakeys.PLAYED}, about the line whose speech
-        passed last) goes on that line's cancel.
+        for after this; the turn ends when they have.
+
+        How much of the speech was played (L{metakeys.PLAYED}) is about the
+        line that was playing (L{_playedLine}): it goes on that line's
+        cancel, or, when that line already completed upstream (its speech
+        still playing while a later line waits or streams), in a
+        L{TURN_PLAYED} of its own request, so its speaker and those who
+        heard it remember it as far as it was played.  The later lines
+        whose speech passed were not heard at all (none of their speech was
+        played), and are told so the same way, the newest first, before
+        that line: an entry is cut only while it is the newest.  Earlier
+        lines stay whole.
         """
         exchange.cancelled = True
-        played = envelope.meta.get(metakeys.PLAYED)
-        for requestId in sorted(exchange.pending - {exchange.requestId}):
-            cancel = Envelope.build("request.cancel", requestId=requestId)
-            cancel.meta.update({metakeys.ORIGIN: NAME, metakeys.CLIENT: exchange.client})
-            if played is not None and requestId == exchange.sounding:
-                # How much of this line's speech was played: its speaker
-                # remembers it as far as the player heard it.
-                cancel.meta[metakeys.PLAYED] = played
-            context.sendToEngine(cancel)
+        played = self._played(exchange, envelope.meta.get(metakeys.PLAYED))
+        game = exchange.requestId
+        for requestId in reversed(list(exchange.lines)):
+            amount = played.get(requestId)
+            if requestId == game:
+                continue
+            if requestId in exchange.pending:
+                cancel = Envelope.build("request.cancel", requestId=requestId)
+                cancel.meta.update({metakeys.ORIGIN: NAME, metakeys.CLIENT: exchange.client})
+                if amount is not None:
+                    # How much of this line's speech was played: its speaker
+                    # remembers it as far as the player heard it.
+                    cancel.meta[metakeys.PLAYED] = amount
+                context.sendToEngine(cancel)
+            elif amount is not None:
+                self._sendPlayed(exchange, requestId, amount, context)
         self._heardInPart(exchange, context, played)
-        return envelope if exchange.requestId in exchange.pending else None
+        if game in exchange.pending:
+            if game in played:
+                envelope.meta[metakeys.PLAYED] = played[game]
+            else:
+                envelope.meta.pop(metakeys.PLAYED, None)
+            return envelope
+        if game in played:
+            self._sendPlayed(exchange, game, played[game], context)
+        return None
 
-    def _heardInPart(self, exchange: _Exchange, context: IChainContext, played: Any = None) -> None:
+    def _played(self, exchange: _Exchange, played: Any) -> dict[str, dict[str, Any]]:
+        """
+        What was played of each line, by its request id, given a played
+        amount (L{metakeys.PLAYED}) of the turn: that amount for the line
+        that was playing, the one its C{line} names
+        (L{metakeys.PLAYED_LINE}: its place among the lines whose speech
+        passed toward the client), else the last of them; none for the
+        later lines whose speech passed; nothing for earlier lines (played
+        whole) nor for lines that never spoke.  Empty when nobody knows, or
+        when C{line} names no line that spoke.
+        """
+        if not isinstance(played, Mapping) or not exchange.voiced:
+            return {}
+        line = played.get(metakeys.PLAYED_LINE, len(exchange.voiced) - 1)
+        if type(line) is not int or not 0 <= line < len(exchange.voiced):
+            self.log.warn(
+                "scene {sceneId}: what was played of turn {turnId} names line {line}, but "
+                "{count} of its lines spoke; nothing of it is cut",
+                sceneId=exchange.scene.sceneId,
+                turnId=exchange.requestId,
+                line=line,
+                count=len(exchange.voiced),
+            )
+            return {}
+        playing = exchange.voiced[line]
+        amount = {k: v for k, v in played.items() if k != metakeys.PLAYED_LINE}
+        found = {playing: amount}
+        order = list(exchange.lines)
+        silent = {"samples": 0, "sampleRate": amount.get("sampleRate")}
+        for later in order[order.index(playing) + 1 :]:
+            if later in exchange.voiced:
+                found[later] = silent
+        return found
+
+    def _sendPlayed(
+        self, exchange: _Exchange, requestId: str, played: Mapping[str, Any], context: IChainContext
+    ) -> None:
+        """
+        Line C{requestId} completed upstream (told whole to those who hear
+        it, remembered whole by its speaker) was played only C{played}:
+        memory cuts it (L{TURN_PLAYED}).
+        """
+        envelope = Envelope.build(TURN_PLAYED, requestId=requestId, played=dict(played))
+        envelope.meta.update({metakeys.ORIGIN: NAME, metakeys.CLIENT: exchange.client})
+        context.sendToEngine(envelope)
+
+    def _playedAfterEnd(
+        self, exchange: _Exchange, envelope: Envelope, context: IChainContext
+    ) -> None:
+        """
+        A spoken exchange that ended whole upstream was cut while the
+        player heard it (L{TURN_PLAYED} of the game's request, its played
+        amount about the turn's line that was playing): each line's own
+        request is told what of it was played (L{_played}), the latest
+        first, so memory cuts the line that was playing and forgets the
+        later ones, for their speakers and for those who heard them.
+        """
+        played = self._played(exchange, envelope.get("played"))
+        order = list(exchange.lines)
+        for requestId in reversed(order):
+            amount = played.get(requestId)
+            if amount is not None:
+                self._sendPlayed(exchange, requestId, amount, context)
+
+    def _heardInPart(
+        self, exchange: _Exchange, context: IChainContext, played: Mapping[str, Any]
+    ) -> None:
         """
         The lines cut short while they streamed: those who hear the speaker
         heard them as far as the client got them, marked as cut off (the
         speaker's own memory keeps its line so, by the memory plugin's rule
-        for a withdrawn request).  When the cancel says how much of the
-        speech was played (L{metakeys.PLAYED}) and one line alone was cut
-        short, its speech playing, they heard it as far as its sentences
-        were played whole (L{heardText}), as the speaker remembers it.
+        for a withdrawn request).  When the cancel says how much of a
+        line's speech was played (C{played}, L{_played}: the line that was
+        playing, and none of the later lines that spoke), they heard it as
+        far as its sentences were played whole (L{heardText}), as the
+        speaker remembers it.
         """
         running = exchange.scene
         current = self.scenes.get(exchange.client) is running
-        heardUpTo = None
-        if played is not None and len(exchange.partial) == 1:
-            speech = exchange.speech.get(next(iter(exchange.partial)))
-            heardUpTo = speech.heardSegments(played) if speech is not None else None
         for requestId, parts in exchange.partial.items():
             text = "".join(parts)
-            if heardUpTo is not None:
+            speech = exchange.speech.get(requestId)
+            amount = played.get(requestId)
+            heardUpTo = speech.heardSegments(amount) if speech is not None else None
+            if amount is not None and heardUpTo is not None:
                 text = heardText(text, False, heardUpTo)[0]
             text = text.strip()
             speaker = exchange.lines.get(requestId)
@@ -387,7 +494,8 @@ class ScenePlugin(ChainPlugin):
             exchange.partial.setdefault(requestId, []).append(textOfDelta(envelope.fields))
         elif kind in ("reply.audio.start", "reply.audio.chunk") and not exchange.cancelled:
             speech = exchange.speech.setdefault(requestId, Speech())
-            exchange.sounding = requestId
+            if requestId not in exchange.voiced:
+                exchange.voiced.append(requestId)
             if kind == "reply.audio.start":
                 speech.started(envelope.fields)
             else:
@@ -512,6 +620,11 @@ class ScenePlugin(ChainPlugin):
         if exchange.pending:
             return None
         self._exchanges.pop(exchange.requestId, None)
+        if exchange.voiced and not exchange.cancelled and exchange.final is None:
+            # Its speech may still be playing: kept, should the player cut it.
+            self._ended[exchange.requestId] = exchange
+            while len(self._ended) > ENDED_KEPT:
+                self._ended.popitem(last=False)
         return exchange.final or exchange.held or envelope
 
     def _note(self, exchange: _Exchange) -> None:

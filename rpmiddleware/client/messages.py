@@ -28,6 +28,7 @@ from rpmiddleware.protocol.clientfields import (
 )
 from rpmiddleware.protocol.envelope import jsonBytes, loadJson, loadJsonUtf8
 from rpmiddleware.protocol.messages import AUDIO_INPUT_LANGUAGES, SPEECH_OUTPUT_LANGUAGES, VOICES
+from rpmiddleware.protocol.meta import PLAYED_LINE
 from rpmiddleware.protocol.rules import (
     AUDIO_PROCESSING_PROFILES,
     INTERACTION_MODES,
@@ -278,7 +279,9 @@ def played(message: Mapping[str, Any]) -> dict[str, int | float] | None:
     C{voice-capture start} that barges in: how much of the interrupted
     line's speech the player was played, counted from its C{tts-start}:
     C{{ms}} (a number of milliseconds) or C{{samples}} (a whole number, at
-    the C{sampleRate} of its C{tts-chunk}s).  C{None} when absent.
+    the C{sampleRate} of its C{tts-chunk}s), and optionally C{line}: which
+    of the turn's spoken lines (a scene's) was playing, counting its lines'
+    C{tts-start}s from 0.  C{None} when absent.
     """
     value = message.get("played")
     if value is None:
@@ -286,9 +289,12 @@ def played(message: Mapping[str, Any]) -> dict[str, int | float] | None:
     where = f"{message['type']}.played"
     if not isinstance(value, dict):
         raise InvalidMessage(f"{where} must be an object, got {jsonName(value)}")
-    unknown = sorted(k for k in value if k not in PLAYED_KEYS)
+    unknown = sorted(k for k in value if k not in (*PLAYED_KEYS, PLAYED_LINE))
     if unknown:
-        raise InvalidMessage(f"{where} has unknown field {unknown[0]!r} (known: ms, samples)")
+        raise InvalidMessage(f"{where} has unknown field {unknown[0]!r} (known: ms, samples, line)")
+    line = value.get(PLAYED_LINE)
+    if PLAYED_LINE in value and (type(line) is not int or line < 0):
+        raise InvalidMessage(f"{where}.line must be a whole number from 0, got {line!r}")
     given = [k for k in PLAYED_KEYS if k in value]
     if len(given) != 1:
         raise InvalidMessage(f"{where} must have exactly one of ms and samples")
@@ -299,6 +305,8 @@ def played(message: Mapping[str, Any]) -> dict[str, int | float] | None:
             raise InvalidMessage(f"{where}.samples must be a whole number from 0, got {amount!r}")
     elif not isinstance(amount, int | float) or isinstance(amount, bool) or not amount >= 0:
         raise InvalidMessage(f"{where}.ms must be a number from 0, got {amount!r}")
+    if line is not None:
+        return {key: amount, PLAYED_LINE: line}
     return {key: amount}
 
 

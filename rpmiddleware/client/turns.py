@@ -64,7 +64,7 @@ from rpmiddleware.protocol.clienterrors import (
 )
 from rpmiddleware.protocol.envelope import ENVELOPE_FIELDS, Envelope
 from rpmiddleware.protocol.messages import textOfDelta
-from rpmiddleware.protocol.meta import PLAYED, SPEAKER
+from rpmiddleware.protocol.meta import PLAYED, PLAYED_LINE, SPEAKER
 
 #: What a turn is about: typed text, a recording, or the RPEngine microphone.
 TEXT, AUDIO, VOICE = "text", "audio", "voice"
@@ -246,19 +246,21 @@ class Turn:
         How much of this turn's speech the player was played, for a turn
         that completed upstream while its speech still played and was then
         cut off (L{rpmiddleware.plugin.clientext.TURN_PLAYED}): as
-        L{_played}, for a completed turn of one line only (a scene's turn
-        of several lines is not told: what plays is a line of its own
-        request), else C{None}.
+        L{_played} (for a scene's turn of several lines, with the line that
+        was playing, L{PLAYED_LINE}, when it is known), for a completed
+        turn, else C{None}.
         """
-        if self.outcome != "completed" or len(self.lines) > 1:
+        if self.outcome != "completed":
             return None
         return self._played(reported)
 
     def _played(self, reported: Mapping[str, Any] | None) -> dict[str, int] | None:
         """
         L{PLAYED} for this turn's cancel: C{{samples, sampleRate}} of the
-        line's speech the player was played, or C{None} when there is no
-        speech or nobody knows.  A report in milliseconds is counted down
+        line's speech the player was played, and C{line} (L{PLAYED_LINE}),
+        which of the turn's spoken lines, when the client said it or the
+        speech output knows it (the WebRTC track); or C{None} when there is
+        no speech or nobody knows.  A report in milliseconds is counted down
         to whole samples, so it never claims more than was played.
         """
         speech = self.speech
@@ -267,8 +269,12 @@ class Turn:
         if reported is not None:
             rate = speech.rate
             if "samples" in reported:
-                return {"samples": int(reported["samples"]), "sampleRate": rate}
-            return {"samples": int(reported["ms"] * rate // 1000), "sampleRate": rate}
+                amount = {"samples": int(reported["samples"]), "sampleRate": rate}
+            else:
+                amount = {"samples": int(reported["ms"] * rate // 1000), "sampleRate": rate}
+            if PLAYED_LINE in reported:
+                amount[PLAYED_LINE] = int(reported[PLAYED_LINE])
+            return amount
         return speech.played()
 
     # The stream.

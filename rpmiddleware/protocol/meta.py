@@ -34,7 +34,23 @@ SCENE_TEXT = "sceneText"
 #: C{{samples, sampleRate}} counted from the first sample of its speech.
 #: The client endpoint sets it (from the client's C{played}, or the WebRTC
 #: speech track's playout); the memory plugin remembers the reply as far as
-#: that speech said it.  Absent when nobody knows.
+#: that speech said it.  Absent when nobody knows.  In a turn of several
+#: lines (a scene's) it may say which line was playing, C{line} (its place
+#: among the turn's lines whose speech passed toward the client, from 0),
+#: and then counts from that line's first sample; the scene plugin carries it
+#: to that line's own request (L{PLAYED_LINE}).
 PLAYED = "played"
+#: The key of L{PLAYED} that names the line of a turn that was playing.
+PLAYED_LINE = "line"
 
-__all__ = ["CLIENT", "ORIGIN", "PLAYED", "SCENE_TEXT", "SPEAKER", "STAGE", "TURN", "UNCLAIMED"]
+__all__ = [
+    "CLIENT",
+    "ORIGIN",
+    "PLAYED",
+    "PLAYED_LINE",
+    "SCENE_TEXT",
+    "SPEAKER",
+    "STAGE",
+    "TURN",
+    "UNCLAIMED",
+]

@@ -35,6 +35,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from rpmiddleware.audio.format import encodeBase64, exactLength, strictBase64
+from rpmiddleware.protocol.meta import PLAYED_LINE
 from rpmiddleware.webrtc.ice import loopbackAddresses
 from rpmiddleware.webrtc.peer import (
     CONNECTION_FAILED,
@@ -100,12 +101,15 @@ class TrackSpeech:
         self.samples = 0
         self._inRate = INPUT_RATE
         self._playing = playing
-        #: The track's turn this output fed last (0: none yet).
-        self._turn = 0
+        #: The track's turn of each line this output fed, in order (a
+        #: scene's turn has several; C{None}: a line began, not fed yet).
+        self._lines: list[int | None] = []
 
     def started(self, fields: Mapping[str, Any]) -> None:
         rate = fields.get("sampleRate")
         self._inRate = rate if type(rate) is int and rate > 0 else INPUT_RATE
+        # A line's speech begins (each line of a scene's turn says so).
+        self._lines.append(None)
 
     def chunk(self, fields: Mapping[str, Any]) -> list[str]:
         data = fields.get("data")
@@ -120,7 +124,13 @@ class TrackSpeech:
         pcm = pcm[: len(pcm) - len(pcm) % 2]
         turn = self.track.feed(pcm, rate)
         # A new line (a scene's) is a turn of the track of its own.
-        self._turn = turn
+        if not self._lines or self._lines[-1] is None:
+            if self._lines:
+                self._lines[-1] = turn
+            else:
+                self._lines.append(turn)
+        elif self._lines[-1] != turn:
+            self._lines.append(turn)
         self._playing(turn, str(fields.get("requestId", "")))
         self.samples += exactLength(len(pcm) // 2, rate, TRACK_RATE)
         return []
@@ -131,13 +141,21 @@ class TrackSpeech:
 
     def played(self) -> dict[str, int] | None:
         """
-        How much of the line fed last the player has been played (the
-        track's playout): C{{samples, sampleRate}}, for
+        How much of the line the track sounds the player has been played
+        (the track's playout), and which of this output's lines that is
+        (a scene's turn feeds a line after another, while an earlier one
+        still sounds): C{{samples, sampleRate, line}}, for
         L{rpmiddleware.protocol.meta.PLAYED}; C{None} before any speech.
+        Before the first line sounds (the track still plays an older turn),
+        none of it: the first line, no samples.
         """
-        if not self._turn:
+        fed = [turn for turn in self._lines if turn is not None]
+        if not fed:
             return None
-        return {"samples": self.track.played(self._turn), "sampleRate": TRACK_RATE}
+        sounding = self.track.sounding
+        line = self._lines.index(sounding) if sounding in fed else 0
+        samples = self.track.played(sounding) if sounding in fed else 0
+        return {"samples": samples, "sampleRate": TRACK_RATE, PLAYED_LINE: line}
 
     def wav(self) -> bytes:
         raise RuntimeError("speech on the track is never collected into a WAV")
