@@ -32,6 +32,7 @@ from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText
 from tests.support.client import clockedEndpoint
 from tests.support.connections import OpenConnections
 from tests.support.memory import settle
+from tests.support.webrtc import missingExtra
 
 STORY = "Tell me a very long story."
 NEXT = "Stop, never mind. What is your name?"
@@ -656,11 +657,13 @@ def trackLink(rig: Rig) -> tuple[Any, Any]:
     (no real peer: the track's frames are taken every 20 ms of the Clock,
     as aiortc's sender takes them in real time).
     """
-    try:
-        from rpmiddleware.webrtc.speech import FRAME_SECONDS, SpeechTrack
-        from rpmiddleware.webrtc.voice import VoiceLink
-    except ImportError as e:
-        raise SkipTest(f"the optional webrtc extra is not installed: {e}")
+    # Skipped only when the extra (aiortc, webrtcvad) is missing: an import
+    # error of our own modules fails the test instead of hiding it.
+    missing = missingExtra()
+    if missing is not None:
+        raise SkipTest(missing)
+    from rpmiddleware.webrtc.speech import FRAME_SECONDS, SpeechTrack
+    from rpmiddleware.webrtc.voice import VoiceLink
 
     class Peer:
         closed = False
