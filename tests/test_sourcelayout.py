@@ -33,7 +33,10 @@ BUILD = textwrap.dedent(
     from rpmiddleware.core.middleware import Middleware
     import rpmiddleware.builtin
 
-    middleware = Middleware.fromSettings(Clock(), parseSettings({}))
+    # The memory store in memory: the build runs in the checkout, and a
+    # store on disk would be made there at start-up.
+    settings = parseSettings({"plugins": {"memory": {"path": ":memory:"}}})
+    middleware = Middleware.fromSettings(Clock(), settings)
     print(",".join(middleware.chain.names))
     print(rpmiddleware.builtin.__file__)
     print(sorted(n for n in sys.modules if n == "plugins" or n.startswith("plugins.")))
