@@ -1184,29 +1184,10 @@ class ScenePlayedTests(SynchronousTestCase):
             r["requestId"] for r in rig.engine.receivedMessages if r["type"] == "request.cancel"
         ]
         self.assertIn(maraRequest, cancels)
-        settle(rig.clock, 30)
-        self.assertEqual(
-            rig.entries("garrick")[:2],
-            [
-                ("player", PASS, "complete"),
-                ("character", FIRST, "interrupted"),
-            ],
-        )
-        self.assertEqual(
-            rig.entries("mara")[:2],
-            [
-                ("player", f"(to Garrick) {PASS}", "complete"),
-                ("other", FIRST, "interrupted"),
-            ],
-        )
-        self.assertNextLineFollows(rig, 2, nextLine)
+        self.assertFirstLineHeardFirstSentence(rig, nextLine)
         for characterId in ("garrick", "mara"):
             for _, text, _ in rig.entries(characterId):
                 self.assertNotIn("tale", text, characterId)
-        self.assertEqual(
-            list(rig.invocationFor(nextLine).history),
-            [("user", PASS), ("assistant", FIRST + " —")],
-        )
 
 
 PASS = "Garrick, may I pass?"
