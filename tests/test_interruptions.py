@@ -399,7 +399,6 @@ class PlayedSpeechTests(SynchronousTestCase):
         sent and more speech was queued on the track.
         """
         from rpmiddleware.webrtc.speech import TRACK_RATE
-        from rpmiddleware.webrtc.vad import SpeechStarted
 
         rig = Rig({"mira": TALE}, tokensPerSecond=10)
         link, track = trackLink(rig)
@@ -409,11 +408,7 @@ class PlayedSpeechTests(SynchronousTestCase):
         self.assertIn("by the sea.", rig.received())
         self.assertEqual(rig.sent("tts-chunk"), [], "the speech went on the track")
         self.assertGreater(track.queuedSeconds, 0.5, "more was queued than was played")
-        link._speechStarted(SpeechStarted(0))
-        rig.connection.submitAudio(
-            {"format": "pcm_s16le", "sampleRate": 16000, "channels": 1, "data": "AAAAAA=="}
-        )
-        self.assertEqual(track.queuedSeconds, 0, "the track fell silent at once")
+        playerSpeaks(self, rig, link, track)
         settle(rig.clock, 30)
         self.assertEqual(
             list(rig.engine.invocations[-1].history),
@@ -455,7 +450,6 @@ class CutAfterCompletedTests(SynchronousTestCase):
         was remembered when it completed.
         """
         from rpmiddleware.webrtc.speech import TRACK_RATE
-        from rpmiddleware.webrtc.vad import SpeechStarted
 
         rig = Rig({"mira": TALE}, tokensPerSecond=None)
         link, track = trackLink(rig)
@@ -465,11 +459,7 @@ class CutAfterCompletedTests(SynchronousTestCase):
         self.assertTrue(rig.sent("reply-complete"), "RPEngine completed the reply")
         self.assertEqual(rig.entries()[1], ("character", TALE, "complete"))
         self.assertGreater(track.queuedSeconds, 1, "most of it still plays")
-        link._speechStarted(SpeechStarted(0))
-        rig.connection.submitAudio(
-            {"format": "pcm_s16le", "sampleRate": 16000, "channels": 1, "data": "AAAAAA=="}
-        )
-        self.assertEqual(track.queuedSeconds, 0, "the track fell silent at once")
+        playerSpeaks(self, rig, link, track)
         settle(rig.clock, 30)
         self.assertEqual(
             list(rig.engine.invocations[-1].history),
@@ -649,6 +639,21 @@ class CutAfterCompletedTests(SynchronousTestCase):
         self.assertEqual(
             list(rig.invocationFor(NEXT).history)[:2], [("user", STORY), ("assistant", TALE)]
         )
+
+
+def playerSpeaks(case: SynchronousTestCase, rig: Rig, link: Any, track: Any) -> None:
+    """
+    The player speaks on the microphone track: the detector's speech-start
+    (the barge-in), then the utterance; the speech track falls silent at
+    once.
+    """
+    from rpmiddleware.webrtc.vad import SpeechStarted
+
+    link._speechStarted(SpeechStarted(0))
+    rig.connection.submitAudio(
+        {"format": "pcm_s16le", "sampleRate": 16000, "channels": 1, "data": "AAAAAA=="}
+    )
+    case.assertEqual(track.queuedSeconds, 0, "the track fell silent at once")
 
 
 def trackLink(rig: Rig) -> tuple[Any, Any]:
@@ -857,7 +862,6 @@ class ScenePlayedTests(SynchronousTestCase):
         once the track played its first sentence: the track's count.
         """
         from rpmiddleware.webrtc.speech import TRACK_RATE
-        from rpmiddleware.webrtc.vad import SpeechStarted
 
         rig = Rig({"garrick": GARRICK, "mara": TALE}, tokensPerSecond=10)
         link, track = trackLink(rig)
@@ -870,11 +874,7 @@ class ScenePlayedTests(SynchronousTestCase):
         rig.until(lambda: track.played(track.turn) >= (FIRST_SECONDS + 0.1) * TRACK_RATE)
         self.assertIn("by the sea.", SceneInterruptionTests.maraReceived(self, rig))  # type: ignore[arg-type]
         rig.lines.update(mara="Hush.", garrick="As you wish.")
-        link._speechStarted(SpeechStarted(0))
-        rig.connection.submitAudio(
-            {"format": "pcm_s16le", "sampleRate": 16000, "channels": 1, "data": "AAAAAA=="}
-        )
-        self.assertEqual(track.queuedSeconds, 0, "the track fell silent at once")
+        playerSpeaks(self, rig, link, track)
         self.assertMaraHeardFirstSentence(rig, nextLine)
 
     def garrickToldWhole(self, rig: Rig, reactions: int) -> None:
@@ -1107,7 +1107,6 @@ class ScenePlayedTests(SynchronousTestCase):
         first sentence of Mara's reaction (the track's count of that line).
         """
         from rpmiddleware.webrtc.speech import TRACK_RATE
-        from rpmiddleware.webrtc.vad import SpeechStarted
 
         rig = Rig({"garrick": GARRICK, "mara": TALE}, tokensPerSecond=None)
         link, track = trackLink(rig)
@@ -1122,11 +1121,7 @@ class ScenePlayedTests(SynchronousTestCase):
         )
         self.assertGreater(track.queuedSeconds, 1, "most of her line still plays")
         rig.lines.update(garrick=ANSWER, mara="Hush.")
-        link._speechStarted(SpeechStarted(0))
-        rig.connection.submitAudio(
-            {"format": "pcm_s16le", "sampleRate": 16000, "channels": 1, "data": "AAAAAA=="}
-        )
-        self.assertEqual(track.queuedSeconds, 0, "the track fell silent at once")
+        playerSpeaks(self, rig, link, track)
         self.assertReactionHeardFirstSentence(rig, nextLine)
 
     def test_cutDuringTheFirstLineForgetsTheToldReaction(self) -> None:
@@ -1155,7 +1150,6 @@ class ScenePlayedTests(SynchronousTestCase):
         line), and nothing of hers is remembered.
         """
         from rpmiddleware.webrtc.speech import TRACK_RATE
-        from rpmiddleware.webrtc.vad import SpeechStarted
 
         rig = Rig({"garrick": TALE, "mara": TALE.replace("story", "tale")}, tokensPerSecond=40)
         link, track = trackLink(rig)
@@ -1174,11 +1168,7 @@ class ScenePlayedTests(SynchronousTestCase):
         self.assertEqual(rig.sent("reply-complete"), [], "the turn still plays")
         maraRequest = rig.requests("mara")[0]["requestId"]
         rig.lines.update(garrick=ANSWER, mara="Hush.")
-        link._speechStarted(SpeechStarted(0))
-        rig.connection.submitAudio(
-            {"format": "pcm_s16le", "sampleRate": 16000, "channels": 1, "data": "AAAAAA=="}
-        )
-        self.assertEqual(track.queuedSeconds, 0, "the track fell silent at once")
+        playerSpeaks(self, rig, link, track)
         rig.clock.advance(2 * LATENCY)
         cancels = [
             r["requestId"] for r in rig.engine.receivedMessages if r["type"] == "request.cancel"
