@@ -245,7 +245,7 @@ class LongConversationTests(SynchronousTestCase):
         while not turn.done.called:
             rig.clock.advance(0.1)
         settle(rig.clock, rig.memory.settings.idle_seconds + 0.2)
-        summary = rig.memory._summary
+        summary = rig.memory.summaries.current
         assert summary is not None, "a summary request is in flight"
         stream = rig.say("Wait, one more thing.", wait=60)
         self.assertIn(summary.requestId, rig.link.engine.cancelled)

@@ -24,7 +24,6 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -50,12 +49,7 @@ from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
 from rpmiddleware.builtin.memory.planner import MAX_FACT, Limits, Plan, plan
 from rpmiddleware.builtin.memory.settings import MemorySettings
 from rpmiddleware.builtin.memory.store import MemoryStore, describe
-from rpmiddleware.builtin.memory.summarizer import (
-    SUMMARIZER_CARD,
-    isSummaryRequest,
-    summaryRequest,
-    toCondense,
-)
+from rpmiddleware.builtin.memory.summarizer import Summaries, isSummaryRequest
 from rpmiddleware.plugin import (
     CANCELLING,
     OPENING,
@@ -133,17 +127,6 @@ class _Completed:
     client: str
 
 
-@dataclass
-class _Summary:
-    requestId: str
-    key: Key
-    through: int
-    parts: list[str] = field(default_factory=list)
-    completed: str | None = None
-    cancelled: bool = False
-    timer: IDelayedCall | None = None
-
-
 @implementer(IEnvelopePlugin, IClientExtension, IMetricsSource, IConversationMemory)
 class Memory(ChainPlugin):
     name = NAME
@@ -190,16 +173,22 @@ class Memory(ChainPlugin):
         #: C{lineId}): the line's request id to (listener's key, seq,
         #: client) of each, cut with the line should its speech be cut.
         self._heardLines: OrderedDict[str, list[tuple[Key, int, str]]] = OrderedDict()
-        self._summary: _Summary | None = None
-        self._due: dict[Key, None] = {}
-        self._failures: dict[Key, int] = {}
-        self._idle: IDelayedCall | None = None
-        self._summarizerCard: dict[str, Any] | None = None
         #: Lorebooks of owned cards, and the game's knowledge, by integration.
         self._books: OrderedDict[int, tuple[Mapping[str, Any], Book]] = OrderedDict()
         self._readEntry = EntryReader()
         self._known: dict[str, list[LoreEntry]] = {}
         self.counts = {"planned": 0, "tokens": 0, "summaries": 0, "summaryFailures": 0}
+        #: Condensing in the player's pauses (L{Summaries}).
+        self.summaries = Summaries(
+            reactor=reactor,
+            settings=settings,
+            cards=cards,
+            busy=lambda: bool(self._turns),
+            storeFor=self.storeFor,
+            counts=self.counts,
+            context=lambda: self.context,
+            log=self.log,
+        )
         #: Writes given up, by what they were (for /metrics).
         self.lostWrites: dict[str, int] = {}
         #: Conversations that could not be read, and why (told at their next turn).
@@ -240,12 +229,7 @@ class Memory(ChainPlugin):
         clean stop leaves the main file alone, whole.  Changes after this
         are refused (L{StoreError}).
         """
-        if self._idle is not None and self._idle.active():
-            self._idle.cancel()
-        self._idle = None
-        summary = self._summary
-        if summary is not None and summary.timer is not None and summary.timer.active():
-            summary.timer.cancel()
+        self.summaries.close()
         self.sessions.close()
         return self.store.close()
 
@@ -332,7 +316,7 @@ class Memory(ChainPlugin):
         if kind in OPENING:
             if envelope.meta.get("origin") == NAME:
                 return envelope
-            self._stopSummary(context)
+            self.summaries.stop(context)
             return self._request(envelope)
         if kind in CANCELLING:
             # The game withdrew the turn (a cancel, a barge-in, a stall, a
@@ -343,7 +327,7 @@ class Memory(ChainPlugin):
             turn = self._turns.pop(envelope.requestId or "", None)
             if turn is not None:
                 self._ended(turn, kind, envelope.meta.get(meta.PLAYED))
-                self._kick()
+                self.summaries.kick()
             return envelope
         if kind == HEARD:
             self._heard(envelope)
@@ -564,7 +548,7 @@ class Memory(ChainPlugin):
             self.counts["planned"] += 1
             self.counts["tokens"] += int(made.report.get("estimatedTokens", 0))
         if made.dropped:
-            self._dueFor(conversation.key)
+            self.summaries.dueFor(conversation.key)
         return made
 
     def _knowledge(self, key: Key, meta: Mapping[str, Any]) -> list[LoreEntry]:
@@ -622,14 +606,14 @@ class Memory(ChainPlugin):
         self.where.pop(client, None)
         dropped = self.sessions.dropConversations(SESSION_PREFIX + client)
         for key in dropped:
-            self._due.pop(key, None)
+            self.summaries.forget(key)
 
     # Toward the game.
 
     def envelopeToGame(self, envelope: Envelope, context: IChainContext) -> Any:
         requestId = envelope.requestId
         if isSummaryRequest(requestId):
-            self._summaryEnvelope(envelope)
+            self.summaries.envelope(envelope)
             return None
         turn = self._turns.get(requestId or "")
         if turn is None:
@@ -656,7 +640,7 @@ class Memory(ChainPlugin):
         elif kind in TERMINAL:
             del self._turns[requestId or ""]
             self._ended(turn, kind)
-            self._kick()
+            self.summaries.kick()
         return envelope
 
     def _ended(self, turn: _Turn, kind: str, played: Any = None) -> None:
@@ -716,121 +700,11 @@ class Memory(ChainPlugin):
         if said:
             kept = self.storeFor(turn.key).append(conversation, *said)
             kept.addCallback(self._tellIfLost, turn.client, turn.key, "turn")
-            self._failures.pop(turn.key, None)
+            self.summaries.kept(turn.key)
             if conversation.unsummarizedTokens() > self.settings.summarize_after_tokens:
-                self._dueFor(turn.key)
+                self.summaries.dueFor(turn.key)
         if cutHeard is not None:
             self._cutHeard(turn.requestId, cutHeard)
-
-    # Summaries.
-
-    def _dueFor(self, key: Key) -> None:
-        if self.settings.summaries and self._failures.get(key, 0) < 3:
-            self._due[key] = None
-
-    def _kick(self) -> None:
-        """
-        Once no player's turn waits, wait for a pause, then condense.
-        """
-        if self._idle is not None and self._idle.active():
-            self._idle.cancel()
-        self._idle = None
-        if self._due and not self._turns and self._summary is None:
-            self._idle = self.reactor.callLater(self.settings.idle_seconds, self._summarizeNext)
-
-    def _summarizeNext(self) -> None:
-        self._idle = None
-        context = self.context
-        if self._turns or self._summary is not None or context.session is None:
-            return
-        while self._due:
-            key = next(iter(self._due))
-            del self._due[key]
-            conversation = self.storeFor(key).cached(key)
-            if conversation is None:
-                continue  # let go of meanwhile: condensed at its next turn
-            chosen = toCondense(
-                conversation, self.settings.keep_recent_tokens, self.settings.summary_chunk_tokens
-            )
-            if chosen:
-                self._sendSummary(context, conversation, chosen)
-                return
-
-    def _sendSummary(
-        self, context: IChainContext, conversation: Conversation, chosen: list[Any]
-    ) -> None:
-        if self._summarizerCard is None:
-            owned = self.cards.canonicalNow(SUMMARIZER_CARD)
-            self._summarizerCard = snapshotTransfer(owned.document, owned.hash)
-        character = next((e.speaker for e in chosen if e.role == CHARACTER and e.speaker), "")
-        player = next((e.speaker for e in chosen if e.role == PLAYER and e.speaker), "")
-        envelope = summaryRequest(
-            conversation,
-            chosen,
-            self.settings.summary_words,
-            character or conversation.key.characterId,
-            player,
-            dict(self._summarizerCard),
-        )
-        requestId = envelope.requestId or ""
-        summary = _Summary(requestId, conversation.key, chosen[-1].seq)
-        summary.timer = self.reactor.callLater(
-            self.settings.summary_timeout, self._timedOut, summary
-        )
-        self._summary = summary
-        self.log.info(
-            "asking RPEngine to condense {count} entries of {key}",
-            count=len(chosen),
-            key=conversation.key.asDict(),
-            requestId=requestId,
-        )
-        context.sendToEngine(envelope)
-
-    def _stopSummary(self, context: IChainContext) -> None:
-        summary = self._summary
-        if summary is not None and not summary.cancelled:
-            summary.cancelled = True
-            self._due[summary.key] = None
-            context.sendToEngine(Envelope.build("request.cancel", requestId=summary.requestId))
-
-    def _timedOut(self, summary: _Summary) -> None:
-        summary.timer = None
-        if self._summary is summary:
-            self._failed(summary, "it took longer than summary_timeout")
-            self._stopSummary(self.context)
-
-    def _summaryEnvelope(self, envelope: Envelope) -> None:
-        summary = self._summary
-        if summary is None or summary.requestId != envelope.requestId:
-            return
-        kind = envelope.type
-        if kind == "reply.text.delta":
-            summary.parts.append(textOfDelta(envelope.fields))
-        elif kind == "reply.text.completed" and isinstance(envelope.get("text"), str):
-            summary.completed = envelope["text"]
-        elif kind in TERMINAL:
-            self._summary = None
-            if summary.timer is not None and summary.timer.active():
-                summary.timer.cancel()
-            text = (
-                summary.completed if summary.completed is not None else "".join(summary.parts)
-            ).strip()
-            conversation = self.storeFor(summary.key).cached(summary.key)
-            if kind == "reply.completed" and not summary.cancelled and text and conversation:
-                self.storeFor(summary.key).summarize(conversation, text, summary.through)
-                self.counts["summaries"] += 1
-                self._failures.pop(summary.key, None)
-                if conversation.unsummarizedTokens() > self.settings.summarize_after_tokens:
-                    self._dueFor(summary.key)
-            elif not summary.cancelled:
-                self._failed(summary, str(envelope.get("code") or kind))
-            self._kick()
-
-    def _failed(self, summary: _Summary, why: str) -> None:
-        self.counts["summaryFailures"] += 1
-        self._failures[summary.key] = self._failures.get(summary.key, 0) + 1
-        self._dueFor(summary.key)
-        self.log.warn("RPEngine did not condense {key}: {why}", key=summary.key.asDict(), why=why)
 
     # The Python API (IConversationMemory); the client's ops call it too.
 
@@ -929,7 +803,7 @@ class Memory(ChainPlugin):
         self, characterId: str, conversationId: str, integrationId: str | None = None
     ) -> bool:
         key = self._key(characterId, conversationId, integrationId)
-        self._due.pop(key, None)
+        self.summaries.forget(key)
         return self.storeFor(key).forget(key)
 
     def greeted(
@@ -959,13 +833,10 @@ class Memory(ChainPlugin):
     # Sessions and metrics.
 
     def engineSessionStarted(self, session: IEngineSessionInfo, context: IChainContext) -> None:
-        self._kick()
+        self.summaries.kick()
 
     def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
-        summary = self._summary
-        if summary is not None:
-            # Its request ends with the session (engine_disconnected).
-            self._due[summary.key] = None
+        self.summaries.sessionEnded()
 
     def collectMetrics(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         yield CounterMetricFamily(

@@ -12,12 +12,18 @@ that it never meets C{prompt_too_large}.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from rpmiddleware.builtin.memory.conversation import CHARACTER, Conversation, Entry
+from twisted.internet.interfaces import IDelayedCall
+from twisted.logger import Logger
+
+from rpmiddleware.builtin.memory.conversation import CHARACTER, PLAYER, Conversation, Entry, Key
 from rpmiddleware.builtin.memory.planner import flatten, wordsOf
-from rpmiddleware.plugin import Envelope
+from rpmiddleware.builtin.memory.settings import MemorySettings
+from rpmiddleware.builtin.memory.store import MemoryStore
+from rpmiddleware.plugin import TERMINAL, Envelope, IChainContext, snapshotTransfer, textOfDelta
 
 SUMMARIZER_ID = "rpmiddleware-memory-summarizer"
 REQUEST_PREFIX = "memory-summary-"
@@ -131,3 +137,186 @@ def summaryRequest(
     )
     envelope.meta["client"] = "memory"
     return envelope
+
+
+@dataclass
+class _Summary:
+    requestId: str
+    key: Key
+    through: int
+    parts: list[str] = field(default_factory=list)
+    completed: str | None = None
+    cancelled: bool = False
+    timer: IDelayedCall | None = None
+
+
+class Summaries:
+    """
+    The memory plugin's summary scheduling: which conversations are due to
+    be condensed, the pause it waits for, the one summary request in
+    flight, and what comes back of it.
+
+    What it needs of the plugin is given to it: C{busy} tells whether a
+    player's turn is in flight, C{storeFor} the store of a conversation,
+    C{context} the plugin's chain context; C{counts} is the plugin's
+    counts (C{summaries}, C{summaryFailures}), C{log} its logger.
+    """
+
+    def __init__(
+        self,
+        *,
+        reactor: Any,
+        settings: MemorySettings,
+        cards: Any,
+        busy: Callable[[], bool],
+        storeFor: Callable[[Key], MemoryStore],
+        counts: dict[str, int],
+        context: Callable[[], IChainContext],
+        log: Logger,
+    ) -> None:
+        self.reactor = reactor
+        self.settings = settings
+        self.cards = cards
+        self.busy = busy
+        self.storeFor = storeFor
+        self.counts = counts
+        self.context = context
+        self.log = log
+        #: The summary request in flight, if any.
+        self.current: _Summary | None = None
+        #: Conversations due to be condensed, in order.
+        self.due: dict[Key, None] = {}
+        #: Summaries of a conversation that failed in a row.
+        self.failures: dict[Key, int] = {}
+        self.idle: IDelayedCall | None = None
+        self.card: dict[str, Any] | None = None
+
+    def dueFor(self, key: Key) -> None:
+        if self.settings.summaries and self.failures.get(key, 0) < 3:
+            self.due[key] = None
+
+    def forget(self, key: Key) -> None:
+        """A conversation let go of: it is not condensed."""
+        self.due.pop(key, None)
+
+    def kept(self, key: Key) -> None:
+        """A turn of a conversation was kept: its failures are forgiven."""
+        self.failures.pop(key, None)
+
+    def kick(self) -> None:
+        """
+        Once no player's turn waits, wait for a pause, then condense.
+        """
+        if self.idle is not None and self.idle.active():
+            self.idle.cancel()
+        self.idle = None
+        if self.due and not self.busy() and self.current is None:
+            self.idle = self.reactor.callLater(self.settings.idle_seconds, self.summarizeNext)
+
+    def summarizeNext(self) -> None:
+        self.idle = None
+        context = self.context()
+        if self.busy() or self.current is not None or context.session is None:
+            return
+        while self.due:
+            key = next(iter(self.due))
+            del self.due[key]
+            conversation = self.storeFor(key).cached(key)
+            if conversation is None:
+                continue  # let go of meanwhile: condensed at its next turn
+            chosen = toCondense(
+                conversation, self.settings.keep_recent_tokens, self.settings.summary_chunk_tokens
+            )
+            if chosen:
+                self.send(context, conversation, chosen)
+                return
+
+    def send(self, context: IChainContext, conversation: Conversation, chosen: list[Any]) -> None:
+        if self.card is None:
+            owned = self.cards.canonicalNow(SUMMARIZER_CARD)
+            self.card = snapshotTransfer(owned.document, owned.hash)
+        character = next((e.speaker for e in chosen if e.role == CHARACTER and e.speaker), "")
+        player = next((e.speaker for e in chosen if e.role == PLAYER and e.speaker), "")
+        envelope = summaryRequest(
+            conversation,
+            chosen,
+            self.settings.summary_words,
+            character or conversation.key.characterId,
+            player,
+            dict(self.card),
+        )
+        requestId = envelope.requestId or ""
+        summary = _Summary(requestId, conversation.key, chosen[-1].seq)
+        summary.timer = self.reactor.callLater(
+            self.settings.summary_timeout, self.timedOut, summary
+        )
+        self.current = summary
+        self.log.info(
+            "asking RPEngine to condense {count} entries of {key}",
+            count=len(chosen),
+            key=conversation.key.asDict(),
+            requestId=requestId,
+        )
+        context.sendToEngine(envelope)
+
+    def stop(self, context: IChainContext) -> None:
+        summary = self.current
+        if summary is not None and not summary.cancelled:
+            summary.cancelled = True
+            self.due[summary.key] = None
+            context.sendToEngine(Envelope.build("request.cancel", requestId=summary.requestId))
+
+    def timedOut(self, summary: _Summary) -> None:
+        summary.timer = None
+        if self.current is summary:
+            self.failed(summary, "it took longer than summary_timeout")
+            self.stop(self.context())
+
+    def envelope(self, envelope: Envelope) -> None:
+        summary = self.current
+        if summary is None or summary.requestId != envelope.requestId:
+            return
+        kind = envelope.type
+        if kind == "reply.text.delta":
+            summary.parts.append(textOfDelta(envelope.fields))
+        elif kind == "reply.text.completed" and isinstance(envelope.get("text"), str):
+            summary.completed = envelope["text"]
+        elif kind in TERMINAL:
+            self.current = None
+            if summary.timer is not None and summary.timer.active():
+                summary.timer.cancel()
+            text = (
+                summary.completed if summary.completed is not None else "".join(summary.parts)
+            ).strip()
+            conversation = self.storeFor(summary.key).cached(summary.key)
+            if kind == "reply.completed" and not summary.cancelled and text and conversation:
+                self.storeFor(summary.key).summarize(conversation, text, summary.through)
+                self.counts["summaries"] += 1
+                self.failures.pop(summary.key, None)
+                if conversation.unsummarizedTokens() > self.settings.summarize_after_tokens:
+                    self.dueFor(summary.key)
+            elif not summary.cancelled:
+                self.failed(summary, str(envelope.get("code") or kind))
+            self.kick()
+
+    def failed(self, summary: _Summary, why: str) -> None:
+        self.counts["summaryFailures"] += 1
+        self.failures[summary.key] = self.failures.get(summary.key, 0) + 1
+        self.dueFor(summary.key)
+        self.log.warn("RPEngine did not condense {key}: {why}", key=summary.key.asDict(), why=why)
+
+    def sessionEnded(self) -> None:
+        """The engine session ended: the request in flight ends with it."""
+        summary = self.current
+        if summary is not None:
+            # Its request ends with the session (engine_disconnected).
+            self.due[summary.key] = None
+
+    def close(self) -> None:
+        """The daemon is stopping: no summary is asked any more."""
+        if self.idle is not None and self.idle.active():
+            self.idle.cancel()
+        self.idle = None
+        summary = self.current
+        if summary is not None and summary.timer is not None and summary.timer.active():
+            summary.timer.cancel()
