@@ -23,7 +23,14 @@ from rpmiddleware.builtin.memory.conversation import CHARACTER, PLAYER, Conversa
 from rpmiddleware.builtin.memory.planner import flatten, wordsOf
 from rpmiddleware.builtin.memory.settings import MemorySettings
 from rpmiddleware.builtin.memory.store import MemoryStore
-from rpmiddleware.plugin import TERMINAL, Envelope, IChainContext, snapshotTransfer, textOfDelta
+from rpmiddleware.plugin import (
+    TERMINAL,
+    CardHasher,
+    Envelope,
+    IChainContext,
+    snapshotTransfer,
+    textOfDelta,
+)
 
 SUMMARIZER_ID = "rpmiddleware-memory-summarizer"
 REQUEST_PREFIX = "memory-summary-"
@@ -167,7 +174,7 @@ class Summaries:
         *,
         reactor: Any,
         settings: MemorySettings,
-        cards: Any,
+        cards: CardHasher,
         busy: Callable[[], bool],
         storeFor: Callable[[Key], MemoryStore],
         counts: dict[str, int],
