@@ -828,15 +828,26 @@ class ScenePlayedTests(SynchronousTestCase):
 
         rig.until(maraSpoke)
 
-    def assertMaraHeardFirstSentence(self, rig: Rig, nextLine: str) -> None:
+    def assertHeardFirstSentence(
+        self, rig: Rig, nextLine: str, speaker: str, listener: str
+    ) -> None:
+        """
+        C{speaker}'s line up to its first sentence, cut off, for the speaker
+        and for C{listener}, and nothing after it in either memory; the next
+        line's request holds it so.
+        """
         settle(rig.clock, 30)
-        self.assertIn(("character", FIRST, "interrupted"), rig.entries("mara"))
-        self.assertIn(("other", FIRST, "interrupted"), rig.entries("garrick"))
-        for characterId in ("garrick", "mara"):
+        self.assertIn(("character", FIRST, "interrupted"), rig.entries(speaker))
+        self.assertIn(("other", FIRST, "interrupted"), rig.entries(listener))
+        for characterId in (speaker, listener):
             for _, text, _ in rig.entries(characterId):
                 self.assertNotIn("by the sea", text, characterId)
         invocation = rig.invocationFor(nextLine)
-        self.assertIn(("user", f"Mara: {FIRST} —"), list(invocation.history))
+        label = speaker.capitalize()
+        self.assertIn(("user", f"{label}: {FIRST} —"), list(invocation.history))
+
+    def assertMaraHeardFirstSentence(self, rig: Rig, nextLine: str) -> None:
+        self.assertHeardFirstSentence(rig, nextLine, "mara", "garrick")
         reaction = [i for i in rig.engine.invocations if i.user.startswith("Garrick: ")][-1]
         self.assertIn(("assistant", FIRST + " —"), list(reaction.history))
 
@@ -900,16 +911,6 @@ class ScenePlayedTests(SynchronousTestCase):
             if t.player is not None and t.key.characterId == characterId
         ]
 
-    def assertBothHeardFirstSentence(self, rig: Rig, nextLine: str) -> None:
-        settle(rig.clock, 30)
-        self.assertIn(("character", FIRST, "interrupted"), rig.entries("garrick"))
-        self.assertIn(("other", FIRST, "interrupted"), rig.entries("mara"))
-        for characterId in ("garrick", "mara"):
-            for _, text, _ in rig.entries(characterId):
-                self.assertNotIn("by the sea", text, characterId)
-        invocation = rig.invocationFor(nextLine)
-        self.assertIn(("user", f"Garrick: {FIRST} —"), list(invocation.history))
-
     def test_listenerToldTheWholeLineIsCutWithItsSpeech(self) -> None:
         """
         Garrick's line was complete as text, so Mara (who hears him) was
@@ -920,7 +921,7 @@ class ScenePlayedTests(SynchronousTestCase):
         self.garrickToldWhole(rig, reactions=0)
         nextLine = "Mara, never mind him."
         rig.say(type="text", text=nextLine, played={"ms": (FIRST_SECONDS + 0.1) * 1000})
-        self.assertBothHeardFirstSentence(rig, nextLine)
+        self.assertHeardFirstSentence(rig, nextLine, "garrick", "mara")
 
     def test_reactorToldTheWholeLineIsCutWithItsSpeech(self) -> None:
         """
@@ -935,7 +936,7 @@ class ScenePlayedTests(SynchronousTestCase):
         nextLine = "Mara, never mind him."
         rig.lines.update(mara="As you wish.", garrick="Fine.")
         rig.say(type="text", text=nextLine, played={"ms": (FIRST_SECONDS + 0.1) * 1000})
-        self.assertBothHeardFirstSentence(rig, nextLine)
+        self.assertHeardFirstSentence(rig, nextLine, "garrick", "mara")
 
     def test_listenerCutAfterCompletedToo(self) -> None:
         """
@@ -953,7 +954,7 @@ class ScenePlayedTests(SynchronousTestCase):
         rig.say(type="cancel", played={"samples": int((FIRST_SECONDS + 0.1) * rate)})
         nextLine = "Mara, never mind him."
         rig.say(type="text", text=nextLine)
-        self.assertBothHeardFirstSentence(rig, nextLine)
+        self.assertHeardFirstSentence(rig, nextLine, "garrick", "mara")
 
     def test_listenerEntryNotTheNewestIsLeftWhole(self) -> None:
         """
