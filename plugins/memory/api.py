@@ -38,6 +38,15 @@ class IConversationMemory(Interface):
     def unpin(characterId, conversationId, factId, integrationId=None):  # type: ignore[no-untyped-def]
         """Unpin a fact; KeyError if none."""
 
+    def remember(
+        characterId, conversationId, text, importance=0.5, source="game", integrationId=None
+    ):  # type: ignore[no-untyped-def]
+        """
+        Keep a moment (importance 0 to 1; source e.g. "reflection", "game")
+        that recall finds when a later line is about it; a Deferred firing
+        with None once written, or why not.  ValueError if wrong.
+        """
+
     def setSummary(characterId, conversationId, summary, integrationId=None):  # type: ignore[no-untyped-def]
         """Replace the running summary."""
 

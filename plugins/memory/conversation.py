@@ -93,6 +93,40 @@ class Fact:
         return {"id": self.id, "text": self.text}
 
 
+#: Where a memory came from: the character's own reflection, or the game.
+REFLECTION = "reflection"
+GAME = "game"
+
+
+@dataclass
+class MemoryItem:
+    """
+    A moment worth keeping, in a line of its own (a reflection's detail, a
+    thing the game said this character must remember), with how much it
+    matters (0 to 1): recalled like an entry, and ranked higher the more it
+    matters.
+    """
+
+    id: int
+    text: str
+    importance: float = 0.5
+    at: float = 0.0
+    source: str = GAME
+
+    @property
+    def tokens(self) -> int:
+        return estimateTokens(self.text)
+
+    def asDict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "text": self.text,
+            "importance": self.importance,
+            "at": self.at,
+            "source": self.source,
+        }
+
+
 @dataclass
 class Conversation:
     key: Key
@@ -104,6 +138,8 @@ class Conversation:
     #: The game said the player saw the card's first message: it opens the
     #: conversation at its next request.
     greetingPending: bool = False
+    #: Moments kept in lines of their own (L{MemoryItem}), oldest first.
+    memories: list[MemoryItem] = field(default_factory=list)
 
     @property
     def nextSeq(self) -> int:
@@ -129,6 +165,8 @@ class Conversation:
             "facts": [f.asDict() for f in self.facts],
             "entries": [e.asDict() for e in self.entries],
             "updated": self.updated,
+            # Only when there are some: exports made before them stay the same.
+            **({"memories": [m.asDict() for m in self.memories]} if self.memories else {}),
         }
 
     def brief(self) -> dict[str, Any]:

@@ -774,6 +774,23 @@ class Memory(ChainPlugin):
         except KeyError:
             raise KeyError(f"fact {factId}")
 
+    def remember(
+        self,
+        characterId: str,
+        conversationId: str,
+        text: str,
+        importance: float = 0.5,
+        source: str = "game",
+        integrationId: str | None = None,
+    ) -> Deferred[str | None]:
+        """
+        Keep a moment for the character (L{MemoryStore.remember}): recalled
+        when a later line is about it.  Fires with C{None} once written, or
+        why it was not.
+        """
+        key = self._key(characterId, conversationId, integrationId)
+        return self.storeFor(key).remember(self.conversation(key), text, importance, source)
+
     def setSummary(
         self, characterId: str, conversationId: str, summary: str, integrationId: str | None = None
     ) -> None:

@@ -52,6 +52,7 @@ from rpmiddleware.builtin.memory.conversation import (
     Entry,
     Fact,
     Key,
+    MemoryItem,
 )
 from rpmiddleware.builtin.memory.writer import Lane
 
@@ -98,7 +99,92 @@ CREATE TABLE IF NOT EXISTS knowledge (
     scope TEXT NOT NULL,
     entry TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS memories (
+    id INTEGER PRIMARY KEY,
+    conversation INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+    text TEXT NOT NULL,
+    importance REAL NOT NULL DEFAULT 0.5,
+    at REAL NOT NULL,
+    source TEXT NOT NULL DEFAULT 'game'
+);
+CREATE INDEX IF NOT EXISTS memories_conversation ON memories (conversation);
 """
+
+#: The full-text index of what conversations remember (recall): one FTS5
+#: table over the entries and the memories that keeps no copy of their text
+#: (external content: the view C{recall_source}) and is kept in step by
+#: triggers, so that every writer (this one, a restore, a cascade of a
+#: forget) keeps it right.  Its row ids are our own and stable (an entry's
+#: implicit rowid may change with VACUUM): an entry's is its conversation's
+#: row id times L{RECALL_SPAN} plus its seq, a memory's the same with its
+#: id, negated; so one conversation's entries are one range of ids and its
+#: memories another, which FTS5 searches without reading the rest.
+RECALL_SPAN = 1 << 32
+_RECALL_SCHEMA = (
+    """
+CREATE VIEW IF NOT EXISTS recall_source (rid, text) AS
+    SELECT conversation * 4294967296 + seq, text FROM entries
+    UNION ALL SELECT -(conversation * 4294967296 + id), text FROM memories
+""",
+    """
+CREATE TRIGGER IF NOT EXISTS recall_entry_added AFTER INSERT ON entries BEGIN
+    INSERT INTO recall (rowid, text) VALUES (new.conversation * 4294967296 + new.seq, new.text);
+END
+""",
+    """
+CREATE TRIGGER IF NOT EXISTS recall_entry_removed AFTER DELETE ON entries BEGIN
+    INSERT INTO recall (recall, rowid, text)
+    VALUES ('delete', old.conversation * 4294967296 + old.seq, old.text);
+END
+""",
+    """
+CREATE TRIGGER IF NOT EXISTS recall_entry_changed AFTER UPDATE OF text ON entries BEGIN
+    INSERT INTO recall (recall, rowid, text)
+    VALUES ('delete', old.conversation * 4294967296 + old.seq, old.text);
+    INSERT INTO recall (rowid, text) VALUES (new.conversation * 4294967296 + new.seq, new.text);
+END
+""",
+    """
+CREATE TRIGGER IF NOT EXISTS recall_memory_added AFTER INSERT ON memories BEGIN
+    INSERT INTO recall (rowid, text) VALUES (-(new.conversation * 4294967296 + new.id), new.text);
+END
+""",
+    """
+CREATE TRIGGER IF NOT EXISTS recall_memory_removed AFTER DELETE ON memories BEGIN
+    INSERT INTO recall (recall, rowid, text)
+    VALUES ('delete', -(old.conversation * 4294967296 + old.id), old.text);
+END
+""",
+    """
+CREATE TRIGGER IF NOT EXISTS recall_memory_changed AFTER UPDATE OF text ON memories BEGIN
+    INSERT INTO recall (recall, rowid, text)
+    VALUES ('delete', -(old.conversation * 4294967296 + old.id), old.text);
+    INSERT INTO recall (rowid, text) VALUES (-(new.conversation * 4294967296 + new.id), new.text);
+END
+""",
+)
+_RECALL_TABLE = (
+    "CREATE VIRTUAL TABLE recall USING fts5 (text, content='recall_source', "
+    "content_rowid='rid', tokenize='porter unicode61 remove_diacritics 2')"
+)
+
+
+def _indexForRecall(db: sqlite3.Connection) -> None:
+    """
+    Make the recall index if the file has none (a file written before it,
+    or a new one), filled at once from what the file holds (a one-time
+    C{rebuild}), and its triggers; inside the opening transaction.
+    """
+    found = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'recall'"
+    ).fetchone()
+    if found is None:
+        db.execute(_RECALL_TABLE)
+    for statement in _RECALL_SCHEMA:
+        db.execute(statement)
+    if found is None:
+        db.execute("INSERT INTO recall (recall) VALUES ('rebuild')")
+
 
 _Row = tuple[Any, ...]
 Known = tuple[int, str, dict[str, Any]]
@@ -168,6 +254,7 @@ class MemoryStore:
         self._ids: dict[Key, int] = {}
         self._known: dict[str, list[Known]] | None = None
         self._nextFact = 1
+        self._nextMemory = 1
         self._nextKnowledge = 1
         #: Committed transactions, and writes given up, for /metrics.
         self.writes = 0
@@ -241,6 +328,7 @@ class MemoryStore:
                     for statement in _SCHEMA.split(";"):
                         if statement.strip():
                             db.execute(statement)
+                    _indexForRecall(db)
                     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
                 except BaseException:
                     db.execute("ROLLBACK")
@@ -248,6 +336,7 @@ class MemoryStore:
                 db.execute("COMMIT")
                 db.execute(f"PRAGMA busy_timeout={int(self._writeTimeout * 1000)}")
                 facts = db.execute("SELECT coalesce(max(id), 0) FROM facts").fetchone()[0]
+                memories = db.execute("SELECT coalesce(max(id), 0) FROM memories").fetchone()[0]
                 known: dict[str, list[Known]] = {}
                 for i, integration, scope, entry in db.execute(
                     "SELECT id, integration, scope, entry FROM knowledge ORDER BY id"
@@ -259,6 +348,7 @@ class MemoryStore:
             except OSError as e:
                 raise StoreError(f"cannot open the memory database {self.path}: {e}")
             self._nextFact = max(self._nextFact, facts + 1)
+            self._nextMemory = max(self._nextMemory, memories + 1)
             self._known = known
             self._db = db
             return db
@@ -564,7 +654,17 @@ class MemoryStore:
                 "SELECT id, text FROM facts WHERE conversation = ? ORDER BY id", (rowid,)
             )
         ]
-        return Conversation(key, entries, summary, summarized, facts, updated), rowid
+        memories = [
+            MemoryItem(i, text, importance, at, source)
+            for i, text, importance, at, source in db.execute(
+                "SELECT id, text, importance, at, source FROM memories "
+                "WHERE conversation = ? ORDER BY id",
+                (rowid,),
+            )
+        ]
+        found = Conversation(key, entries, summary, summarized, facts, updated)
+        found.memories = memories
+        return found, rowid
 
     def append(
         self, conversation: Conversation, *entries: tuple[str, str, str, str]
@@ -680,6 +780,46 @@ class MemoryStore:
             "unpin",
             lambda db, rowid: db.execute("DELETE FROM facts WHERE id = ?", (factId,)),
         )
+
+    def remember(
+        self, conversation: Conversation, text: str, importance: float = 0.5, source: str = "game"
+    ) -> Deferred[str | None]:
+        """
+        Keep a moment in a line of its own (L{MemoryItem}): changed in
+        memory at once, written on the writer, and recalled like an entry
+        from the next plan on.
+
+        @raise ValueError: when C{text} is empty, C{importance} is not a
+            number from 0 to 1, or C{source} is not a short word.
+        """
+        text = text.strip() if isinstance(text, str) else ""
+        if not text:
+            raise ValueError("a memory's text must be a non-empty string")
+        if (
+            isinstance(importance, bool)
+            or not isinstance(importance, int | float)
+            or not 0.0 <= importance <= 1.0
+        ):
+            raise ValueError("a memory's importance must be a number from 0 to 1")
+        if not isinstance(source, str) or not source.strip() or len(source) > 40:
+            raise ValueError('a memory\'s source must be a short word ("reflection", "game")')
+        if conversation.key.persistent:
+            self._open()
+            memoryId = self._nextMemory
+            self._nextMemory += 1
+        else:
+            memoryId = max((m.id for m in conversation.memories), default=0) + 1
+        item = MemoryItem(memoryId, text, float(importance), self._now(), source.strip())
+        conversation.memories.append(item)
+
+        def write(db: sqlite3.Connection, rowid: int) -> None:
+            db.execute(
+                "INSERT INTO memories (id, conversation, text, importance, at, source) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (item.id, rowid, item.text, item.importance, item.at, item.source),
+            )
+
+        return self._change(conversation, "memory", write)
 
     def forget(self, key: Key) -> bool:
         """
@@ -803,6 +943,9 @@ class MemoryStore:
             for fact in conversation.facts:
                 fact.id = self._nextFact
                 self._nextFact += 1
+            for item in conversation.memories:
+                item.id = self._nextMemory
+                self._nextMemory += 1
         self._loaded.pop(key, None)
         self._keep(key, conversation)
         if key.persistent:
@@ -810,6 +953,7 @@ class MemoryStore:
                 (e.seq, e.role, e.speaker, e.text, e.status, e.at) for e in conversation.entries
             ]
             facts = [(f.id, f.text) for f in conversation.facts]
+            memories = [(m.id, m.text, m.importance, m.at, m.source) for m in conversation.memories]
             summary, through = conversation.summary, conversation.summarizedThrough
             updated = conversation.updated
 
@@ -824,6 +968,11 @@ class MemoryStore:
                 db.executemany(
                     "INSERT INTO facts (id, conversation, text) VALUES (?, ?, ?)",
                     [(i, rowid, text) for i, text in facts],
+                )
+                db.executemany(
+                    "INSERT INTO memories (id, conversation, text, importance, at, source) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    [(i, rowid, *rest) for i, *rest in memories],
                 )
 
             self._write(key, "import", write)
@@ -904,8 +1053,28 @@ def checksum(body: dict[str, Any]) -> str:
             for e in body.get("entries") or []
         ],
     ]
+    if body.get("memories"):
+        # Sealed with the rest when there are some (older exports have none).
+        content.append(["memories", [_sealedMemory(m) for m in body["memories"]]])
     text = json.dumps(content, ensure_ascii=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _sealedMemory(item: Any) -> Any:
+    """A memory as its checksum sees it: numbers as the floats they mean."""
+    if not isinstance(item, dict):
+        return item
+
+    def number(value: Any) -> Any:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return float(value) if ok else value
+
+    return [
+        item.get("text"),
+        number(item.get("importance", 0.5)),
+        number(item.get("at", 0.0)),
+        item.get("source", "game"),
+    ]
 
 
 def _parseExport(
@@ -986,8 +1155,37 @@ def _parseExport(
         if not isinstance(text, str) or not text.strip():
             raise InvalidDocument(f"facts[{i}] must be a non-empty string or an object with text")
         facts.append(Fact(i + 1, text.strip()))
+    memories = _parseMemories(document.get("memories", []))
     if not unsealed and checksum(document) != sealed:
         raise InvalidDocument(
             "the document's checksum does not match its content: it was changed after export"
         )
-    return Conversation(key, entries, summary, through, facts)
+    found = Conversation(key, entries, summary, through, facts)
+    found.memories = memories
+    return found
+
+
+def _parseMemories(raw: Any) -> list[MemoryItem]:
+    """An export's C{memories} (none in exports made before them)."""
+    if not isinstance(raw, list):
+        raise InvalidDocument("memories must be a list")
+    found = []
+    for i, item in enumerate(raw):
+        where = f"memories[{i}]"
+        if not isinstance(item, dict):
+            raise InvalidDocument(f"{where} must be an object")
+        text, importance = item.get("text"), item.get("importance", 0.5)
+        at, source = item.get("at", 0.0), item.get("source", "game")
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidDocument(f"{where}.text must be a non-empty string")
+        if (
+            isinstance(importance, bool)
+            or not isinstance(importance, int | float)
+            or not 0 <= importance <= 1
+        ):
+            raise InvalidDocument(f"{where}.importance must be a number from 0 to 1")
+        if not isinstance(source, str) or not source:
+            raise InvalidDocument(f"{where}.source must be a non-empty string")
+        when = float(at) if isinstance(at, int | float) and not isinstance(at, bool) else 0.0
+        found.append(MemoryItem(i + 1, text.strip(), float(importance), when, source))
+    return found
