@@ -29,6 +29,7 @@ from rpmiddleware.builtin import (
     playbook,
     scene,
 )
+from rpmiddleware.builtin.animation import marks as speech_marks
 from rpmiddleware.plugin import IPluginFactory
 
 # The factories are reached through their modules, so that each name here
@@ -43,6 +44,7 @@ FACTORIES: list[IPluginFactory] = [
     memory.memory,
     scene.scene,
     actions.actions,
+    speech_marks.speechMarks,
 ]
 
 #: Moderation nearest the game so a blocked turn takes no capacity; audio is

@@ -94,6 +94,7 @@ EXPECTED = {
     "AUTO_EVENT",
     "addSceneText",
     "sentenceBlocks",
+    "speechmarks",
     "Speech",
     "heardText",
     # Cards.

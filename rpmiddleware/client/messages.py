@@ -37,6 +37,7 @@ from rpmiddleware.protocol.rules import (
     checkResponseProcessing,
 )
 from rpmiddleware.protocol.schema import SchemaError, conform
+from rpmiddleware.protocol.speechmarks import markKinds
 
 #: The version of the voice-client protocol spoken here.
 PROTOCOL_VERSION = 1
@@ -68,6 +69,7 @@ CONFIGURE_KEYS = frozenset(
         "inputLanguage",
         "silenceBehavior",
         "bargeIn",
+        "speechMarks",
     }
 )
 #: What a turn's own C{options} may hold: everything C{configure} takes but
@@ -359,6 +361,9 @@ def settingsChanges(fields: Mapping[str, Any], where: str, keys: frozenset[str])
         if value is not None and not isinstance(value, bool):
             raise InvalidMessage(f"{where}.bargeIn must be true, false or null")
         changes["bargeIn"] = value
+    if "speechMarks" in fields:
+        # Read by the speech-marks plugin (meta "speechMarks" on the request).
+        changes["speechMarks"] = markKinds(fields["speechMarks"], f"{where}.speechMarks")
     return changes
 
 

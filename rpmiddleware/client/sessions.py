@@ -29,6 +29,7 @@ from rpmiddleware.client.settings import Character, ClientSettings
 from rpmiddleware.protocol.clienterrors import InvalidMessage
 from rpmiddleware.protocol.messages import SPEECH_MODEL
 from rpmiddleware.protocol.rules import EngineRefusal, checkOutput, checkPromptContext
+from rpmiddleware.protocol.speechmarks import META as SPEECH_MARKS
 
 #: Expired session ids remembered so they can be told apart from unknown ones.
 EXPIRED_MEMORY = 4096
@@ -54,6 +55,8 @@ class ClientConfig:
     inputLanguage: str | None = None
     silenceBehavior: str | None = None
     bargeIn: bool | None = None
+    #: The kinds of speech marks asked for (the speech-marks plugin reads them).
+    speechMarks: tuple[str, ...] | None = None
 
     def updated(self, changes: dict[str, Any]) -> ClientConfig:
         return replace(self, **changes)
@@ -129,6 +132,15 @@ class ClientConfig:
             if value is not None:
                 fields[name] = value
         return fields
+
+    def pluginMeta(self) -> dict[str, Any]:
+        """
+        What the client asked of plugins, for the request's C{meta}.
+        """
+        meta: dict[str, Any] = {}
+        if self.speechMarks:
+            meta[SPEECH_MARKS] = self.speechMarks
+        return meta
 
 
 @dataclass

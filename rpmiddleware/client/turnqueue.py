@@ -216,7 +216,11 @@ class TurnQueue:
             "integrationId": character.integrationId,
             "output": config.output(settings),
             "player": config.player,
-            "meta": {"client": client.session.id, "outputSampleRate": rate},
+            "meta": {
+                "client": client.session.id,
+                "outputSampleRate": rate,
+                **config.pluginMeta(),
+            },
             # The turn forwards each chunk as it comes; keeping them all on the
             # stream too would hold a whole reply's audio per client.
             "retainAudio": False,

@@ -65,6 +65,8 @@ from rpmiddleware.protocol.clienterrors import (
 from rpmiddleware.protocol.envelope import ENVELOPE_FIELDS, Envelope
 from rpmiddleware.protocol.messages import textOfDelta
 from rpmiddleware.protocol.meta import PLAYED, PLAYED_LINE, SPEAKER
+from rpmiddleware.protocol.speechmarks import CLIENT_TYPE as MARKS_CLIENT_TYPE
+from rpmiddleware.protocol.speechmarks import MARKS_ENVELOPE
 
 #: What a turn is about: typed text, a recording, or the RPEngine microphone.
 TEXT, AUDIO, VOICE = "text", "audio", "voice"
@@ -548,7 +550,29 @@ class Turn:
         extra = {"language": fields["language"]} if isinstance(fields.get("language"), str) else {}
         self._say("transcript", text=text, isFinal=True, **extra)
 
+    def _speechMarks(self, fields: Mapping[str, Any]) -> None:
+        """
+        A line's speech marks, from the speech-marks plugin
+        (L{rpmiddleware.protocol.speechmarks}): told before the audio they
+        describe (the plugin holds that audio until they are sent), with the
+        line's speaker (a scene's, else the character the plugin named).
+        """
+        marks = fields.get("marks")
+        if not isinstance(marks, list) or self.speech is None:
+            return
+        speaker = self._speaker if self._speaker is not None else fields.get("speaker")
+        self._send(
+            turnMessage(
+                MARKS_CLIENT_TYPE,
+                self.id,
+                speaker=speaker,
+                sampleRate=fields.get("sampleRate"),
+                marks=marks,
+            )
+        )
+
     _HANDLERS: dict[str, Callable[[Turn, Mapping[str, Any]], None]] = {
+        MARKS_ENVELOPE: _speechMarks,
         "reply.accepted": _accepted,
         "reply.text.delta": _delta,
         "reply.text.completed": _textCompleted,

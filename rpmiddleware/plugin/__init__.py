@@ -31,7 +31,8 @@ The names, by what they are for:
     (L{EngineRefusal}, L{checkPromptContext}, ...), its prompt assembly and
     token estimate (L{estimateTokens}, L{promptRequest}, ...), adding to a
     request's scene context (L{addSceneText}), and where its speech cuts
-    a reply into sentences, one audio segment each (L{sentenceBlocks}), and
+    a reply into sentences, one audio segment each (L{sentenceBlocks}),
+    what a game asks of speech marks and how they travel (L{speechmarks}), and
     what of a reply the player heard from how much of its speech was
     played (L{Speech}, L{heardText}).
   - B{Cards}: L{validateCard}, L{CardHasher} (L{CardHasher.withData} is the
@@ -111,7 +112,7 @@ from rpmiddleware.plugin.interfaces import (
     IToolProvider,
 )
 from rpmiddleware.plugin.services import PluginServices
-from rpmiddleware.protocol import clientfields, messages, meta
+from rpmiddleware.protocol import clientfields, messages, meta, speechmarks
 from rpmiddleware.protocol.clienterrors import (
     CLIENT_CODES,
     INTERNAL_ERROR,
@@ -267,6 +268,7 @@ __all__ = [
     "heardText",
     "snapshotTransfer",
     "speakerKey",
+    "speechmarks",
     "startTurn",
     "textOfDelta",
     "toClient",

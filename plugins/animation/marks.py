@@ -1,0 +1,426 @@
+"""
+speech-marks: tells a game when each sentence, word and mouth shape of a
+character's line is spoken, before the audio that speaks it.
+
+A game asks for the kinds it wants (C{configure {"speechMarks": ["sentence",
+"word", "viseme"]}} or a turn's C{options}); the client endpoint puts them on
+the request's meta.  For such a request this plugin:
+
+  1. follows the line's display text as it streams (C{reply.text.delta},
+     C{reply.text.completed}) and, as each sentence becomes whole, prepares
+     it for alignment on a worker thread (L{alignment.prepare}: the text's
+     phonemes, long before its audio);
+  2. holds each speech segment's chunks (RPEngine sends a sentence's chunks
+     together once it is synthesised) until the last one is here, finds the
+     sentence the segment says (L{matching}), aligns its words and visemes
+     on the audio on the worker thread (L{alignment.align}), and then sends
+     the marks (a L{speechmarks.MARKS_ENVELOPE} toward the game, which the
+     client's turn writes as C{speech-marks}) and releases the chunks, in
+     order: a sentence's marks always reach the client before its first
+     C{tts-chunk}.  Everything of the request that came after a held chunk
+     waits behind it, so the line's envelopes keep their order;
+  3. drops what it holds of a request the game cancels.
+
+Times are in milliseconds from the line's first audio sample, counted in
+the samples the client gets (this plugin sits nearer the game than
+audio-resample, so it counts the client's rate), offsets are code points of
+the line's display text.  A request that asked for nothing costs one dict
+lookup per envelope; no thread pool starts until a request asks for words
+or visemes.  See docs/animation.md.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.interfaces import IReactorCore, IReactorFromThreads, IReactorThreads
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+
+from rpmiddleware.builtin.animation.kinds import ALIGNED, SENTENCE, VISEME, WORD, requested
+from rpmiddleware.builtin.animation.matching import LineText, Match, Sentence
+from rpmiddleware.plugin import (
+    TERMINAL,
+    ChainPlugin,
+    Envelope,
+    IChainContext,
+    IPluginServices,
+    PluginFactory,
+    base64Bytes,
+    decodeBase64,
+    endsSegment,
+    rejectUnknownSettings,
+    speechmarks,
+    textOfDelta,
+)
+
+if TYPE_CHECKING:
+    from rpmiddleware.builtin.animation.alignment import Alignment
+
+T = TypeVar("T")
+#: Worker threads for alignment (CPU work; numpy releases the GIL).
+DEFAULT_THREADS = 2
+#: Run C{work} off the reactor; its result on the reactor's thread.
+Runner = Callable[[Callable[[], Any]], "Deferred[Any]"]
+_OPENING = ("reply.request", "voice.capture.start")
+
+
+@dataclass(eq=False)
+class _Segment:
+    """One speech segment of a line, held until its marks are sent."""
+
+    #: Its first sample, counted from the line's first, at L{_Line.rate}.
+    first: int
+    samples: int = 0
+    pcm: list[bytes] = field(default_factory=list)
+    #: The marks, once made; C{None} while collecting or aligning.
+    marks: list[dict[str, Any]] | None = None
+    sent: bool = False
+
+
+@dataclass(eq=False)
+class _Line:
+    """One request of a game that asked for marks."""
+
+    requestId: str
+    kinds: frozenset[str]
+    language: str
+    speaker: dict[str, Any] | None
+    text: LineText = field(default_factory=LineText)
+    rate: int = 0
+    #: Samples of the segments before the one collecting.
+    samples: int = 0
+    collecting: _Segment | None = None
+    #: Everything of the request held, in order: (its Deferred, the
+    #: envelope, the segment it is a chunk of).
+    held: deque[tuple[Deferred[Any], Envelope, _Segment | None]] = field(default_factory=deque)
+    #: Sentence index -> (its text, the Deferred of its prepared form).
+    prepared: dict[int, tuple[str, Deferred[Any]]] = field(default_factory=dict)
+    cancelled: bool = False
+
+
+class SpeechMarks(ChainPlugin):
+    name = "speech-marks"
+    log = Logger()
+
+    def __init__(
+        self,
+        reactor: Any,
+        threads: int = DEFAULT_THREADS,
+        run: Runner | None = None,
+    ) -> None:
+        self._reactor = reactor
+        self._threads = threads
+        self._run = run
+        self._pool: ThreadPool | None = None
+        self._lines: dict[str, _Line] = {}
+        self._context: IChainContext | None = None
+
+    # Toward RPEngine: who asked, and cancels.
+
+    def envelopeToEngine(self, envelope: Envelope, context: IChainContext) -> Envelope:
+        kind = envelope.type
+        if kind in _OPENING:
+            kinds = requested(envelope.meta)
+            if kinds and envelope.requestId is not None:
+                self._lines[envelope.requestId] = _Line(
+                    envelope.requestId, kinds, _language(envelope), _speaker(envelope)
+                )
+        elif kind in ("request.cancel", "voice.capture.cancel"):
+            line = self._lines.get(envelope.requestId or "")
+            if line is not None:
+                self._drop(line)
+        return envelope
+
+    # Toward the game.
+
+    def envelopeToGame(self, envelope: Envelope, context: IChainContext) -> Any:
+        line = self._lines.get(envelope.requestId or "")
+        if line is None:
+            return envelope
+        self._context = context
+        kind = envelope.type
+        if kind in TERMINAL:
+            if line.held and not line.cancelled:
+                return self._hold(line, envelope, None)
+            del self._lines[line.requestId]
+            return envelope
+        if line.cancelled:
+            return envelope
+        if kind == "reply.text.delta":
+            line.text.add(textOfDelta(envelope.fields))
+            self._prepareReady(line)
+        elif kind == "reply.text.completed":
+            line.text.complete(envelope.get("text"))
+            self._prepareReady(line)
+        elif kind == "reply.audio.chunk":
+            return self._chunk(line, envelope)
+        if line.held:
+            return self._hold(line, envelope, None)
+        return envelope
+
+    def _hold(self, line: _Line, envelope: Envelope, segment: _Segment | None) -> Deferred[Any]:
+        d: Deferred[Any] = Deferred()
+        line.held.append((d, envelope, segment))
+        return d
+
+    def _chunk(self, line: _Line, envelope: Envelope) -> Any:
+        fields = envelope.fields
+        rate = fields.get("sampleRate")
+        if type(rate) is int and rate > 0:
+            line.rate = rate
+        segment = line.collecting
+        if segment is None:
+            segment = line.collecting = _Segment(line.samples)
+        data = fields.get("data")
+        if line.kinds & ALIGNED:
+            pcm = _pcm(data)
+            segment.pcm.append(pcm)
+            segment.samples += len(pcm) // 2
+        else:
+            segment.samples += base64Bytes(data) // 2 if isinstance(data, str) else 0
+        d = self._hold(line, envelope, segment)
+        if endsSegment(fields):
+            line.collecting = None
+            line.samples += segment.samples
+            self._segmentWhole(line, segment)
+        if d.called:
+            # Released at once (sentence marks only, nothing before it): go on
+            # now rather than through the Deferred.
+            return envelope
+        return d
+
+    # Making the marks.
+
+    def _segmentWhole(self, line: _Line, segment: _Segment) -> None:
+        rate = line.rate or 44100
+        seconds = segment.samples / rate
+        match = line.text.matchSegment(seconds)
+        if not match.matched:
+            self.log.info(
+                "speech-marks: a segment of {requestId} was not matched to its text: {why}",
+                requestId=line.requestId,
+                why=match.reason,
+            )
+        if not match.matched or not line.kinds & ALIGNED or match.sentence is None:
+            segment.pcm = []
+            segment.marks = _sentenceMarks(line, segment, match)
+            self._release(line)
+            return
+        # numpy and the alignment: loaded by the first request that asks for
+        # words or visemes, never at start-up.
+        from rpmiddleware.builtin.animation import alignment
+
+        sentence = match.sentence
+        pcm = b"".join(segment.pcm)
+        segment.pcm = []
+        d = self._prepared(line, sentence)
+        d.addCallback(lambda prepared: self._submit(alignment.align, prepared, pcm, rate))
+
+        def aligned(result: Alignment) -> None:
+            segment.marks = _sentenceMarks(line, segment, match) + _alignedMarks(
+                line, segment, sentence, result
+            )
+
+        def failed(failure: Failure) -> None:
+            self.log.failure(
+                "speech-marks: aligning a sentence of {requestId} failed",
+                failure,
+                requestId=line.requestId,
+            )
+            segment.marks = _sentenceMarks(line, segment, match)
+
+        d.addCallbacks(aligned, failed)
+        d.addCallback(lambda _: self._release(line))
+
+    def _prepareReady(self, line: _Line) -> None:
+        if not line.kinds & ALIGNED:
+            return
+        from rpmiddleware.builtin.animation import alignment
+
+        for sentence in line.text.readySentences():
+            known = line.prepared.get(sentence.index)
+            if known is None or known[0] != sentence.text:
+                d = self._submit(alignment.prepare, sentence.text, line.language)
+                line.prepared[sentence.index] = (sentence.text, d)
+
+    def _prepared(self, line: _Line, sentence: Sentence) -> Deferred[Any]:
+        from rpmiddleware.builtin.animation import alignment
+
+        known = line.prepared.pop(sentence.index, None)
+        if known is not None and known[0] == sentence.text:
+            result: Deferred[Any] = Deferred()
+
+            def passOn(value: Any) -> Any:
+                result.callback(value)
+                return value
+
+            known[1].addBoth(passOn)
+            return result
+        return self._submit(alignment.prepare, sentence.text, line.language)
+
+    def _release(self, line: _Line) -> None:
+        """
+        Send on, in order, everything held up to the first segment whose
+        marks are not made yet; a segment's marks go first.
+        """
+        held = line.held
+        while held and not line.cancelled:
+            d, envelope, segment = held[0]
+            if segment is not None:
+                if segment.marks is None:
+                    return
+                if not segment.sent:
+                    segment.sent = True
+                    self._send(line, segment.marks)
+            held.popleft()
+            if envelope.type in TERMINAL:
+                self._lines.pop(line.requestId, None)
+            d.callback(envelope)
+
+    def _send(self, line: _Line, marks: list[dict[str, Any]]) -> None:
+        context = self._context or getattr(self, "context", None)
+        if not marks or context is None:
+            return
+        message = Envelope.build(
+            speechmarks.MARKS_ENVELOPE,
+            requestId=line.requestId,
+            sampleRate=line.rate or 44100,
+            marks=marks,
+        )
+        if line.speaker is not None:
+            message["speaker"] = line.speaker
+        context.sendToGame(message)
+
+    def _drop(self, line: _Line) -> None:
+        """The game cancelled the request: what is held of it goes nowhere."""
+        line.cancelled = True
+        held, line.held = line.held, deque()
+        for d, _, _ in held:
+            d.callback(None)
+        line.collecting = None
+
+    # The worker threads.
+
+    def _submit(self, work: Callable[..., T], *args: Any) -> Deferred[T]:
+        if self._run is not None:
+            return self._run(lambda: work(*args))
+        if not (
+            IReactorThreads.providedBy(self._reactor)
+            and IReactorFromThreads.providedBy(self._reactor)
+        ):
+            return maybeDeferred(work, *args)
+        if self._pool is None:
+            self._pool = ThreadPool(0, self._threads, name="speech-marks")
+            self._pool.start()
+            if IReactorCore.providedBy(self._reactor):
+                self._reactor.addSystemEventTrigger("during", "shutdown", self.close)
+        return deferToThreadPool(self._reactor, self._pool, work, *args)
+
+    @property
+    def started(self) -> bool:
+        """Whether the worker threads were started (someone asked for words or visemes)."""
+        return self._pool is not None
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.stop()
+
+    # Hooks.
+
+    def engineSessionEnded(self, session: Any, context: IChainContext) -> None:
+        for line in list(self._lines.values()):
+            self._drop(line)
+        self._lines.clear()
+
+    def clientSessionEnded(self, clientId: str, context: IChainContext) -> None:
+        # The request's own ending (a cancel) drops what is held; nothing
+        # more to keep per client.
+        pass
+
+
+def _ms(sample: float, rate: int) -> int:
+    return round(sample * 1000 / rate)
+
+
+def _sentenceMarks(line: _Line, segment: _Segment, match: Match) -> list[dict[str, Any]]:
+    if match.matched and SENTENCE not in line.kinds:
+        return []
+    rate = line.rate or 44100
+    mark: dict[str, Any] = {"time": _ms(segment.first, rate), "type": SENTENCE}
+    sentence = match.sentence
+    if sentence is not None and match.matched:
+        mark.update(start=sentence.start, end=sentence.end, value=sentence.text)
+    mark.update(sample=segment.first, samples=segment.samples, matched=match.matched)
+    return [mark]
+
+
+def _alignedMarks(
+    line: _Line, segment: _Segment, sentence: Sentence, result: Alignment
+) -> list[dict[str, Any]]:
+    rate = line.rate or 44100
+    marks: list[dict[str, Any]] = []
+    kinds = ((WORD, result.words), (VISEME, result.visemes))
+    timed = [
+        (t.start, order, kind, t)
+        for order, (kind, ts) in enumerate(kinds)
+        for t in ts
+        if kind in line.kinds
+    ]
+    timed.sort(key=lambda item: (item[0], item[1]))
+    for _, _, kind, t in timed:
+        at = segment.first + t.start * rate
+        mark: dict[str, Any] = {
+            "time": _ms(at, rate),
+            "type": kind,
+            "start": sentence.start + t.textStart,
+            "end": sentence.start + t.textEnd,
+            "value": t.value,
+            "duration": round((t.end - t.start) * 1000),
+        }
+        if kind == VISEME:
+            mark["mouth"] = round(t.mouth, 3)
+        marks.append(mark)
+    return marks
+
+
+def _pcm(data: Any) -> bytes:
+    if not isinstance(data, str):
+        return b""
+    try:
+        return decodeBase64(data)
+    except ValueError:
+        return b""
+
+
+def _language(envelope: Envelope) -> str:
+    output = envelope.get("output")
+    language = output.get("language") if isinstance(output, Mapping) else None
+    return language if isinstance(language, str) else "en"
+
+
+def _speaker(envelope: Envelope) -> dict[str, Any] | None:
+    characterId = envelope.get("characterId")
+    return {"characterId": characterId} if isinstance(characterId, str) else None
+
+
+def build(settings: Mapping[str, Any], services: IPluginServices) -> SpeechMarks:
+    rejectUnknownSettings(SpeechMarks.name, settings, {"threads"})
+    threads = settings.get("threads", DEFAULT_THREADS)
+    if type(threads) is not int or not 1 <= threads <= 16:
+        raise ValueError("threads must be a whole number from 1 to 16")
+    return SpeechMarks(services.reactor, threads)
+
+
+speechMarks = PluginFactory(
+    SpeechMarks,
+    "Tells games when each sentence, word and mouth shape of a line is spoken.",
+    build,
+)

@@ -1,0 +1,316 @@
+"""
+The speech-marks plugin (issue 35, part 1): which text each speech segment
+says, and marks sent before the audio they describe, timed from its samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.trial.unittest import SynchronousTestCase
+
+from rpmiddleware.builtin.animation import alignment
+from rpmiddleware.builtin.animation.marks import SpeechMarks, speechMarks
+from rpmiddleware.builtin.animation.matching import LineText, plausible, sentencesOf
+from rpmiddleware.client.messages import configureChanges, turnOptions
+from rpmiddleware.plugin import InvalidMessage, encodeBase64, speechmarks
+from rpmiddleware.testing import PluginHarness, pluginServices
+
+RATE = 24000
+CHUNK_BYTES = 32768
+
+
+def segmentChunks(
+    segment: int, samples: int, requestId: str = "r1", first: int = 0, rate: int = RATE
+) -> list[dict[str, Any]]:
+    """
+    The C{reply.audio.chunk} fields of one speech segment of C{samples}
+    samples, cut as RPEngine cuts them (32 KiB), at C{rate}.
+    """
+    pcm = bytes(range(256)) * (samples * 2 // 256 + 1)
+    pcm = pcm[: samples * 2]
+    pieces = [pcm[i : i + CHUNK_BYTES] for i in range(0, len(pcm), CHUNK_BYTES)]
+    return [
+        {
+            "requestId": requestId,
+            "sequence": first + n,
+            "segmentSequence": segment,
+            "segmentChunkSequence": n,
+            "segmentChunkCount": len(pieces),
+            "sampleRate": rate,
+            "data": encodeBase64(piece),
+        }
+        for n, piece in enumerate(pieces)
+    ]
+
+
+class Runner:
+    """Work given to the worker threads, run when the test says."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[Callable[[], Any], Deferred[Any]]] = []
+
+    def __call__(self, work: Callable[[], Any]) -> Deferred[Any]:
+        d: Deferred[Any] = Deferred()
+        self.waiting.append((work, d))
+        return d
+
+    def runAll(self) -> None:
+        while self.waiting:
+            work, d = self.waiting.pop(0)
+            d.callback(work())
+
+
+class MatchingTests(SynchronousTestCase):
+    def texts(self, text: str) -> list[str]:
+        return [s.text for s in sentencesOf(text, True)]
+
+    def test_rpEngineSentences(self) -> None:
+        """
+        The cases the issue names, as RPEngine's real core cuts them
+        (docs/checking-against-rpengine.md).
+        """
+        self.assertEqual(self.texts("Mr. Brennan paid us."), ["Mr.", "Brennan paid us."])
+        self.assertEqual(self.texts('"Run!" she shouted.'), ['"Run!"', "she shouted."])
+        self.assertEqual(self.texts("One line\nAnother"), ["One line", "Another"])
+        self.assertEqual(self.texts("It costs 3.50 today."), ["It costs 3.50 today."])
+        self.assertEqual(self.texts("Wait... what"), ["Wait... what"])
+
+    def test_offsetsAreCodePointsOfTheTrimmedText(self) -> None:
+        text = "  Ünïcödé — 🎲 rolls. Then «this»."
+        trimmed = text.strip()
+        for sentence in sentencesOf(text, True):
+            self.assertEqual(trimmed[sentence.start : sentence.end], sentence.text)
+        self.assertEqual([s.index for s in sentencesOf(text, True)], [0, 1])
+
+    def test_droppedTagKeepsTheSentenceWhole(self) -> None:
+        """
+        "rich. <laugh> you" is one sentence for RPEngine (a tag reads as a
+        lowercase word after a full stop); its display text shows two spaces.
+        """
+        self.assertEqual(
+            self.texts("That is rich.  You are funny."), ["That is rich.  You are funny."]
+        )
+        self.assertEqual(
+            self.texts("That is rich. You are funny."), ["That is rich.", "You are funny."]
+        )
+
+    def test_plausibleBounds(self) -> None:
+        self.assertTrue(plausible(20 / 15, 20))
+        self.assertFalse(plausible(30.0, 20))
+        self.assertFalse(plausible(0.01, 200))
+        self.assertFalse(plausible(1.0, 0))
+
+    def test_lostOnceLostForTheRestOfTheLine(self) -> None:
+        line = LineText()
+        line.add("Hello there. How are you? Fine.")
+        first = line.matchSegment(12 / 15)
+        self.assertTrue(first.matched)
+        second = line.matchSegment(60.0)
+        self.assertFalse(second.matched)
+        self.assertIn("implausible", second.reason)
+        third = line.matchSegment(5 / 15)
+        self.assertFalse(third.matched)
+        self.assertIsNone(third.sentence)
+
+    def test_spokenTextChecked(self) -> None:
+        line = LineText()
+        line.complete("Ha that is rich. Go.")
+        match = line.matchSegment(1.3, spokenText="Ha <laugh> that is rich.")
+        self.assertTrue(match.matched)
+        other = line.matchSegment(0.4, spokenText="Stay.")
+        self.assertFalse(other.matched)
+
+
+class ClientFieldTests(SynchronousTestCase):
+    def test_configureKinds(self) -> None:
+        changes = configureChanges({"type": "configure", "speechMarks": ["viseme", "sentence"]})
+        self.assertEqual(changes["speechMarks"], ("sentence", "viseme"))
+
+    def test_unknownKindNamed(self) -> None:
+        with self.assertRaises(InvalidMessage) as caught:
+            configureChanges({"type": "configure", "speechMarks": ["sentence", "phoneme"]})
+        self.assertIn("configure.speechMarks has unknown kind 'phoneme'", str(caught.exception))
+
+    def test_notAList(self) -> None:
+        with self.assertRaises(InvalidMessage) as caught:
+            turnOptions({"type": "text", "text": "hi", "options": {"speechMarks": "word"}})
+        self.assertIn("text.options.speechMarks must be a list", str(caught.exception))
+
+    def test_emptyIsNone(self) -> None:
+        self.assertIsNone(configureChanges({"type": "configure", "speechMarks": []})["speechMarks"])
+
+
+class SpeechMarksPluginTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.runner = Runner()
+        self.plugin = SpeechMarks(None, run=self.runner)
+        self.harness = PluginHarness(self.plugin)
+        self.harness.startSession()
+
+    def ask(self, kinds: tuple[str, ...], requestId: str = "r1") -> None:
+        meta = {speechmarks.META: kinds} if kinds else {}
+        self.harness.toEngine(self.harness.replyRequest(requestId, meta=meta))
+
+    def text(self, text: str, requestId: str = "r1") -> None:
+        self.harness.toGame("reply.text.delta", requestId=requestId, sequence=0, delta=text)
+
+    def chunks(self, segment: int, samples: int, requestId: str = "r1") -> None:
+        for fields in segmentChunks(segment, samples, requestId):
+            self.harness.toGame("reply.audio.chunk", **fields)
+
+    def sent(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(e.type, e.fields) for e in self.harness.sentToGame]
+
+    def marks(self) -> list[dict[str, Any]]:
+        return [
+            mark
+            for e in self.harness.sentToGame
+            if e.type == speechmarks.MARKS_ENVELOPE
+            for mark in e["marks"]
+        ]
+
+    def test_nobodyAskedNothingHeld(self) -> None:
+        """
+        A request without speechMarks passes untouched and starts no worker.
+        """
+        self.ask(())
+        self.text("Hello there. Fine.")
+        self.chunks(0, 30000)
+        self.assertEqual(
+            self.harness.typesToGame(),
+            ["reply.text.delta", "reply.audio.chunk", "reply.audio.chunk"],
+        )
+        self.assertEqual(self.runner.waiting, [])
+        self.assertFalse(self.plugin.started)
+
+    def test_sentenceMarksBeforeTheirChunksTimedBySamples(self) -> None:
+        self.ask(("sentence",))
+        text = "Hello there, traveller. The road is long. "
+        self.text(text)
+        first = 23 * RATE // 15 + 7
+        self.chunks(0, first)
+        self.text("Rest.")
+        self.harness.toGame("reply.text.completed", requestId="r1", text=text + "Rest.")
+        second = 17 * RATE // 15 + 3
+        self.chunks(1, second)
+        types = self.harness.typesToGame()
+        marksAt = [i for i, t in enumerate(types) if t == speechmarks.MARKS_ENVELOPE]
+        chunkAt = [i for i, t in enumerate(types) if t == "reply.audio.chunk"]
+        self.assertEqual(len(marksAt), 2)
+        self.assertLess(marksAt[0], chunkAt[0])
+        self.assertLess(marksAt[1], chunkAt[len(segmentChunks(0, first))])
+        marks = self.marks()
+        self.assertEqual([m["sample"] for m in marks], [0, first])
+        self.assertEqual([m["samples"] for m in marks], [first, second])
+        self.assertEqual(marks[1]["time"], round(first * 1000 / RATE))
+        self.assertEqual(
+            [m["value"] for m in marks], ["Hello there, traveller.", "The road is long."]
+        )
+        self.assertEqual(text[marks[1]["start"] : marks[1]["end"]], "The road is long.")
+        self.assertTrue(all(m["matched"] for m in marks))
+        self.assertEqual(self.runner.waiting, [])
+
+    def test_wordsAndVisemesHoldTheAudioUntilAligned(self) -> None:
+        """
+        The segment's chunks and what follows them wait for the alignment on
+        the worker; then the marks, then everything in order.
+        """
+        self.ask(("word", "viseme"))
+        self.text("Good evening. ")
+        self.assertEqual(len(self.runner.waiting), 0)
+        self.text("More")
+        self.assertEqual(len(self.runner.waiting), 1, "the whole sentence is prepared at once")
+        self.chunks(0, 13 * RATE // 15)
+        self.text(" words.")
+        self.assertEqual(self.harness.typesToGame(), ["reply.text.delta", "reply.text.delta"])
+        self.runner.runAll()
+        types = self.harness.typesToGame()
+        self.assertEqual(types[2], speechmarks.MARKS_ENVELOPE)
+        self.assertEqual(types[-1], "reply.text.delta")
+        self.assertEqual(set(types[3:-1]), {"reply.audio.chunk"})
+        marks = self.marks()
+        words = [m for m in marks if m["type"] == "word"]
+        self.assertEqual([w["value"] for w in words], ["Good", "evening"])
+        self.assertEqual(
+            ["Good evening. More"[w["start"] : w["end"]] for w in words], ["Good", "evening"]
+        )
+        self.assertTrue(any(m["type"] == "viseme" and "mouth" in m for m in marks))
+        self.assertEqual([m["time"] for m in marks], sorted(m["time"] for m in marks))
+        self.assertNotIn("sentence", {m["type"] for m in marks})
+
+    def test_marksMatchTheAlignment(self) -> None:
+        """
+        Word times are the alignment's, offset by the sentence's first sample.
+        """
+        self.ask(("word",))
+        self.text("First one. Second sentence here. ")
+        self.chunks(0, 10 * RATE // 15)
+        self.chunks(1, 22 * RATE // 15)
+        self.runner.runAll()
+        pcm = b"".join(
+            __import__("base64").b64decode(f["data"]) for f in segmentChunks(1, 22 * RATE // 15)
+        )
+        expected = alignment.align(alignment.prepare("Second sentence here.", "en"), pcm, RATE)
+        words = [m for m in self.marks() if m["type"] == "word"][2:]
+        first = 10 * RATE // 15
+        self.assertEqual(
+            [w["time"] for w in words],
+            [round((first + t.start * RATE) * 1000 / RATE) for t in expected.words],
+        )
+
+    def test_cancelDropsWhatIsHeld(self) -> None:
+        self.ask(("word",))
+        self.text("Leave now. Go")
+        self.chunks(0, 10 * RATE // 15)
+        self.harness.toEngine("request.cancel", requestId="r1", reason="barge_in")
+        self.runner.runAll()
+        self.assertEqual(self.harness.typesToGame(), ["reply.text.delta"])
+        self.harness.toGame("reply.cancelled", requestId="r1", reason="requested_by_game")
+        self.assertEqual(self.harness.typesToGame(), ["reply.text.delta", "reply.cancelled"])
+        self.assertEqual(self.plugin._lines, {})
+
+    def test_completedWaitsBehindHeldAudio(self) -> None:
+        self.ask(("word",))
+        self.harness.toGame("reply.text.completed", requestId="r1", text="Only this.")
+        self.chunks(0, 10 * RATE // 15)
+        self.harness.toGame("reply.audio.completed", requestId="r1")
+        self.harness.toGame("reply.completed", requestId="r1", modalities=["text", "audio"])
+        self.assertEqual(self.harness.typesToGame(), ["reply.text.completed"])
+        self.runner.runAll()
+        self.assertEqual(
+            self.harness.typesToGame()[-2:], ["reply.audio.completed", "reply.completed"]
+        )
+        self.assertEqual(self.plugin._lines, {})
+
+    def test_unmatchedSegmentGetsSentenceMarkOnly(self) -> None:
+        """
+        A segment whose length does not fit its sentence gets a sentence
+        mark without text (matched false), and so does every later one.
+        """
+        self.ask(("sentence", "word"))
+        self.harness.toGame("reply.text.completed", requestId="r1", text="Hi. Bye.")
+        self.chunks(0, 40 * RATE)
+        self.chunks(1, RATE // 2)
+        # Sent without waiting for the workers (only the prepared text is there).
+        marks = self.marks()
+        self.assertEqual([m["matched"] for m in marks], [False, False])
+        self.assertNotIn("value", marks[0])
+        self.assertEqual(marks[1]["sample"], 40 * RATE)
+
+    def test_eachLineItsOwnTimeBase(self) -> None:
+        self.ask(("sentence",), "a")
+        self.ask(("sentence",), "b")
+        self.text("One two three.", "a")
+        self.text("Four five six.", "b")
+        self.chunks(0, 14 * RATE // 15, "a")
+        self.chunks(0, 14 * RATE // 15, "b")
+        self.assertEqual([m["sample"] for m in self.marks()], [0, 0])
+
+    def test_factory(self) -> None:
+        plugin = speechMarks.buildPlugin({"threads": 3}, pluginServices(None))
+        self.assertIsInstance(plugin, SpeechMarks)
+        with self.assertRaises(ValueError):
+            speechMarks.buildPlugin({"threads": 0}, pluginServices(None))
