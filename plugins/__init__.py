@@ -29,6 +29,7 @@ from rpmiddleware.builtin import (
     playbook,
     scene,
 )
+from rpmiddleware.builtin.animation import feelings as animation_feelings
 from rpmiddleware.builtin.animation import marks as speech_marks
 from rpmiddleware.plugin import IPluginFactory
 
@@ -45,6 +46,7 @@ FACTORIES: list[IPluginFactory] = [
     scene.scene,
     actions.actions,
     speech_marks.speechMarks,
+    animation_feelings.feelings,
 ]
 
 #: Moderation nearest the game so a blocked turn takes no capacity; audio is
@@ -58,11 +60,15 @@ FACTORIES: list[IPluginFactory] = [
 #: and actions sit between them: a scene gives a request to its character
 #: after the playbook set the stage, actions are offered to that character,
 #: and memory then plans with all of it and hears what both tell it.
+#: Feelings sits between memory and moderation: it reads the text as the
+#: client gets it (masked), and writes the mood on the reply before memory
+#: keeps it; it does nothing for a client that asks for no feelings.
 DEFAULT_CHAIN: dict[str, int] = {
     "playbook": 50,
     "scene": 60,
     "actions": 70,
     "memory": 80,
+    "feelings": 90,
     "moderation": 100,
     "audio-resample": 200,
     "capacity-gate": 300,

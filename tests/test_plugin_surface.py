@@ -97,6 +97,8 @@ EXPECTED = {
     "speechmarks",
     "Speech",
     "heardText",
+    "FEELINGS",
+    "FEELING_SOURCES",
     # Cards.
     "CARD_FORMAT",
     "CanonicalCard",

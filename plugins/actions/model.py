@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rpmiddleware.builtin.memory.api import ATTITUDE_AXES
 from rpmiddleware.plugin import MAX_RESPONSE_RULES
 
 #: The response-processing rule's id (RPEngine: ^[a-z][a-z0-9_.-]{0,63}$).
@@ -59,6 +60,9 @@ class Action:
     characters: frozenset[str] | None = None
     #: The playbook stages it is offered in; C{None}: every stage, and no playbook.
     stages: frozenset[str] | None = None
+    #: How the calling character's attitude to the player changes once the
+    #: game reports the call done (C{{"trust": -10}}); C{None}: it does not.
+    attitude: Mapping[str, int] | None = None
 
     def offeredTo(self, characterId: str, stage: str | None) -> bool:
         if self.characters is not None and characterId not in self.characters:
@@ -75,6 +79,8 @@ class Action:
             described["characters"] = sorted(self.characters)
         if self.stages is not None:
             described["stages"] = sorted(self.stages)
+        if self.attitude is not None:
+            described["attitude"] = dict(self.attitude)
         return described
 
 
@@ -117,7 +123,22 @@ def action(raw: Any, at: str) -> Action:
         dict(parameters),
         _names(raw.get("characters"), f"{at}.characters"),
         _names(raw.get("stages"), f"{at}.stages"),
+        _attitude(raw.get("attitude"), f"{at}.attitude"),
     )
+
+
+def _attitude(value: Any, at: str) -> dict[str, int] | None:
+    """An action's attitude effect: axes to whole numbers from -100 to 100."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not value:
+        raise ActionError(f"{at} must be an object of {', '.join(ATTITUDE_AXES)}")
+    for axis, amount in value.items():
+        if axis not in ATTITUDE_AXES:
+            raise ActionError(f"{at}.{axis} is not an axis (the axes: {', '.join(ATTITUDE_AXES)})")
+        if isinstance(amount, bool) or not isinstance(amount, int) or not -100 <= amount <= 100:
+            raise ActionError(f"{at}.{axis} must be a whole number from -100 to 100")
+    return dict(value)
 
 
 def actions(raw: Any) -> dict[str, Action]:

@@ -41,7 +41,7 @@ from rpmiddleware.builtin.actions.model import (
     instructions,
     readCall,
 )
-from rpmiddleware.builtin.memory.api import HEARD_ROLES, heard
+from rpmiddleware.builtin.memory.api import HEARD_ROLES, attitudeChange, heard
 from rpmiddleware.plugin import (
     OPENING,
     TERMINAL,
@@ -294,6 +294,18 @@ class ActionsPlugin(ChainPlugin):
         ended["durationMs"] = durationMs
         self._tellClient(turn.client, ended)
         self._remember(turn, outcome)
+        effect = turn.offered[call.name].attitude if call.name in turn.offered else None
+        if error is None and effect:
+            # Done, as the game reports: the character feels it (memory applies it).
+            self.context.sendToEngine(
+                attitudeChange(
+                    turn.integrationId,
+                    turn.characterId,
+                    dict(effect),
+                    f"action {call.name}",
+                    dict(turn.memory),
+                )
+            )
         self._noteCall(
             turn,
             {

@@ -15,6 +15,7 @@ from typing import Any
 
 from zope.interface import Attribute, Interface
 
+from rpmiddleware.builtin.memory.attitude import AXES
 from rpmiddleware.plugin import Envelope
 
 
@@ -49,6 +50,29 @@ class IConversationMemory(Interface):
 
     def setSummary(characterId, conversationId, summary, integrationId=None):  # type: ignore[no-untyped-def]
         """Replace the running summary."""
+
+    def attitude(characterId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]
+        """
+        The character's attitude to the player: C{{"axes": {trust: {value,
+        level}, ...}, "stance": str}} (docs/memory.md, Attitude).
+        """
+
+    def setAttitude(
+        characterId, conversationId, values=None, stance=None, integrationId=None, client="api"
+    ):  # type: ignore[no-untyped-def]
+        """
+        Set axes (C{{"trust": 40}}, each -100 to 100) and/or the stance; the
+        attitude after, as L{attitude} gives it, with C{"changes"}: the
+        levels that changed (each told to the game).  AttitudeError if wrong.
+        """
+
+    def adjustAttitude(
+        characterId, conversationId, changes, stance=None, integrationId=None, client="api"
+    ):  # type: ignore[no-untyped-def]
+        """
+        L{setAttitude}, adding C{changes} (C{{"trust": -10}}) to the axes.
+        C{client}: a client session also told of the levels that changed.
+        """
 
     def export(characterId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]
         """The conversation as a JSON document for the game's save file."""
@@ -108,6 +132,32 @@ SAID = "said"
 
 #: The roles a heard or said line may have.
 HEARD_ROLES = ("player", "other", "event")
+
+#: The attitude axes a change may name (docs/memory.md, Attitude).
+ATTITUDE_AXES = AXES
+
+#: Toward RPEngine: C{characterId}'s attitude to the player changes by
+#: C{change} (C{{"trust": -10, ...}}, added to each axis), because of
+#: C{reason} (what happened, e.g. an action done: for the log and the game's
+#: event).  C{meta} names the conversation as a request's does.  Memory
+#: applies it and drops it; without memory the engine end drops it.
+ATTITUDE = "x-memory.attitude"
+
+
+def attitudeChange(
+    integrationId: str,
+    characterId: str,
+    change: dict[str, int],
+    reason: str,
+    meta: dict[str, Any] | None = None,
+) -> Envelope:
+    """An L{ATTITUDE} envelope."""
+    envelope = Envelope.build(
+        ATTITUDE, integrationId=integrationId, characterId=characterId, change=dict(change)
+    )
+    envelope.fields["reason"] = reason
+    envelope.meta.update(meta or {})
+    return envelope
 
 
 def heard(

@@ -138,6 +138,9 @@ class Conversation:
     #: The game said the player saw the card's first message: it opens the
     #: conversation at its next request.
     greetingPending: bool = False
+    #: What plugins keep with the conversation beside its entries, by name
+    #: (L{MemoryStore.setState}): JSON values, exported and restored with it.
+    state: dict[str, Any] = field(default_factory=dict)
     #: Moments kept in lines of their own (L{MemoryItem}), oldest first.
     memories: list[MemoryItem] = field(default_factory=list)
 
@@ -167,6 +170,8 @@ class Conversation:
             "updated": self.updated,
             # Only when there are some: exports made before them stay the same.
             **({"memories": [m.asDict() for m in self.memories]} if self.memories else {}),
+            # Only when there is some: exports made before it stay the same.
+            **({"state": dict(self.state)} if self.state else {}),
         }
 
     def brief(self) -> dict[str, Any]:

@@ -23,7 +23,11 @@ one the client's C{character} named, else the configured one.  The ops, and what
   - C{import} C{{characterId, document, empty?, unverified?}} (what C{export} gave;
     C{empty: true} to import one with no entries, C{unverified: true} to
     import an export of the older, unsealed format as it is);
-  - C{know} C{{text, keys?, constant?, scope?}}; C{unknow} C{{knowledgeId}}.
+  - C{know} C{{text, keys?, constant?, scope?}}; C{unknow} C{{knowledgeId}};
+  - C{attitude} C{{characterId, set?, adjust?, stance?}}: the character's
+    attitude to the player, read, or changed (C{set} axes to values,
+    C{adjust} them by amounts, C{stance} one line); answered with it and
+    the levels that changed.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from rpmiddleware.builtin.memory.api import IConversationMemory as Memory
+from rpmiddleware.builtin.memory.attitude import AttitudeError
 from rpmiddleware.builtin.memory.conversation import SESSION_PREFIX, Where
 from rpmiddleware.builtin.memory.planner import MAX_FACT
 from rpmiddleware.builtin.memory.store import InvalidDocument, StoreError, describe
@@ -216,6 +221,38 @@ def _unpin(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def _attitude(
+    memory: Memory, client: str, message: dict[str, Any], integrationId: str | None
+) -> Any:
+    """
+    Read or change a character's attitude to the player: C{set} and
+    C{adjust} are objects of axes (not both), C{stance} a line.
+    """
+    target = _Target(memory, client, message, integrationId)
+    named = {"characterId": target.characterId, "conversationId": target.conversationId}
+    setTo, adjust, stance = message.get("set"), message.get("adjust"), message.get("stance")
+    if setTo is not None and adjust is not None:
+        raise OpError("attitude takes set or adjust, not both")
+    if stance is not None and not isinstance(stance, str):
+        raise OpError("stance must be a string")
+    ids = (target.characterId, target.conversationId)
+
+    def run(_: object) -> Deferred[dict[str, Any]]:
+        def change() -> dict[str, Any]:
+            if adjust is not None:
+                made = memory.adjustAttitude(*ids, adjust, stance, target.integrationId, client)
+            elif setTo is not None or stance is not None:
+                made = memory.setAttitude(*ids, setTo, stance, target.integrationId, client)
+            else:
+                made = {**memory.attitude(*ids, target.integrationId), "changes": []}
+            changes = made.pop("changes")
+            return {**named, "attitude": made, "changes": changes}
+
+        return _written(memory, change)
+
+    return memory.loaded(*ids, target.integrationId).addCallback(run)
+
+
 def _know(m: Memory, client: str, msg: dict[str, Any], integrationId: str | None) -> Any:
     constant = msg.get("constant") is True
     integrationId = _optional(msg, "integrationId") or integrationId
@@ -245,6 +282,7 @@ OPS: dict[str, Op] = {
     "unpin": _target(_unpin),
     "know": _know,
     "unknow": _unknow,
+    "attitude": _attitude,
 }
 
 
@@ -270,7 +308,7 @@ def _scope(message: dict[str, Any]) -> str:
 
 #: What the game got wrong: answered INVALID_MESSAGE.  Anything else is ours
 #: (the store failed, or a bug): INTERNAL_ERROR naming the cause.
-GAMES_MISTAKES = (OpError, KeyError, InvalidDocument)
+GAMES_MISTAKES = (OpError, KeyError, InvalidDocument, AttitudeError)
 
 
 def handle(

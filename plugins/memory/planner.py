@@ -234,6 +234,7 @@ class _Mandatory:
     left: list[LoreEntry]
     summary: str
     factText: str
+    attitude: str = ""
 
 
 def plan(
@@ -246,6 +247,7 @@ def plan(
     scanDepth: int,
     loreBudget: int | None,
     recursive: bool,
+    attitude: str = "",
 ) -> Plan:
     """
     The plan for one request of C{conversation}.
@@ -254,6 +256,8 @@ def plan(
     @param card: the Character Card V2 the game sent.
     @param lore: the knowledge that may activate (the card's book, the game's).
     @param spoken: whether the player's words come as audio, unknown yet.
+    @param attitude: the character's attitude to the player in one line
+        (L{rpmiddleware.builtin.memory.attitude}), or "".
     """
     data = card.get("data")
     if not isinstance(data, Mapping):
@@ -282,7 +286,9 @@ def plan(
     scanned = [trimmed(_eventText(fields)), *recent]
     loreTokens = min(loreBudget or limits.loreTokens, max(0, available - newest))
     kept, left = activate(lore, scanned, recursive, loreTokens)
-    mandatory = _fitMandatory(data, budget, kept, left, summary, factText, room=available - newest)
+    mandatory = _fitMandatory(
+        data, budget, kept, left, summary, factText, room=available - newest, attitude=attitude
+    )
     room = available - mandatory.added
 
     history, spent = _keptHistory(lines, room)
@@ -368,7 +374,11 @@ def _pinnedFacts(conversation: Conversation, factsTokens: int) -> str:
 
 
 def _memoryFields(
-    data: Mapping[str, Any], kept: list[LoreEntry], summary: str, factText: str
+    data: Mapping[str, Any],
+    kept: list[LoreEntry],
+    summary: str,
+    factText: str,
+    attitude: str = "",
 ) -> dict[str, str]:
     """
     The card's text fields with memory added: knowledge placed before the
@@ -384,6 +394,7 @@ def _memoryFields(
         trimmed(data.get("scenario")),
         _section("World knowledge", after),
         _section("Facts to remember", factText),
+        flatten(attitude),
         _section("Earlier in this conversation", summary),
     )
     if scenario != trimmed(data.get("scenario")):
@@ -399,15 +410,16 @@ def _fitMandatory(
     summary: str,
     factText: str,
     room: int,
+    attitude: str = "",
 ) -> _Mandatory:
     """
     Memory's additions to the mandatory blocks, made to fit in C{room}:
     knowledge gives way first (the least important), then the summary is
-    shortened, then facts go.  When nothing is left to give, what remains is
+    shortened, then facts go, then the attitude line.  When nothing is left to give, what remains is
     returned even if it does not fit.
     """
     while True:
-        changed = _memoryFields(data, kept, summary, factText)
+        changed = _memoryFields(data, kept, summary, factText, attitude)
         planned = mandatoryBlocks({**budget.request, "card": {"data": {**data, **changed}}})
         added = sum(b.tokens for b in planned) - budget.blockTokens
         if added <= room:
@@ -420,9 +432,11 @@ def _fitMandatory(
             summary = _clip(summary, estimateTokens(summary) // 2) if len(summary) > 64 else ""
         elif factText:
             factText = "\n".join(factText.split("\n")[:-1])
+        elif attitude:
+            attitude = ""
         else:
             break
-    return _Mandatory(changed, planned, added, kept, left, summary, factText)
+    return _Mandatory(changed, planned, added, kept, left, summary, factText, attitude)
 
 
 def _keptHistory(lines: list[_Line], room: int) -> tuple[list[_Line], int]:
@@ -484,6 +498,10 @@ def _report(
             "estimatedTokens": estimateTokens(mandatory.summary),
         },
         "facts": {"included": mandatory.factText.count("\n") + 1 if mandatory.factText else 0},
+        "attitude": {
+            "included": bool(mandatory.attitude),
+            "estimatedTokens": estimateTokens(mandatory.attitude),
+        },
         "lore": {
             "kept": [e.asDict() for e in mandatory.kept],
             "left": [e.asDict() for e in mandatory.left],

@@ -29,7 +29,18 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from rpmiddleware.builtin.memory import ops
-from rpmiddleware.builtin.memory.api import HEARD, HEARD_ROLES, SAID, IConversationMemory
+from rpmiddleware.builtin.memory.api import ATTITUDE, HEARD, HEARD_ROLES, SAID, IConversationMemory
+from rpmiddleware.builtin.memory.attitude import (
+    HIGHEST,
+    LOWEST,
+    Attitude,
+    AttitudeError,
+    LevelChange,
+    stanceOf,
+    valuesOf,
+)
+from rpmiddleware.builtin.memory.attitude import MAX_CHANGE as MAX_ATTITUDE_CHANGE
+from rpmiddleware.builtin.memory.attitude import STATE as ATTITUDE_STATE
 from rpmiddleware.builtin.memory.conversation import (
     CHARACTER,
     COMPLETE,
@@ -47,6 +58,8 @@ from rpmiddleware.builtin.memory.conversation import (
 from rpmiddleware.builtin.memory.lorebook import Book, EntryReader, bookOf, entryFrom
 from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
 from rpmiddleware.builtin.memory.planner import MAX_FACT, Limits, Plan, plan
+from rpmiddleware.builtin.memory.reflection import STATE as REFLECTION_STATE
+from rpmiddleware.builtin.memory.reflection import Reflection, Reflections, isReflectionRequest
 from rpmiddleware.builtin.memory.settings import MemorySettings
 from rpmiddleware.builtin.memory.store import MemoryStore, describe
 from rpmiddleware.builtin.memory.summarizer import Summaries, isSummaryRequest
@@ -177,7 +190,14 @@ class Memory(ChainPlugin):
         self._books: OrderedDict[int, tuple[Mapping[str, Any], Book]] = OrderedDict()
         self._readEntry = EntryReader()
         self._known: dict[str, list[LoreEntry]] = {}
-        self.counts = {"planned": 0, "tokens": 0, "summaries": 0, "summaryFailures": 0}
+        self.counts = {
+            "planned": 0,
+            "tokens": 0,
+            "summaries": 0,
+            "summaryFailures": 0,
+            "reflections": 0,
+            "reflectionFailures": 0,
+        }
         #: Condensing in the player's pauses (L{Summaries}).
         self.summaries = Summaries(
             reactor=reactor,
@@ -189,6 +209,24 @@ class Memory(ChainPlugin):
             context=lambda: self.context,
             log=self.log,
         )
+        #: Reflecting in the pauses the summaries leave (L{Reflections}).
+        self.reflections = Reflections(
+            reactor=reactor,
+            settings=settings,
+            cards=cards,
+            busy=lambda: bool(self._turns),
+            summarizing=self.summaries.active,
+            storeFor=self.storeFor,
+            context=lambda: self.context,
+            reflected=self._reflected,
+            attitudeOf=lambda conversation: Attitude.fromState(conversation.state),
+            counts=self.counts,
+            log=self.log,
+        )
+        self.summaries.then = self.reflections.kick
+        #: The client session that last played or changed each conversation:
+        #: the one told when its character's attitude changes level.
+        self._clientOf: OrderedDict[Key, str] = OrderedDict()
         #: Writes given up, by what they were (for /metrics).
         self.lostWrites: dict[str, int] = {}
         #: Conversations that could not be read, and why (told at their next turn).
@@ -230,6 +268,7 @@ class Memory(ChainPlugin):
         are refused (L{StoreError}).
         """
         self.summaries.close()
+        self.reflections.close()
         self.sessions.close()
         return self.store.close()
 
@@ -317,6 +356,7 @@ class Memory(ChainPlugin):
             if envelope.meta.get("origin") == NAME:
                 return envelope
             self.summaries.stop(context)
+            self.reflections.stop(context)
             return self._request(envelope)
         if kind in CANCELLING:
             # The game withdrew the turn (a cancel, a barge-in, a stall, a
@@ -334,6 +374,9 @@ class Memory(ChainPlugin):
             return None
         if kind == TURN_PLAYED:
             self._playedAfterEnd(envelope)
+            return None
+        if kind == ATTITUDE:
+            self._attitudeEnvelope(envelope)
             return None
         message = clientMessage(envelope, CLIENT_TYPES)
         if message is not None:
@@ -507,6 +550,7 @@ class Memory(ChainPlugin):
         )
         # A new turn: the last one's reply can no longer be cut.
         self._completed.pop(key, None)
+        self._playedBy(key, str(meta.get("client") or "api"))
         made = self._plan(fields, card, conversation, spoken, meta)
         self.timeline.note(requestId, memory={**made.report, "conversation": key.asDict()})
         if made.card is None:
@@ -543,6 +587,7 @@ class Memory(ChainPlugin):
             self.settings.scan_depth or book.scanDepth,
             book.tokenBudget,
             book.recursive,
+            self._attitudeLine(conversation, card, fields),
         )
         if made.card is not None:
             self.counts["planned"] += 1
@@ -614,6 +659,9 @@ class Memory(ChainPlugin):
         requestId = envelope.requestId
         if isSummaryRequest(requestId):
             self.summaries.envelope(envelope)
+            return None
+        if isReflectionRequest(requestId):
+            self.reflections.envelope(envelope)
             return None
         turn = self._turns.get(requestId or "")
         if turn is None:
@@ -701,6 +749,7 @@ class Memory(ChainPlugin):
             kept = self.storeFor(turn.key).append(conversation, *said)
             kept.addCallback(self._tellIfLost, turn.client, turn.key, "turn")
             self.summaries.kept(turn.key)
+            self.reflections.noted(conversation)
             if conversation.unsummarizedTokens() > self.settings.summarize_after_tokens:
                 self.summaries.dueFor(turn.key)
         if cutHeard is not None:
@@ -821,6 +870,7 @@ class Memory(ChainPlugin):
     ) -> bool:
         key = self._key(characterId, conversationId, integrationId)
         self.summaries.forget(key)
+        self.reflections.forget(key)
         return self.storeFor(key).forget(key)
 
     def greeted(
@@ -847,6 +897,167 @@ class Memory(ChainPlugin):
         self._known.pop(integrationId, None)
         return self.store.unknow(integrationId, knowledgeId)
 
+    # Attitude (docs/memory.md, Attitude).
+
+    def attitude(
+        self, characterId: str, conversationId: str, integrationId: str | None = None
+    ) -> dict[str, Any]:
+        key = self._key(characterId, conversationId, integrationId)
+        return Attitude.fromState(self.conversation(key).state).asDict()
+
+    def setAttitude(
+        self,
+        characterId: str,
+        conversationId: str,
+        values: Mapping[str, Any] | None = None,
+        stance: str | None = None,
+        integrationId: str | None = None,
+        client: str = "api",
+    ) -> dict[str, Any]:
+        key = self._key(characterId, conversationId, integrationId)
+        checked = valuesOf(values or {}, "set", LOWEST, HIGHEST)
+        told = None if stance is None else stanceOf(stance)
+        return self._changeAttitude(key, checked, True, told, "game", client)
+
+    def adjustAttitude(
+        self,
+        characterId: str,
+        conversationId: str,
+        changes: Mapping[str, Any],
+        stance: str | None = None,
+        integrationId: str | None = None,
+        client: str = "api",
+    ) -> dict[str, Any]:
+        key = self._key(characterId, conversationId, integrationId)
+        checked = valuesOf(changes, "adjust", -MAX_ATTITUDE_CHANGE, MAX_ATTITUDE_CHANGE)
+        told = None if stance is None else stanceOf(stance)
+        return self._changeAttitude(key, checked, False, told, "game", client)
+
+    def _changeAttitude(
+        self,
+        key: Key,
+        changes: Mapping[str, int],
+        absolute: bool,
+        stance: str | None,
+        source: str,
+        client: str,
+        step: int | None = None,
+    ) -> dict[str, Any]:
+        """
+        Change a conversation's attitude (loaded: the caller saw to it),
+        keep it with the conversation, and tell the client that plays it
+        (and C{client}) which levels changed.
+        """
+        if not self.settings.attitude:
+            raise AttitudeError("attitude is turned off (plugins.memory.attitude = false)")
+        conversation = self.conversation(key)
+        before = Attitude.fromState(conversation.state)
+        after, moved = before.changed(changes, absolute, step, stance)
+        if after != before:
+            kept = self.storeFor(key).setState(conversation, ATTITUDE_STATE, after.asState())
+            kept.addCallback(self._tellIfLost, client, key, "attitude")
+        self.log.info(
+            "{characterId}'s attitude changed by {source}: {line}",
+            characterId=key.characterId,
+            source=source,
+            line=after.line(key.characterId, "the player"),
+            levels=[m.asDict() for m in moved],
+        )
+        if moved:
+            self._tellAttitude(key, moved, after, source, client)
+        return {**after.asDict(), "changes": [m.asDict() for m in moved]}
+
+    def _tellAttitude(
+        self, key: Key, moved: list[LevelChange], after: Attitude, source: str, client: str
+    ) -> None:
+        """
+        A C{memory-event} C{attitude} to the client that plays the
+        conversation and to C{client}, when they are client sessions.
+        """
+        context = getattr(self, "context", None)
+        if context is None:
+            return
+        message = {
+            "type": "memory-event",
+            "event": "attitude",
+            **key.asDict(),
+            "source": source,
+            "changes": [m.asDict() for m in moved],
+            "attitude": after.asDict(),
+        }
+        for to in dict.fromkeys((self._clientOf.get(key), client)):
+            if to is not None and to not in ("api", "memory"):
+                context.sendToGame(toClient(to, dict(message)))
+
+    def _playedBy(self, key: Key, client: str) -> None:
+        self._clientOf.pop(key, None)
+        self._clientOf[key] = client
+        while len(self._clientOf) > self.settings.cached:
+            self._clientOf.popitem(last=False)
+
+    def _attitudeEnvelope(self, envelope: Envelope) -> None:
+        """
+        An attitude change another plugin sent (L{ATTITUDE}: an action's
+        effect): applied to the conversation its meta names, once loaded.
+        """
+        key = self.keyOf(envelope.fields, envelope.meta)
+        client = str(envelope.meta.get("client") or "api")
+        reason = str(envelope.get("reason") or "")
+
+        def apply(_: object) -> None:
+            try:
+                change = valuesOf(
+                    envelope.get("change"), "change", -MAX_ATTITUDE_CHANGE, MAX_ATTITUDE_CHANGE
+                )
+                self._changeAttitude(key, change, False, None, reason or "game", client)
+            except AttitudeError as e:
+                self.log.warn("attitude change for {key} not made: {why}", key=key.asDict(), why=e)
+
+        d = self.storeFor(key).load(key).addCallback(apply)
+        d.addErrback(lambda f: self.log.failure("attitude change for {key}", f, key=key.asDict()))
+
+    def _reflected(self, conversation: Conversation, reflection: Reflection, through: int) -> None:
+        """
+        A reflection's checked answer: its details kept as memories of high
+        importance, its attitude change made (each axis by at most
+        C{reflection_step}), and how far it reached kept with the conversation.
+        """
+        key = conversation.key
+        store = self.storeFor(key)
+        remember = getattr(store, "remember", None)
+        for detail in reflection.details:
+            if remember is not None:
+                kept = remember(
+                    conversation, detail, self.settings.reflection_importance, "reflection"
+                )
+                kept.addCallback(self._tellIfLost, "memory", key, "reflection")
+        if self.settings.attitude and (reflection.change or reflection.stance):
+            self._changeAttitude(
+                key,
+                reflection.change,
+                False,
+                reflection.stance,
+                "reflection",
+                self._clientOf.get(key, "memory"),
+                step=self.settings.reflection_step,
+            )
+        done = store.setState(conversation, REFLECTION_STATE, {"through": through})
+        done.addCallback(self._tellIfLost, "memory", key, "reflection")
+
+    def _attitudeLine(
+        self, conversation: Conversation, card: Mapping[str, Any], fields: Mapping[str, Any]
+    ) -> str:
+        """The one line the model is given of the attitude, or "" (neutral, or off)."""
+        if not self.settings.attitude:
+            return ""
+        attitude = Attitude.fromState(conversation.state)
+        if attitude.neutral:
+            return ""
+        data = card.get("data")
+        character = trimmed(data.get("name")) if isinstance(data, Mapping) else ""
+        player = trimmed((fields.get("player") or {}).get("displayName")) or "Player"
+        return attitude.line(character, player)
+
     # Sessions and metrics.
 
     def engineSessionStarted(self, session: IEngineSessionInfo, context: IChainContext) -> None:
@@ -854,6 +1065,7 @@ class Memory(ChainPlugin):
 
     def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
         self.summaries.sessionEnded()
+        self.reflections.sessionEnded()
 
     def collectMetrics(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         yield CounterMetricFamily(
@@ -874,6 +1086,15 @@ class Memory(ChainPlugin):
         summaries.add_metric(["written"], self.counts["summaries"])
         summaries.add_metric(["failed"], self.counts["summaryFailures"])
         yield summaries
+        reflections = CounterMetricFamily(
+            "rpmiddleware_memory_reflections",
+            "Reflections RPEngine answered for the memory plugin, by outcome (dropped: the "
+            "answer failed its schema, or the request failed).",
+            labels=["outcome"],
+        )
+        reflections.add_metric(["kept"], self.counts["reflections"])
+        reflections.add_metric(["dropped"], self.counts["reflectionFailures"])
+        yield reflections
         yield CounterMetricFamily(
             "rpmiddleware_memory_store_writes",
             "Transactions committed to the memory database.",

@@ -43,6 +43,25 @@ class MemorySettings(PluginSettings):
     idle_seconds: Seconds = 1.5
     summary_timeout: Seconds = 120.0
     summaries: bool = True
+    #: Reflection in the player's pauses (docs/memory.md, Reflection): on/off...
+    reflections: bool = True
+    #: ...seconds without a player turn before one is asked (after summaries)...
+    reflection_idle_seconds: Seconds = 3.0
+    #: ...once this many entries are new since the conversation's last...
+    reflection_every_entries: Count = 8
+    #: ...at most once per this many seconds per conversation (a failed one
+    #: waits this long, doubled with each failure in a row, up to an hour)...
+    reflection_cooldown_seconds: Seconds = 60.0
+    reflection_timeout: Seconds = 120.0
+    #: ...taking in at most this many tokens of the newest entries...
+    reflection_chunk_tokens: Count = 1500
+    #: ...moving each attitude axis by at most this much...
+    reflection_step: Count = 10
+    #: ...and keeping its details as memories of this importance (0 to 1).
+    reflection_importance: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.9
+    #: A character's attitude to the player (docs/memory.md, Attitude): kept,
+    #: changed and told to the model each turn in one line.
+    attitude: bool = True
     #: Conversations kept loaded (and session conversations kept at all).
     cached: Count = 1024
     #: Seconds a write waits for the database while another process holds

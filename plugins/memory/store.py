@@ -93,6 +93,12 @@ CREATE TABLE IF NOT EXISTS facts (
     conversation INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
     text TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS state (
+    conversation INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (conversation, name)
+);
 CREATE TABLE IF NOT EXISTS knowledge (
     id INTEGER PRIMARY KEY,
     integration TEXT NOT NULL,
@@ -662,7 +668,13 @@ class MemoryStore:
                 (rowid,),
             )
         ]
-        found = Conversation(key, entries, summary, summarized, facts, updated)
+        state = {
+            name: json.loads(value)
+            for name, value in db.execute(
+                "SELECT name, value FROM state WHERE conversation = ? ORDER BY name", (rowid,)
+            )
+        }
+        found = Conversation(key, entries, summary, summarized, facts, updated, state=state)
         found.memories = memories
         return found, rowid
 
@@ -780,6 +792,36 @@ class MemoryStore:
             "unpin",
             lambda db, rowid: db.execute("DELETE FROM facts WHERE id = ?", (factId,)),
         )
+
+    def setState(self, conversation: Conversation, name: str, value: Any) -> Deferred[str | None]:
+        """
+        Keep C{value} (anything JSON can write) under C{name} with the
+        conversation, replacing what was there; C{None} removes it.  What a
+        plugin keeps of a conversation beside its entries (the memory
+        plugin's attitudes, a character's mood): read back as
+        C{conversation.state[name]}, exported and restored with it, forgotten
+        with it.  Its write is in L{collect}'s list.
+
+        @raise ValueError: when C{name} is empty or C{value} is not JSON.
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError("a state name must be a non-empty string")
+        text = None if value is None else json.dumps(value, ensure_ascii=False, allow_nan=False)
+        if text is None:
+            conversation.state.pop(name, None)
+        else:
+            conversation.state[name] = json.loads(text)
+
+        def write(db: sqlite3.Connection, rowid: int) -> None:
+            if text is None:
+                db.execute("DELETE FROM state WHERE conversation = ? AND name = ?", (rowid, name))
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO state (conversation, name, value) VALUES (?, ?, ?)",
+                    (rowid, name, text),
+                )
+
+        return self._change(conversation, "state", write)
 
     def remember(
         self, conversation: Conversation, text: str, importance: float = 0.5, source: str = "game"
@@ -953,6 +995,7 @@ class MemoryStore:
                 (e.seq, e.role, e.speaker, e.text, e.status, e.at) for e in conversation.entries
             ]
             facts = [(f.id, f.text) for f in conversation.facts]
+            states = [(name, json.dumps(value)) for name, value in conversation.state.items()]
             memories = [(m.id, m.text, m.importance, m.at, m.source) for m in conversation.memories]
             summary, through = conversation.summary, conversation.summarizedThrough
             updated = conversation.updated
@@ -968,6 +1011,10 @@ class MemoryStore:
                 db.executemany(
                     "INSERT INTO facts (id, conversation, text) VALUES (?, ?, ?)",
                     [(i, rowid, text) for i, text in facts],
+                )
+                db.executemany(
+                    "INSERT INTO state (conversation, name, value) VALUES (?, ?, ?)",
+                    [(rowid, name, value) for name, value in states],
                 )
                 db.executemany(
                     "INSERT INTO memories (id, conversation, text, importance, at, source) "
@@ -1053,6 +1100,10 @@ def checksum(body: dict[str, Any]) -> str:
             for e in body.get("entries") or []
         ],
     ]
+    if body.get("state"):
+        # Sealed with the rest when there is some (older exports have none),
+        # its keys in order (a game's JSON library may write them in any).
+        content.append(["state", json.dumps(body["state"], sort_keys=True)])
     if body.get("memories"):
         # Sealed with the rest when there are some (older exports have none).
         content.append(["memories", [_sealedMemory(m) for m in body["memories"]]])
@@ -1155,12 +1206,15 @@ def _parseExport(
         if not isinstance(text, str) or not text.strip():
             raise InvalidDocument(f"facts[{i}] must be a non-empty string or an object with text")
         facts.append(Fact(i + 1, text.strip()))
+    state = document.get("state", {})
+    if not isinstance(state, dict) or not all(isinstance(k, str) and k for k in state):
+        raise InvalidDocument("state must be an object of named values")
     memories = _parseMemories(document.get("memories", []))
     if not unsealed and checksum(document) != sealed:
         raise InvalidDocument(
             "the document's checksum does not match its content: it was changed after export"
         )
-    found = Conversation(key, entries, summary, through, facts)
+    found = Conversation(key, entries, summary, through, facts, state=dict(state))
     found.memories = memories
     return found
 

@@ -197,6 +197,14 @@ class Summaries:
         self.failures: dict[Key, int] = {}
         self.idle: IDelayedCall | None = None
         self.card: dict[str, Any] | None = None
+        #: Called after every kick: what waits for the summaries' turn in the
+        #: pauses (reflections) is scheduled then.
+        self.then: Callable[[], None] = lambda: None
+
+    def active(self) -> bool:
+        """Whether a summary is asked, waits to be asked, or may be due."""
+        waiting = self.idle is not None and self.idle.active()
+        return self.current is not None or waiting or bool(self.due)
 
     def dueFor(self, key: Key) -> None:
         if self.settings.summaries and self.failures.get(key, 0) < 3:
@@ -219,6 +227,7 @@ class Summaries:
         self.idle = None
         if self.due and not self.busy() and self.current is None:
             self.idle = self.reactor.callLater(self.settings.idle_seconds, self.summarizeNext)
+        self.then()
 
     def summarizeNext(self) -> None:
         self.idle = None
@@ -237,6 +246,7 @@ class Summaries:
             if chosen:
                 self.send(context, conversation, chosen)
                 return
+        self.then()  # nothing to condense: the pause is the reflections'
 
     def send(self, context: IChainContext, conversation: Conversation, chosen: list[Any]) -> None:
         if self.card is None:

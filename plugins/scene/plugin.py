@@ -78,8 +78,16 @@ CLIENT_TYPES = ("scene",)
 #: The request meta key a Python API caller names the answering character with.
 ADDRESSEE = "addressee"
 #: What of a request's meta a reaction keeps (who asked, their rate, their
-#: conversation and place, their playbook stage).
-_KEPT_META = ("client", "outputSampleRate", "conversation", "location", "scene", "stage")
+#: conversation and place, their playbook stage, where feelings come from).
+_KEPT_META = (
+    "client",
+    "outputSampleRate",
+    "conversation",
+    "location",
+    "scene",
+    "stage",
+    metakeys.FEELINGS,
+)
 _PROMPT_FIELDS = ("interactionMode", "promptScene", "promptDirective")
 #: What a reaction's request takes of the game's: its output, the player and
 #: the prompt context the game (or the playbook) gave it.

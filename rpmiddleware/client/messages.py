@@ -27,6 +27,7 @@ from rpmiddleware.protocol.clientfields import (
     string,
 )
 from rpmiddleware.protocol.envelope import jsonBytes, loadJson, loadJsonUtf8
+from rpmiddleware.protocol.feelings import FEELING_SOURCES
 from rpmiddleware.protocol.messages import AUDIO_INPUT_LANGUAGES, SPEECH_OUTPUT_LANGUAGES, VOICES
 from rpmiddleware.protocol.meta import PLAYED_LINE
 from rpmiddleware.protocol.rules import (
@@ -69,6 +70,7 @@ CONFIGURE_KEYS = frozenset(
         "inputLanguage",
         "silenceBehavior",
         "bargeIn",
+        "feelings",
         "speechMarks",
     }
 )
@@ -361,6 +363,14 @@ def settingsChanges(fields: Mapping[str, Any], where: str, keys: frozenset[str])
         if value is not None and not isinstance(value, bool):
             raise InvalidMessage(f"{where}.bargeIn must be true, false or null")
         changes["bargeIn"] = value
+    if "feelings" in fields:
+        # Read by the feelings plugin (meta "feelings" on the request).
+        changes["feelings"] = _named(
+            fields["feelings"],
+            FEELING_SOURCES,
+            f"{where}.feelings",
+            "where feelings come from",
+        )
     if "speechMarks" in fields:
         # Read by the speech-marks plugin (meta "speechMarks" on the request).
         changes["speechMarks"] = markKinds(fields["speechMarks"], f"{where}.speechMarks")

@@ -28,6 +28,7 @@ from rpmiddleware.client.messages import Attachment
 from rpmiddleware.client.settings import Character, ClientSettings
 from rpmiddleware.protocol.clienterrors import InvalidMessage
 from rpmiddleware.protocol.messages import SPEECH_MODEL
+from rpmiddleware.protocol.meta import FEELINGS
 from rpmiddleware.protocol.rules import EngineRefusal, checkOutput, checkPromptContext
 from rpmiddleware.protocol.speechmarks import META as SPEECH_MARKS
 
@@ -55,6 +56,8 @@ class ClientConfig:
     inputLanguage: str | None = None
     silenceBehavior: str | None = None
     bargeIn: bool | None = None
+    #: Where the reply's feelings come from (the feelings plugin reads it).
+    feelings: str | None = None
     #: The kinds of speech marks asked for (the speech-marks plugin reads them).
     speechMarks: tuple[str, ...] | None = None
 
@@ -135,9 +138,10 @@ class ClientConfig:
 
     def pluginMeta(self) -> dict[str, Any]:
         """
-        What the client asked of plugins, for the request's C{meta}.
+        What the client asked of plugins, for the request's C{meta}
+        (L{rpmiddleware.protocol.meta.FEELINGS}).
         """
-        meta: dict[str, Any] = {}
+        meta: dict[str, Any] = {FEELINGS: self.feelings} if self.feelings is not None else {}
         if self.speechMarks:
             meta[SPEECH_MARKS] = self.speechMarks
         return meta

@@ -34,7 +34,8 @@ The names, by what they are for:
     a reply into sentences, one audio segment each (L{sentenceBlocks}),
     what a game asks of speech marks and how they travel (L{speechmarks}), and
     what of a reply the player heard from how much of its speech was
-    played (L{Speech}, L{heardText}).
+    played (L{Speech}, L{heardText}); the feelings a line may carry and
+    where a game asks them from (L{FEELINGS}, L{FEELING_SOURCES}).
   - B{Cards}: L{validateCard}, L{CardHasher} (L{CardHasher.withData} is the
     sanctioned way to change what the model is told of a character),
     L{canonicalHash}, transfers and diffs.
@@ -121,6 +122,7 @@ from rpmiddleware.protocol.clienterrors import (
     errorMessage,
 )
 from rpmiddleware.protocol.envelope import Direction, Envelope, isoTimestamp
+from rpmiddleware.protocol.feelings import FEELING_SOURCES, FEELINGS
 from rpmiddleware.protocol.messages import (
     CANCELLING,
     INPUT_AUDIO_FORMATS,
@@ -182,6 +184,8 @@ __all__ = [
     "CANCELLING",
     "CARD_FORMAT",
     "CLIENT_CODES",
+    "FEELINGS",
+    "FEELING_SOURCES",
     "FROM_CLIENT",
     "INPUT_AUDIO_FORMATS",
     "INPUT_SAMPLE_RATE",

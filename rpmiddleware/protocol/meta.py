@@ -42,9 +42,21 @@ SCENE_TEXT = "sceneText"
 PLAYED = "played"
 #: The key of L{PLAYED} that names the line of a turn that was playing.
 PLAYED_LINE = "line"
+#: On a request: where its reply's feelings come from, one of
+#: L{rpmiddleware.protocol.feelings.FEELING_SOURCES} (the client's
+#: C{configure.feelings}, or a turn's C{options.feelings}); absent, the
+#: feelings plugin's own default.
+FEELINGS = "feelings"
+#: The character's mood in a conversation, C{{feeling, intensity}}: on a
+#: reply's C{reply.text.completed} the feelings plugin writes the mood the
+#: line leaves (for the memory plugin to keep with the conversation); on a
+#: request, what was kept, given back (the feelings plugin starts from it).
+MOOD = "mood"
 
 __all__ = [
     "CLIENT",
+    "FEELINGS",
+    "MOOD",
     "ORIGIN",
     "PLAYED",
     "PLAYED_LINE",

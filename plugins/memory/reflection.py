@@ -1,0 +1,475 @@
+"""
+Reflection in the player's pauses: a request of the memory plugin's own
+that asks RPEngine what a character now makes of recent events, the
+details worth keeping and its attitude to the player, and reads the answer
+back as a small JSON structure checked against L{SCHEMA}.
+
+Like a summary (L{rpmiddleware.builtin.memory.summarizer}) it is a
+text-only C{reply.request} for a character of the plugin's own
+(L{REFLECTOR_ID}), never shown to a client, sent only in a pause after
+summaries had their chance, and cancelled the moment a player's turn needs
+RPEngine.  Its C{output.responseProcessing} (buffered: nobody waits for it)
+captures the last JSON object of the answer, so prose around it does no
+harm.  An answer that is not such an object, or that L{SCHEMA} refuses, is
+dropped; the conversation is asked again after a back-off that doubles up
+to L{MAX_BACKOFF}, and its turns go on as ever meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.internet.interfaces import IDelayedCall
+from twisted.logger import Logger
+
+from rpmiddleware.builtin.memory.attitude import AXES, MAX_STANCE, Attitude
+from rpmiddleware.builtin.memory.conversation import CHARACTER, PLAYER, Conversation, Entry, Key
+from rpmiddleware.builtin.memory.planner import flatten, wordsOf
+from rpmiddleware.builtin.memory.settings import MemorySettings
+from rpmiddleware.builtin.memory.store import MemoryStore
+from rpmiddleware.plugin import (
+    TERMINAL,
+    CardHasher,
+    Envelope,
+    IChainContext,
+    snapshotTransfer,
+)
+
+REFLECTOR_ID = "rpmiddleware-memory-reflector"
+REQUEST_PREFIX = "memory-reflection-"
+#: The conversation state that says how far a conversation was reflected on.
+STATE = "reflection"
+#: The response-processing rule that takes the answer's last JSON object.
+RULE_ID = "rpmiddleware.reflection"
+RULE: dict[str, Any] = {
+    "id": RULE_ID,
+    "matcher": {"type": "regex", "pattern": r"(\{.*\})", "flags": "s"},
+    "captureGroup": 1,
+    "occurrence": "last",
+    "remove": "none",
+    "removeFrom": [],
+}
+#: Details one reflection may keep, and how long each may be.
+MAX_DETAILS = 3
+MAX_DETAIL = 200
+#: The longest wait before a conversation whose reflections fail is asked again.
+MAX_BACKOFF = 3600.0
+
+#: What an answer must be (JSON Schema 2020-12).  C{change} moves each axis
+#: by a whole number (the plugin bounds it by C{reflection_step}).
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["change"],
+    "properties": {
+        "details": {
+            "type": "array",
+            "maxItems": MAX_DETAILS,
+            "items": {"type": "string", "minLength": 1, "maxLength": MAX_DETAIL},
+        },
+        "change": {
+            "type": "object",
+            "properties": {a: {"type": "integer", "minimum": -100, "maximum": 100} for a in AXES},
+            "additionalProperties": False,
+        },
+        "stance": {"type": "string", "maxLength": MAX_STANCE},
+    },
+}
+
+#: The card the reflections are asked of.
+REFLECTOR_CARD: dict[str, Any] = {
+    "spec": "chara_card_v2",
+    "spec_version": "2.0",
+    "data": {
+        "name": "Reflector",
+        "description": (
+            "The Reflector reads a conversation from a game character's point of view and "
+            "says what that character makes of it: the details worth remembering and how the "
+            "character now feels about the player."
+        ),
+        "personality": "Exact, brief. Never invents anything.",
+        "scenario": "The Reflector is asked to reflect on recent events.",
+        "first_mes": "",
+        "mes_example": "",
+        "creator_notes": "Used by rpmiddleware's memory plugin; never shown to players.",
+        "system_prompt": "You answer with one JSON object only: no greeting, no commentary.",
+        "post_history_instructions": "",
+        "alternate_greetings": [],
+        "tags": [],
+        "creator": "rpmiddleware",
+        "character_version": "1",
+        "extensions": {},
+    },
+}
+
+
+def isReflectionRequest(requestId: Any) -> bool:
+    return isinstance(requestId, str) and requestId.startswith(REQUEST_PREFIX)
+
+
+class ReflectionError(ValueError):
+    """An answer that is dropped; the message says why."""
+
+
+@dataclass(frozen=True)
+class Reflection:
+    """An answer, checked: what the character keeps and how it feels now."""
+
+    details: tuple[str, ...]
+    change: dict[str, int]
+    stance: str | None
+
+
+def readReflection(text: str) -> Reflection:
+    """
+    The answer (the captured JSON object) checked against L{SCHEMA}.
+
+    @raise ReflectionError: saying what was wrong.
+    """
+    try:
+        answer = json.loads(text)
+    except ValueError as e:
+        raise ReflectionError(f"the answer is not JSON ({e})")
+    from jsonschema import Draft202012Validator
+
+    errors = sorted(Draft202012Validator(SCHEMA).iter_errors(answer), key=str)
+    if errors:
+        where = "/".join(str(p) for p in errors[0].absolute_path) or "the answer"
+        raise ReflectionError(f"{where}: {errors[0].message}")
+    details = tuple(" ".join(d.split()) for d in answer.get("details", []) if d.strip())
+    stance = answer.get("stance")
+    return Reflection(
+        details,
+        dict(answer["change"]),
+        " ".join(stance.split()) if isinstance(stance, str) and stance.strip() else None,
+    )
+
+
+def reflectedThrough(conversation: Conversation) -> int:
+    """The last entry a reflection of this conversation took in (0: none)."""
+    state = conversation.state.get(STATE)
+    through = state.get("through") if isinstance(state, Mapping) else None
+    return through if isinstance(through, int) and not isinstance(through, bool) else 0
+
+
+def toReflect(conversation: Conversation, chunk: int) -> list[Entry]:
+    """
+    The entries not reflected on yet, the newest of them that fit in
+    C{chunk} tokens (older ones are the summary's to tell).
+    """
+    through = reflectedThrough(conversation)
+    chosen: list[Entry] = []
+    total = 0
+    for entry in reversed(conversation.entries):
+        if entry.seq <= through or (chosen and total + entry.tokens > chunk):
+            break
+        chosen.append(entry)
+        total += entry.tokens
+    chosen.reverse()
+    return chosen
+
+
+def eventText(
+    conversation: Conversation,
+    entries: Sequence[Entry],
+    attitude: Attitude,
+    character: str,
+    player: str,
+    step: int,
+) -> str:
+    """
+    What the reflector is asked: who it speaks for, what was said lately,
+    the summary of before, the attitude so far, and the answer's shape.
+    """
+    character, player = character or "the character", player or "the player"
+    lines = []
+    for entry in entries:
+        said = wordsOf(entry, named=False)
+        if said is not None:
+            speaker = entry.speaker or (character if entry.role == CHARACTER else player)
+            lines.append(f"{flatten(speaker)}: {said}")
+    summary = conversation.summary.strip()
+    before = f"Earlier: {flatten(summary)}\n\n" if summary else ""
+    axes = ", ".join(AXES)
+    shape = json.dumps(
+        {"details": ["..."], "change": dict.fromkeys(AXES, 0), "stance": "..."},
+        ensure_ascii=False,
+    )
+    return (
+        f"You are {character}. Think over what happened lately between you and {player}.\n\n"
+        f"{before}What was said lately:\n" + "\n".join(lines) + "\n\n"
+        f"{attitude.line(character, player)}.\n\n"
+        f"Answer with one JSON object and nothing else, like {shape}\n"
+        f"- details: at most {MAX_DETAILS} short facts about {player} or these events that "
+        f"{character} should remember later (names, promises, secrets); [] if none.\n"
+        f"- change: how far {character}'s {axes} toward {player} move now, each a whole number "
+        f"from -{step} to {step} (0: no change).\n"
+        f"- stance: one short sentence, {character}'s view of {player} now."
+    )
+
+
+def reflectionRequest(
+    conversation: Conversation,
+    entries: Sequence[Entry],
+    attitude: Attitude,
+    character: str,
+    player: str,
+    step: int,
+    card: dict[str, Any],
+    language: str = "en",
+) -> Envelope:
+    """The request that asks RPEngine for a reflection (C{card}: the reflector's)."""
+    key = conversation.key
+    envelope = Envelope.build(
+        "reply.request",
+        requestId=REQUEST_PREFIX + uuid.uuid4().hex,
+        eventId=uuid.uuid4().hex,
+        integrationId=key.integrationId,
+        characterId=REFLECTOR_ID,
+        event={"text": eventText(conversation, entries, attitude, character, player, step)},
+        output={
+            "modalities": ["text"],
+            "language": language,
+            "responseProcessing": {"mode": "buffered", "rules": [RULE]},
+        },
+        player={"displayName": "Game"},
+        card=card,
+    )
+    envelope.meta["client"] = "memory"
+    return envelope
+
+
+@dataclass
+class _Reflecting:
+    requestId: str
+    key: Key
+    through: int
+    captured: list[str] = field(default_factory=list)
+    completed: bool = False
+    cancelled: bool = False
+    timer: IDelayedCall | None = None
+
+
+class Reflections:
+    """
+    The memory plugin's reflection scheduling: which conversations are due
+    (L{MemorySettings.reflection_every_entries} entries since the last),
+    the pause it waits for (after the summaries'), each conversation's
+    cool-down and back-off, the one request in flight and its answer.
+
+    C{busy} tells whether a player's turn is in flight; C{summarizing}
+    whether summaries are still to be asked or answered (they go first);
+    C{storeFor}, C{context} as for L{Summaries}; C{reflected} is given each
+    conversation and its checked answer; C{names} the character's and the
+    player's names in a conversation.
+    """
+
+    def __init__(
+        self,
+        *,
+        reactor: Any,
+        settings: MemorySettings,
+        cards: CardHasher,
+        busy: Callable[[], bool],
+        summarizing: Callable[[], bool],
+        storeFor: Callable[[Key], MemoryStore],
+        context: Callable[[], IChainContext],
+        reflected: Callable[[Conversation, Reflection, int], None],
+        attitudeOf: Callable[[Conversation], Attitude],
+        counts: dict[str, int],
+        log: Logger,
+    ) -> None:
+        self.reactor = reactor
+        self.settings = settings
+        self.cards = cards
+        self.busy = busy
+        self.summarizing = summarizing
+        self.storeFor = storeFor
+        self.context = context
+        self.reflected = reflected
+        self.attitudeOf = attitudeOf
+        self.counts = counts
+        self.log = log
+        self.current: _Reflecting | None = None
+        self.due: dict[Key, None] = {}
+        #: When each conversation may be asked again (cool-down, back-off).
+        self.notBefore: dict[Key, float] = {}
+        self.failures: dict[Key, int] = {}
+        self.idle: IDelayedCall | None = None
+        self.card: dict[str, Any] | None = None
+
+    def noted(self, conversation: Conversation) -> None:
+        """A conversation grew: due once enough is new since its last reflection."""
+        if not self.settings.reflections:
+            return
+        through = reflectedThrough(conversation)
+        new = sum(1 for e in conversation.entries if e.seq > through)
+        if new >= max(1, self.settings.reflection_every_entries):
+            self.due[conversation.key] = None
+
+    def forget(self, key: Key) -> None:
+        self.due.pop(key, None)
+        self.notBefore.pop(key, None)
+        self.failures.pop(key, None)
+
+    def kick(self) -> None:
+        """Once no player's turn waits, wait for a pause, then reflect."""
+        if self.idle is not None and self.idle.active():
+            self.idle.cancel()
+        self.idle = None
+        if self.due and not self.busy() and self.current is None:
+            now = self.reactor.seconds()
+            ready = min(self.notBefore.get(k, now) for k in self.due)
+            wait = max(self.settings.reflection_idle_seconds, ready - now)
+            self.idle = self.reactor.callLater(wait, self.reflectNext)
+
+    def reflectNext(self) -> None:
+        self.idle = None
+        context = self.context()
+        if self.busy() or self.current is not None or context.session is None:
+            return
+        if self.summarizing():
+            return  # summaries first: kicked again when they are done
+        now = self.reactor.seconds()
+        for key in list(self.due):
+            if self.notBefore.get(key, now) > now:
+                continue
+            del self.due[key]
+            conversation = self.storeFor(key).cached(key)
+            if conversation is None:
+                continue  # let go of meanwhile: due again at its next turns
+            chosen = toReflect(conversation, self.settings.reflection_chunk_tokens)
+            if chosen:
+                self.send(context, conversation, chosen)
+                return
+        self.kick()  # some wait for their cool-down
+
+    def send(self, context: IChainContext, conversation: Conversation, chosen: list[Entry]) -> None:
+        if self.card is None:
+            owned = self.cards.canonicalNow(REFLECTOR_CARD)
+            self.card = snapshotTransfer(owned.document, owned.hash)
+        character = next((e.speaker for e in chosen if e.role == CHARACTER and e.speaker), "")
+        player = next((e.speaker for e in chosen if e.role == PLAYER and e.speaker), "")
+        envelope = reflectionRequest(
+            conversation,
+            chosen,
+            self.attitudeOf(conversation),
+            character or conversation.key.characterId,
+            player,
+            self.settings.reflection_step,
+            dict(self.card),
+        )
+        requestId = envelope.requestId or ""
+        reflecting = _Reflecting(requestId, conversation.key, chosen[-1].seq)
+        reflecting.timer = self.reactor.callLater(
+            self.settings.reflection_timeout, self.timedOut, reflecting
+        )
+        self.current = reflecting
+        self.notBefore[conversation.key] = (
+            self.reactor.seconds() + self.settings.reflection_cooldown_seconds
+        )
+        self.log.info(
+            "asking RPEngine to reflect on {count} entries of {key}",
+            count=len(chosen),
+            key=conversation.key.asDict(),
+            requestId=requestId,
+        )
+        context.sendToEngine(envelope)
+
+    def stop(self, context: IChainContext) -> None:
+        """A player's turn needs RPEngine: the reflection in flight is cancelled now."""
+        if self.idle is not None and self.idle.active():
+            self.idle.cancel()
+        self.idle = None
+        reflecting = self.current
+        if reflecting is not None and not reflecting.cancelled:
+            reflecting.cancelled = True
+            self.due[reflecting.key] = None
+            # Not its fault: asked again at the next pause.
+            self.notBefore.pop(reflecting.key, None)
+            context.sendToEngine(Envelope.build("request.cancel", requestId=reflecting.requestId))
+
+    def timedOut(self, reflecting: _Reflecting) -> None:
+        reflecting.timer = None
+        if self.current is reflecting:
+            self.failed(reflecting.key, "it took longer than reflection_timeout")
+            reflecting.cancelled = True
+            self.context().sendToEngine(
+                Envelope.build("request.cancel", requestId=reflecting.requestId)
+            )
+
+    def envelope(self, envelope: Envelope) -> None:
+        reflecting = self.current
+        if reflecting is None or reflecting.requestId != envelope.requestId:
+            return
+        kind = envelope.type
+        if kind == "reply.text.completed":
+            reflecting.completed = True
+            extracted = envelope.get("extractedContent")
+            found = extracted.get(RULE_ID) if isinstance(extracted, Mapping) else None
+            if isinstance(found, list):
+                reflecting.captured = [str(c) for c in found]
+        elif kind in TERMINAL:
+            self.current = None
+            if reflecting.timer is not None and reflecting.timer.active():
+                reflecting.timer.cancel()
+            if not reflecting.cancelled:
+                self.ended(reflecting, kind, envelope)
+            self.kick()
+
+    def ended(self, reflecting: _Reflecting, kind: str, envelope: Envelope) -> None:
+        key = reflecting.key
+        if kind != "reply.completed":
+            self.failed(key, str(envelope.get("code") or kind))
+            return
+        if not reflecting.captured:
+            self.failed(key, "the answer holds no JSON object")
+            return
+        try:
+            reflection = readReflection(reflecting.captured[-1])
+        except ReflectionError as e:
+            self.failed(key, str(e))
+            return
+        conversation = self.storeFor(key).cached(key)
+        if conversation is None:
+            return
+        self.failures.pop(key, None)
+        self.counts["reflections"] += 1
+        self.reflected(conversation, reflection, reflecting.through)
+
+    def failed(self, key: Key, why: str) -> None:
+        """
+        The answer is dropped; the conversation is asked again after a
+        back-off that doubles with each failure in a row, up to
+        L{MAX_BACKOFF}.
+        """
+        self.counts["reflectionFailures"] += 1
+        failures = self.failures[key] = self.failures.get(key, 0) + 1
+        wait = min(MAX_BACKOFF, self.settings.reflection_cooldown_seconds * 2 ** (failures - 1))
+        self.notBefore[key] = self.reactor.seconds() + wait
+        self.due[key] = None
+        self.log.warn(
+            "RPEngine's reflection on {key} was dropped ({failures} in a row; asked again in "
+            "{wait} s): {why}",
+            key=key.asDict(),
+            failures=failures,
+            wait=wait,
+            why=why,
+        )
+
+    def sessionEnded(self) -> None:
+        reflecting = self.current
+        if reflecting is not None:
+            # Its request ends with the session; asked again later.
+            self.due[reflecting.key] = None
+
+    def close(self) -> None:
+        if self.idle is not None and self.idle.active():
+            self.idle.cancel()
+        self.idle = None
+        reflecting = self.current
+        if reflecting is not None and reflecting.timer is not None and reflecting.timer.active():
+            reflecting.timer.cancel()
