@@ -95,6 +95,44 @@ class IConversationMemory(Interface):
     def forget(characterId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]
         """Remove the conversation; whether there was one."""
 
+    def save(saveId, conversationId, integrationId=None, characterId=None):  # type: ignore[no-untyped-def]  # noqa: E501
+        """
+        Snapshot every character's conversation under C{conversationId} (or
+        only C{characterId}'s) as the game's save C{saveId}, replacing one of
+        that name: a Deferred of its brief, once written.
+        """
+
+    def loadSave(saveId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]
+        """
+        Restore save C{saveId}: its conversations as saved, the others under
+        C{conversationId} forgotten.  A Deferred of what was restored and
+        forgotten; it fails with SaveRefused while a turn of that conversation
+        is in flight, KeyError when there is no such save.
+        """
+
+    def listSaves(conversationId=None, integrationId=None):  # type: ignore[no-untyped-def]
+        """A Deferred of the saves' briefs (of one conversation id, or all), newest first."""
+
+    def dropSave(saveId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]
+        """Delete a save: a Deferred of whether there was one."""
+
+    def prune(  # type: ignore[no-untyped-def]
+        olderThanDays=None,
+        keepEntries=None,
+        keepSaves=None,
+        maxBytes=None,
+        conversationId=None,
+        characterId=None,
+        integrationId=None,
+    ):
+        """
+        Forget old entries (summaries, facts and memories stay) and saves: a
+        Deferred of what went (C{removed}) and the store's C{size} after.
+        """
+
+    def storeSize():  # type: ignore[no-untyped-def]
+        """A Deferred of the store's size: bytes, conversations, entries, saves."""
+
     def greeted(characterId, conversationId, integrationId=None):  # type: ignore[no-untyped-def]
         """The player saw the card's first_mes: it opens the conversation."""
 

@@ -23,6 +23,12 @@ one the client's C{character} named, else the configured one.  The ops, and what
   - C{import} C{{characterId, document, empty?, unverified?}} (what C{export} gave;
     C{empty: true} to import one with no entries, C{unverified: true} to
     import an export of the older, unsealed format as it is);
+  - C{save} C{{saveId, characterId?}}: every character's conversation under
+    the client's C{conversationId} (or one named) snapshotted as a save;
+    C{load-save} C{{saveId}} restores them (refused while a turn of theirs
+    is in flight); C{saves} C{{all?}} lists them; C{drop-save} C{{saveId}};
+  - C{prune} C{{olderThanDays?, keepEntries?, keepSaves?, maxBytes?,
+    conversationId?, characterId?}}: forget old entries and saves;
   - C{know} C{{text, keys?, constant?, scope?}}; C{unknow} C{{knowledgeId}};
   - C{attitude} C{{characterId, set?, adjust?, stance?}}: the character's
     attitude to the player, read, or changed (C{set} axes to values,
@@ -43,6 +49,7 @@ from rpmiddleware.builtin.memory.api import IConversationMemory as Memory
 from rpmiddleware.builtin.memory.attitude import AttitudeError
 from rpmiddleware.builtin.memory.conversation import SESSION_PREFIX, Where
 from rpmiddleware.builtin.memory.planner import MAX_FACT
+from rpmiddleware.builtin.memory.saves import SaveRefused
 from rpmiddleware.builtin.memory.store import InvalidDocument, StoreError, describe
 from rpmiddleware.plugin import IChainContext, toClient
 
@@ -253,6 +260,82 @@ def _attitude(
     return memory.loaded(*ids, target.integrationId).addCallback(run)
 
 
+def _game(memory: Memory, client: str, message: dict[str, Any], required: bool = True) -> Any:
+    """
+    The game's conversation id a save op names, else the client's (a
+    session's own conversations are never stored, so they have no saves).
+    """
+    named = _optional(message, "conversationId") or memory.chosen.get(client)
+    if named is None and required:
+        raise OpError(
+            'this client has no game conversation id: send memory {op: "use", '
+            "conversationId} first, or name conversationId (a session's own conversations "
+            "are not stored, so they cannot be saved)"
+        )
+    if named is not None and named.startswith(SESSION_PREFIX):
+        raise OpError(f"conversationId may not start with {SESSION_PREFIX!r}")
+    return named
+
+
+def _save(m: Memory, client: str, msg: dict[str, Any], integrationId: str | None) -> Any:
+    conversationId = _game(m, client, msg)
+    saveId = _string(msg, "saveId", MAX_ID)
+    characterId = _optional(msg, "characterId")
+    integrationId = _optional(msg, "integrationId") or integrationId
+    d = m.save(saveId, conversationId, integrationId, characterId)
+    return d.addCallback(lambda brief: {"save": brief})
+
+
+def _loadSave(m: Memory, client: str, msg: dict[str, Any], integrationId: str | None) -> Any:
+    conversationId = _game(m, client, msg)
+    saveId = _string(msg, "saveId", MAX_ID)
+    integrationId = _optional(msg, "integrationId") or integrationId
+    return m.loadSave(saveId, conversationId, integrationId)
+
+
+def _saves(m: Memory, client: str, msg: dict[str, Any], integrationId: str | None) -> Any:
+    conversationId = None if msg.get("all") is True else _game(m, client, msg, required=False)
+    integrationId = _optional(msg, "integrationId") or integrationId
+    d = m.listSaves(conversationId, integrationId)
+    return d.addCallback(lambda found: {"conversationId": conversationId, "saves": found})
+
+
+def _dropSave(m: Memory, client: str, msg: dict[str, Any], integrationId: str | None) -> Any:
+    conversationId = _game(m, client, msg)
+    saveId = _string(msg, "saveId", MAX_ID)
+    integrationId = _optional(msg, "integrationId") or integrationId
+    d = m.dropSave(saveId, conversationId, integrationId)
+    return d.addCallback(
+        lambda dropped: {"saveId": saveId, "conversationId": conversationId, "dropped": dropped}
+    )
+
+
+def _amount(message: dict[str, Any], name: str, whole: bool = True) -> Any:
+    value = message.get(name)
+    if value is None:
+        return None
+    number = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, number) or value < 0:
+        kind = "a whole number" if whole else "a number"
+        raise OpError(f"{name} must be {kind} of at least 0")
+    return value
+
+
+def _prune(m: Memory, client: str, msg: dict[str, Any], integrationId: str | None) -> Any:
+    olderThanDays = _amount(msg, "olderThanDays", whole=False)
+    keepEntries, keepSaves = _amount(msg, "keepEntries"), _amount(msg, "keepSaves")
+    maxBytes = _amount(msg, "maxBytes")
+    if (olderThanDays, keepEntries, keepSaves, maxBytes) == (None, None, None, None):
+        raise OpError("prune needs olderThanDays, keepEntries, keepSaves or maxBytes")
+    conversationId = _game(m, client, msg, required=False) if "conversationId" in msg else None
+    characterId = _optional(msg, "characterId")
+    integrationId = _optional(msg, "integrationId") or integrationId
+    d = m.prune(
+        olderThanDays, keepEntries, keepSaves, maxBytes, conversationId, characterId, integrationId
+    )
+    return d
+
+
 def _know(m: Memory, client: str, msg: dict[str, Any], integrationId: str | None) -> Any:
     constant = msg.get("constant") is True
     integrationId = _optional(msg, "integrationId") or integrationId
@@ -282,6 +365,11 @@ OPS: dict[str, Op] = {
     "unpin": _target(_unpin),
     "know": _know,
     "unknow": _unknow,
+    "save": _save,
+    "load-save": _loadSave,
+    "saves": _saves,
+    "drop-save": _dropSave,
+    "prune": _prune,
     "attitude": _attitude,
 }
 
@@ -308,7 +396,7 @@ def _scope(message: dict[str, Any]) -> str:
 
 #: What the game got wrong: answered INVALID_MESSAGE.  Anything else is ours
 #: (the store failed, or a bug): INTERNAL_ERROR naming the cause.
-GAMES_MISTAKES = (OpError, KeyError, InvalidDocument, AttitudeError)
+GAMES_MISTAKES = (OpError, KeyError, InvalidDocument, SaveRefused, AttitudeError)
 
 
 def handle(

@@ -39,9 +39,9 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.python.failure import Failure
 
 from rpmiddleware.builtin.memory.conversation import (
@@ -106,6 +106,19 @@ CREATE TABLE IF NOT EXISTS knowledge (
     entry TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS memories (
+CREATE TABLE IF NOT EXISTS saves (
+    id INTEGER PRIMARY KEY,
+    integration TEXT NOT NULL,
+    conversation TEXT NOT NULL,
+    save TEXT NOT NULL,
+    created REAL NOT NULL,
+    characters TEXT NOT NULL,
+    entries INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    checksum TEXT NOT NULL,
+    UNIQUE (integration, conversation, save)
+);
     id INTEGER PRIMARY KEY,
     conversation INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
     text TEXT NOT NULL,
@@ -194,6 +207,7 @@ def _indexForRecall(db: sqlite3.Connection) -> None:
 
 _Row = tuple[Any, ...]
 Known = tuple[int, str, dict[str, Any]]
+T = TypeVar("T")
 
 
 class StoreError(Exception):
@@ -437,6 +451,104 @@ class MemoryStore:
         return d.addBoth(stopped)
 
     @property
+    # Work of other parts of the plugin (saves, pruning, the store's size).
+
+    def transaction(
+        self, what: str, work: Callable[[sqlite3.Connection], T], write: bool = True
+    ) -> Deferred[T]:
+        """
+        C{work} with the writer's connection, as one transaction, on the
+        writer's thread after every write given before it (so it sees them
+        all): its result, or its failure.  A write (C{write}) that fails
+        in SQLite is counted and reported as lost, like any other.
+        """
+
+        def transaction() -> T:
+            db = self._open()
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                result = work(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return result
+
+        def kept(result: T) -> T:
+            if write:
+                self.writes += 1
+            return result
+
+        def lost(failure: Failure) -> Failure:
+            if write and failure.check(sqlite3.Error, StoreError):
+                self.lost += 1
+                self.onLost(None, what, describe(failure.value))
+            return failure
+
+        if self._closed:
+            d: Deferred[T] = maybeDeferred(self._refuseClosed)
+        else:
+            d = self._writer.run(transaction)
+        return d.addCallbacks(kept, lost)
+
+    def _refuseClosed(self) -> Any:
+        raise StoreError(f"the memory database {self.path} is closed (the daemon is stopping)")
+
+    def compact(self) -> Deferred[None]:
+        """
+        Give the space of what was deleted back to the disk (C{VACUUM}, then
+        the log written back and emptied), on the writer's thread.  It
+        rewrites the whole file: other writes wait meanwhile, the reactor
+        does not.
+        """
+
+        def vacuum() -> None:
+            db = self._open()
+            # A full-text index keeps what was deleted as markers until its
+            # segments are merged: merged first, or it would not shrink.
+            for (table,) in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%USING fts5%'"
+            ).fetchall():
+                db.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
+            db.execute("VACUUM")
+            if not self._memoryOnly:
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+        if self._closed:
+            return maybeDeferred(self._refuseClosed)
+        return self._writer.run(vacuum)
+
+    def size(self) -> Deferred[dict[str, int]]:
+        """
+        How big the store is: C{bytes} (the file and its C{-wal} log; for
+        a store in memory, its pages), C{conversations}, C{entries} and
+        C{saves}, read on the reader's thread (the file's size too: a
+        stat on a slow disk never holds up the reactor).
+        """
+        if not self._exists():
+            return succeed({"bytes": 0, "conversations": 0, "entries": 0, "saves": 0})
+
+        def measure() -> dict[str, int]:
+            db = self._readerDb()
+            if self._memoryOnly:
+                pages = db.execute("PRAGMA page_count").fetchone()[0]
+                size = pages * db.execute("PRAGMA page_size").fetchone()[0]
+            else:
+                size = sum(
+                    os.path.getsize(p) for p in (self.path, self.path + "-wal") if os.path.exists(p)
+                )
+            count = {
+                table: db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                for table in ("conversations", "entries", "saves")
+            }
+            return {"bytes": int(size), **count}
+
+        return self._reader.run(measure)
+
+    def loadedKeys(self) -> list[Key]:
+        """The conversations loaded now (and the session ones kept)."""
+        return list(self._loaded)
+
     def queued(self) -> int:
         """Work given to the store's threads and not finished."""
         reader = 0 if self._reader is self._writer else self._reader.waiting
