@@ -63,6 +63,37 @@ class Runner:
             d.callback(work())
 
 
+class FakeAligner:
+    """
+    The alignment's contract with known answers: the first word of a
+    sentence at 0.1 s, its visemes at 0.1 s and 0.2 s.
+    """
+
+    def __init__(self) -> None:
+        self.prepared: list[str] = []
+        self.aligned: list[bytes] = []
+
+    def prepare(self, text: str, language: str) -> str:
+        self.prepared.append(text)
+        return text
+
+    def result(self, text: str) -> alignment.Alignment:
+        end = text.index(" ")
+        word = alignment.Timed(0.1, 0.3, text[:end], 0, end)
+        return alignment.Alignment(
+            (word,),
+            (
+                alignment.Timed(0.1, 0.2, "s", 0, end, 0.25),
+                alignment.Timed(0.2, 0.3, "E", 0, end, 0.5),
+            ),
+            "forced",
+        )
+
+    def align(self, prepared: str, samples: bytes, sampleRate: int) -> alignment.Alignment:
+        self.aligned.append(samples)
+        return self.result(prepared)
+
+
 class MatchingTests(SynchronousTestCase):
     def texts(self, text: str) -> list[str]:
         return [s.text for s in sentencesOf(text, True)]
@@ -243,23 +274,34 @@ class SpeechMarksPluginTests(SynchronousTestCase):
 
     def test_marksMatchTheAlignment(self) -> None:
         """
-        Word times are the alignment's, offset by the sentence's first sample.
+        Word and viseme times are the alignment's, offset by the sentence's
+        first sample; offsets are the sentence's plus the alignment's.
         """
-        self.ask(("word",))
-        self.text("First one. Second sentence here. ")
-        self.chunks(0, 10 * RATE // 15)
+        fake = FakeAligner()
+        self.plugin = SpeechMarks(None, run=self.runner, aligner=fake)
+        self.harness = PluginHarness(self.plugin)
+        self.harness.startSession()
+        self.ask(("word", "viseme"))
+        text = "First one. Second sentence here. "
+        self.text(text)
+        first = 10 * RATE // 15
+        self.chunks(0, first)
         self.chunks(1, 22 * RATE // 15)
         self.runner.runAll()
-        pcm = b"".join(
-            __import__("base64").b64decode(f["data"]) for f in segmentChunks(1, 22 * RATE // 15)
-        )
-        expected = alignment.align(alignment.prepare("Second sentence here.", "en"), pcm, RATE)
-        words = [m for m in self.marks() if m["type"] == "word"][2:]
-        first = 10 * RATE // 15
+        self.assertEqual(fake.prepared, ["First one.", "Second sentence here."])
+        self.assertEqual([len(pcm) // 2 for pcm in fake.aligned], [first, 22 * RATE // 15])
+        second = [m for m in self.marks() if m["time"] >= round(first * 1000 / RATE)]
+        expected = fake.result("Second sentence here.")
         self.assertEqual(
-            [w["time"] for w in words],
-            [round((first + t.start * RATE) * 1000 / RATE) for t in expected.words],
+            [(m["type"], m["time"], m["value"]) for m in second],
+            [
+                ("word", round((first + 0.1 * RATE) * 1000 / RATE), "Second"),
+                ("viseme", round((first + 0.1 * RATE) * 1000 / RATE), "s"),
+                ("viseme", round((first + 0.2 * RATE) * 1000 / RATE), "E"),
+            ],
         )
+        self.assertEqual(second[1]["mouth"], expected.visemes[0].mouth)
+        self.assertEqual(text[second[0]["start"] : second[0]["end"]], "Second")
 
     def test_cancelDropsWhatIsHeld(self) -> None:
         self.ask(("word",))
@@ -308,6 +350,38 @@ class SpeechMarksPluginTests(SynchronousTestCase):
         self.chunks(0, 14 * RATE // 15, "a")
         self.chunks(0, 14 * RATE // 15, "b")
         self.assertEqual([m["sample"] for m in self.marks()], [0, 0])
+
+    def test_sceneLinesKeepTheirOrder(self) -> None:
+        """
+        A scene's next line (its request names the turn) waits behind the
+        line before it while that line's audio is held, and each line's
+        marks name its speaker (meta speaker, as the scene tags its lines).
+        """
+        garrick = {"characterId": "garrick", "name": "Garrick"}
+        mara = {"characterId": "mara", "name": "Mara"}
+        meta = {speechmarks.META: ("word",)}
+        self.harness.toEngine(self.harness.replyRequest("t1", meta={**meta, "speaker": garrick}))
+        self.text("Stay back. ", "t1")
+        self.chunks(0, 10 * RATE // 15, "t1")
+        reaction = self.harness.replyRequest("r2", meta={**meta, "speaker": mara, "turn": "t1"})
+        self.harness.toEngine(reaction)
+        self.text("He means it.", "r2")
+        self.assertEqual(self.harness.typesToGame(), ["reply.text.delta"])
+        self.runner.runAll()
+        sent = [(e.type, e.requestId) for e in self.harness.sentToGame]
+        self.assertEqual(sent[1], (speechmarks.MARKS_ENVELOPE, "t1"))
+        self.assertEqual(sent[-1], ("reply.text.delta", "r2"))
+        marksEnvelope = self.harness.sentToGame[1]
+        self.assertEqual(marksEnvelope["speaker"], garrick)
+        self.assertEqual(marksEnvelope.meta["speaker"], garrick)
+
+    def test_plainLineNamesNoSceneSpeaker(self) -> None:
+        self.ask(("sentence",))
+        self.text("Hello there. ")
+        self.chunks(0, 12 * RATE // 15)
+        marksEnvelope = self.harness.sentToGame[1]
+        self.assertEqual(marksEnvelope["speaker"], {"characterId": "c1"})
+        self.assertNotIn("speaker", marksEnvelope.meta)
 
     def test_factory(self) -> None:
         plugin = speechMarks.buildPlugin({"threads": 3}, pluginServices(None))

@@ -55,6 +55,7 @@ from rpmiddleware.plugin import (
     base64Bytes,
     decodeBase64,
     endsSegment,
+    meta,
     rejectUnknownSettings,
     speechmarks,
     textOfDelta,
@@ -84,6 +85,25 @@ class _Segment:
     sent: bool = False
 
 
+_Held = tuple[Deferred[Any], Envelope, "_Segment | None", "_Line"]
+
+
+@dataclass(eq=False)
+class _Turn:
+    """
+    A game's turn: its request and, in a scene, the requests of the lines
+    that follow it (whose meta names the turn).  What is held of any of its
+    lines is held in one queue, so that a later line's text never overtakes
+    an earlier line's held audio.
+    """
+
+    key: str
+    #: Everything held, in order: (its Deferred, the envelope, the segment
+    #: it is a chunk of, its line).
+    held: deque[_Held] = field(default_factory=deque)
+    lines: int = 0
+
+
 @dataclass(eq=False)
 class _Line:
     """One request of a game that asked for marks."""
@@ -92,14 +112,14 @@ class _Line:
     kinds: frozenset[str]
     language: str
     speaker: dict[str, Any] | None
+    turn: _Turn
+    #: The request named its speaker (a scene's line, meta SPEAKER).
+    scene: bool = False
     text: LineText = field(default_factory=LineText)
     rate: int = 0
     #: Samples of the segments before the one collecting.
     samples: int = 0
     collecting: _Segment | None = None
-    #: Everything of the request held, in order: (its Deferred, the
-    #: envelope, the segment it is a chunk of).
-    held: deque[tuple[Deferred[Any], Envelope, _Segment | None]] = field(default_factory=deque)
     #: Sentence index -> (its text, the Deferred of its prepared form).
     prepared: dict[int, tuple[str, Deferred[Any]]] = field(default_factory=dict)
     cancelled: bool = False
@@ -114,12 +134,20 @@ class SpeechMarks(ChainPlugin):
         reactor: Any,
         threads: int = DEFAULT_THREADS,
         run: Runner | None = None,
+        aligner: Any = None,
     ) -> None:
+        """
+        @param run: runs work off the reactor (tests); else a thread pool.
+        @param aligner: what has C{prepare} and C{align} (tests); else the
+            alignment module, imported when first needed.
+        """
         self._reactor = reactor
         self._threads = threads
         self._run = run
+        self._aligner = aligner
         self._pool: ThreadPool | None = None
         self._lines: dict[str, _Line] = {}
+        self._turns: dict[str, _Turn] = {}
         self._context: IChainContext | None = None
 
     # Toward RPEngine: who asked, and cancels.
@@ -129,8 +157,18 @@ class SpeechMarks(ChainPlugin):
         if kind in _OPENING:
             kinds = requested(envelope.meta)
             if kinds and envelope.requestId is not None:
+                key = envelope.meta.get(meta.TURN) or envelope.requestId
+                turn = self._turns.get(key)
+                if turn is None:
+                    turn = self._turns[key] = _Turn(key)
+                turn.lines += 1
                 self._lines[envelope.requestId] = _Line(
-                    envelope.requestId, kinds, _language(envelope), _speaker(envelope)
+                    envelope.requestId,
+                    kinds,
+                    _language(envelope),
+                    _speaker(envelope),
+                    turn,
+                    isinstance(envelope.meta.get(meta.SPEAKER), dict),
                 )
         elif kind in ("request.cancel", "voice.capture.cancel"):
             line = self._lines.get(envelope.requestId or "")
@@ -147,9 +185,9 @@ class SpeechMarks(ChainPlugin):
         self._context = context
         kind = envelope.type
         if kind in TERMINAL:
-            if line.held and not line.cancelled:
+            if line.turn.held and not line.cancelled:
                 return self._hold(line, envelope, None)
-            del self._lines[line.requestId]
+            self._ended(line)
             return envelope
         if line.cancelled:
             return envelope
@@ -161,14 +199,23 @@ class SpeechMarks(ChainPlugin):
             self._prepareReady(line)
         elif kind == "reply.audio.chunk":
             return self._chunk(line, envelope)
-        if line.held:
+        if line.turn.held:
             return self._hold(line, envelope, None)
         return envelope
 
     def _hold(self, line: _Line, envelope: Envelope, segment: _Segment | None) -> Deferred[Any]:
         d: Deferred[Any] = Deferred()
-        line.held.append((d, envelope, segment))
+        line.turn.held.append((d, envelope, segment, line))
         return d
+
+    def _ended(self, line: _Line) -> None:
+        """The line's request ended and nothing of it is held: forget it."""
+        if self._lines.pop(line.requestId, None) is None:
+            return
+        turn = line.turn
+        turn.lines -= 1
+        if turn.lines <= 0 and not turn.held:
+            self._turns.pop(turn.key, None)
 
     def _chunk(self, line: _Line, envelope: Envelope) -> Any:
         fields = envelope.fields
@@ -211,12 +258,9 @@ class SpeechMarks(ChainPlugin):
         if not match.matched or not line.kinds & ALIGNED or match.sentence is None:
             segment.pcm = []
             segment.marks = _sentenceMarks(line, segment, match)
-            self._release(line)
+            self._release(line.turn)
             return
-        # numpy and the alignment: loaded by the first request that asks for
-        # words or visemes, never at start-up.
-        from rpmiddleware.builtin.animation import alignment
-
+        alignment = self._alignment()
         sentence = match.sentence
         pcm = b"".join(segment.pcm)
         segment.pcm = []
@@ -237,13 +281,12 @@ class SpeechMarks(ChainPlugin):
             segment.marks = _sentenceMarks(line, segment, match)
 
         d.addCallbacks(aligned, failed)
-        d.addCallback(lambda _: self._release(line))
+        d.addCallback(lambda _: self._release(line.turn))
 
     def _prepareReady(self, line: _Line) -> None:
         if not line.kinds & ALIGNED:
             return
-        from rpmiddleware.builtin.animation import alignment
-
+        alignment = self._alignment()
         for sentence in line.text.readySentences():
             known = line.prepared.get(sentence.index)
             if known is None or known[0] != sentence.text:
@@ -251,8 +294,7 @@ class SpeechMarks(ChainPlugin):
                 line.prepared[sentence.index] = (sentence.text, d)
 
     def _prepared(self, line: _Line, sentence: Sentence) -> Deferred[Any]:
-        from rpmiddleware.builtin.animation import alignment
-
+        alignment = self._alignment()
         known = line.prepared.pop(sentence.index, None)
         if known is not None and known[0] == sentence.text:
             result: Deferred[Any] = Deferred()
@@ -265,14 +307,14 @@ class SpeechMarks(ChainPlugin):
             return result
         return self._submit(alignment.prepare, sentence.text, line.language)
 
-    def _release(self, line: _Line) -> None:
+    def _release(self, turn: _Turn) -> None:
         """
-        Send on, in order, everything held up to the first segment whose
-        marks are not made yet; a segment's marks go first.
+        Send on, in order, everything held of the turn up to the first
+        segment whose marks are not made yet; a segment's marks go first.
         """
-        held = line.held
-        while held and not line.cancelled:
-            d, envelope, segment = held[0]
+        held = turn.held
+        while held:
+            d, envelope, segment, line = held[0]
             if segment is not None:
                 if segment.marks is None:
                     return
@@ -281,8 +323,10 @@ class SpeechMarks(ChainPlugin):
                     self._send(line, segment.marks)
             held.popleft()
             if envelope.type in TERMINAL:
-                self._lines.pop(line.requestId, None)
+                self._ended(line)
             d.callback(envelope)
+        if turn.lines <= 0:
+            self._turns.pop(turn.key, None)
 
     def _send(self, line: _Line, marks: list[dict[str, Any]]) -> None:
         context = self._context or getattr(self, "context", None)
@@ -296,15 +340,30 @@ class SpeechMarks(ChainPlugin):
         )
         if line.speaker is not None:
             message["speaker"] = line.speaker
+        if line.scene:
+            # A scene's line: the client's turn tells its lines by this.
+            message.meta[meta.SPEAKER] = line.speaker
         context.sendToGame(message)
 
     def _drop(self, line: _Line) -> None:
         """The game cancelled the request: what is held of it goes nowhere."""
         line.cancelled = True
-        held, line.held = line.held, deque()
-        for d, _, _ in held:
-            d.callback(None)
         line.collecting = None
+        turn = line.turn
+        dropped = [entry for entry in turn.held if entry[3] is line]
+        turn.held = deque(entry for entry in turn.held if entry[3] is not line)
+        for d, _, _, _ in dropped:
+            d.callback(None)
+        self._release(turn)
+
+    def _alignment(self) -> Any:
+        if self._aligner is None:
+            # numpy and the alignment: loaded by the first request that asks
+            # for words or visemes, never at start-up.
+            from rpmiddleware.builtin.animation import alignment
+
+            self._aligner = alignment
+        return self._aligner
 
     # The worker threads.
 
@@ -339,6 +398,7 @@ class SpeechMarks(ChainPlugin):
         for line in list(self._lines.values()):
             self._drop(line)
         self._lines.clear()
+        self._turns.clear()
 
     def clientSessionEnded(self, clientId: str, context: IChainContext) -> None:
         # The request's own ending (a cancel) drops what is held; nothing
@@ -407,6 +467,9 @@ def _language(envelope: Envelope) -> str:
 
 
 def _speaker(envelope: Envelope) -> dict[str, Any] | None:
+    speaker = envelope.meta.get(meta.SPEAKER)
+    if isinstance(speaker, dict):
+        return speaker
     characterId = envelope.get("characterId")
     return {"characterId": characterId} if isinstance(characterId, str) else None
 

@@ -67,6 +67,7 @@ from rpmiddleware.plugin import (
     answerOp,
     clientMessage,
     heardText,
+    speechmarks,
     textOfDelta,
     toClient,
     trimmed,
@@ -78,7 +79,8 @@ CLIENT_TYPES = ("scene",)
 #: The request meta key a Python API caller names the answering character with.
 ADDRESSEE = "addressee"
 #: What of a request's meta a reaction keeps (who asked, their rate, their
-#: conversation and place, their playbook stage, where feelings come from).
+#: conversation and place, their playbook stage, where feelings come from,
+#: the speech marks asked for).
 _KEPT_META = (
     "client",
     "outputSampleRate",
@@ -87,6 +89,7 @@ _KEPT_META = (
     "scene",
     "stage",
     metakeys.FEELINGS,
+    speechmarks.META,
 )
 _PROMPT_FIELDS = ("interactionMode", "promptScene", "promptDirective")
 #: What a reaction's request takes of the game's: its output, the player and

@@ -87,6 +87,7 @@ _LINE_TYPES = frozenset(
         "reply.audio.start",
         "reply.audio.chunk",
         "reply.audio.completed",
+        MARKS_ENVELOPE,
     }
 )
 #: The messages of one line, which say its speaker in a scene.
