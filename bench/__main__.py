@@ -18,7 +18,8 @@ Benchmarks: cards (5), memory (6), hop (1 and 2), load (3), resample (4,
 bench/resample.py, run as it is and its table included), mailbox (7, RPEngine's
 file mailbox against its WebSocket; also writes docs/benchmarks/mailbox.md), prompt (8,
 the memory plugin's plan and store writes), scenes (9, the gap between two characters'
-lines and what buffering for actions costs).
+lines and what buffering for actions costs), visemes (issue 35: words and visemes aligned
+on espeak-ng speech, against spreading evenly; needs libespeak-ng1).
 """
 
 from __future__ import annotations
@@ -41,7 +42,17 @@ from bench.common import Section, machine
 from bench.peers import discard
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCHMARKS = ("hop", "load", "cards", "memory", "resample", "mailbox", "prompt", "scenes")
+BENCHMARKS = (
+    "hop",
+    "load",
+    "cards",
+    "memory",
+    "resample",
+    "mailbox",
+    "prompt",
+    "scenes",
+    "visemes",
+)
 #: Modules a section needs beyond what ``pip install .`` brings, and the extra
 #: that installs them.
 NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -57,6 +68,7 @@ DURATION = {
     "mailbox": "3 min / 1 min",
     "prompt": "30 s / 10 s",
     "scenes": "30 s / 10 s",
+    "visemes": "10 s / 5 s",
 }
 
 
@@ -155,6 +167,10 @@ async def benchmarks(
             from bench import scenes
 
             sections.append(await scenes.run(reactor, quick))
+        elif name == "visemes":
+            from bench import visemes
+
+            sections.append(visemes.run(quick))
         print(f"   {time.perf_counter() - started:.0f} s", flush=True)
         for section in sections[before:]:
             section.source = name

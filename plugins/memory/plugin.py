@@ -60,8 +60,8 @@ from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
 from rpmiddleware.builtin.memory.planner import MAX_FACT, Limits, Plan, plan
 from rpmiddleware.builtin.memory.reflection import STATE as REFLECTION_STATE
 from rpmiddleware.builtin.memory.reflection import Reflection, Reflections, isReflectionRequest
-from rpmiddleware.builtin.memory.settings import MemorySettings
 from rpmiddleware.builtin.memory.saves import Saves
+from rpmiddleware.builtin.memory.settings import MemorySettings
 from rpmiddleware.builtin.memory.store import MemoryStore, describe
 from rpmiddleware.builtin.memory.summarizer import Summaries, isSummaryRequest
 from rpmiddleware.plugin import (
@@ -162,20 +162,20 @@ class Memory(ChainPlugin):
         self.timeline = timeline
         # Stored entries are stamped with the wall clock (the reactor's, where it has one).
         now = getattr(reactor, "seconds", time.time)
+        self.now = now
         self.store = MemoryStore(
             settings.path, now, settings.cached, reactor, settings.write_timeout
         )
-        self.store.onLost = self._lost
-        self.sessions = MemoryStore(":memory:", now, settings.cached)
-        self.now = now
-        #: Envelopes toward RPEngine held, in order, behind a conversation
-        #: being read (L{envelopeToEngine}); C{None} while none is.
-        self._held: deque[tuple[Envelope, IChainContext, Deferred[Any]]] | None = None
         #: The game's saves, pruning and the store's size (L{Saves}).
         self.saves = Saves(self)
         #: Ops in flight that hold every later envelope toward RPEngine
         #: (taking or loading a save, pruning: L{_holdUntil}).
         self._holding = 0
+        self.store.onLost = self._lost
+        self.sessions = MemoryStore(":memory:", now, settings.cached)
+        #: Envelopes toward RPEngine held, in order, behind a conversation
+        #: being read (L{envelopeToEngine}); C{None} while none is.
+        self._held: deque[tuple[Envelope, IChainContext, Deferred[Any]]] | None = None
         self.limits = Limits(
             settings.max_input_tokens or None,
             settings.spoken_reserve_tokens,
@@ -339,10 +339,33 @@ class Memory(ChainPlugin):
 
         self.store.load(key).addCallbacks(lambda _: None, failed).addBoth(self._release)
 
+    def _holdUntil(self, done: Deferred[Any]) -> Deferred[Any]:
+        """
+        Hold every envelope toward RPEngine that comes after this point
+        until C{done} fires (a save being taken or loaded, the store being
+        pruned), so that a turn sent right after such an op is planned
+        from what it left.  Returns C{done}.
+        """
+        if done.called:
+            return done
+        if self._held is None:
+            self._held = deque()
+        self._holding += 1
+
+        def released(result: object) -> object:
+            self._holding -= 1
+            if not self._holding:
+                self._release()
+            return result
+
+        return done.addBoth(released)
+
     def _release(self, _: object = None) -> None:
         """Pass the held envelopes on, in order, until one needs a read."""
         held = self._held
         while held:
+            if self._holding:
+                return
             envelope, context, d = held[0]
             key = self._toRead(envelope)
             if key is not None:
@@ -421,33 +444,10 @@ class Memory(ChainPlugin):
         kept.addCallback(self._tellIfLost, client, key, "heard line")
 
     def _heardWhole(self, lineId: Any, key: Key, seq: int, client: str) -> None:
-    def _holdUntil(self, done: Deferred[Any]) -> Deferred[Any]:
-        """
-        Hold every envelope toward RPEngine that comes after this point
-        until C{done} fires (a save being taken or loaded, the store being
-        pruned), so that a turn sent right after such an op is planned
-        from what it left.  Returns C{done}.
-        """
-        if done.called:
-            return done
-        if self._held is None:
-            self._held = deque()
-        self._holding += 1
-
-        def released(result: object) -> object:
-            self._holding -= 1
-            if not self._holding:
-                self._release()
-            return result
-
-        return done.addBoth(released)
-
         """Entry C{seq} of C{key} holds line C{lineId}, heard whole."""
         if not isinstance(lineId, str) or not lineId:
             return
         self._heardLines.setdefault(lineId, []).append((key, seq, client))
-            if self._holding:
-                return
         self._heardLines.move_to_end(lineId)
         while len(self._heardLines) > COMPLETED_KEPT:
             self._heardLines.popitem(last=False)
@@ -904,6 +904,79 @@ class Memory(ChainPlugin):
         self.reflections.forget(key)
         return self.storeFor(key).forget(key)
 
+    def save(
+        self,
+        saveId: str,
+        conversationId: str,
+        integrationId: str | None = None,
+        characterId: str | None = None,
+    ) -> Deferred[dict[str, Any]]:
+        integrationId = integrationId or self.integrationId
+        return self._holdUntil(self.saves.save(integrationId, conversationId, saveId, characterId))
+
+    def loadSave(
+        self, saveId: str, conversationId: str, integrationId: str | None = None
+    ) -> Deferred[dict[str, Any]]:
+        integrationId = integrationId or self.integrationId
+        return self._holdUntil(self.saves.load(integrationId, conversationId, saveId))
+
+    def listSaves(
+        self, conversationId: str | None = None, integrationId: str | None = None
+    ) -> Deferred[list[dict[str, Any]]]:
+        return self.saves.list(integrationId or self.integrationId, conversationId)
+
+    def dropSave(
+        self, saveId: str, conversationId: str, integrationId: str | None = None
+    ) -> Deferred[bool]:
+        return self.saves.drop(integrationId or self.integrationId, conversationId, saveId)
+
+    def prune(
+        self,
+        olderThanDays: float | None = None,
+        keepEntries: int | None = None,
+        keepSaves: int | None = None,
+        maxBytes: int | None = None,
+        conversationId: str | None = None,
+        characterId: str | None = None,
+        integrationId: str | None = None,
+    ) -> Deferred[dict[str, Any]]:
+        pruned = self.saves.prune(
+            integrationId or self.integrationId,
+            olderThanDays,
+            keepEntries,
+            keepSaves,
+            maxBytes,
+            conversationId,
+            characterId,
+        )
+        return self._holdUntil(pruned)
+
+    def storeSize(self) -> Deferred[dict[str, int]]:
+        return self.saves.measure()
+
+    def turnsInFlight(self) -> list[tuple[str, Key]]:
+        """The players' turns in flight: request id and conversation."""
+        return [(requestId, turn.key) for requestId, turn in self._turns.items()]
+
+    def letGo(self, key: Key) -> None:
+        """
+        Conversation C{key} is about to be replaced (a save loaded): its
+        summary in flight is cancelled, and a late cut of its last reply or
+        of a line it heard no longer applies to it.
+        """
+        current = self.summaries.current
+        context = getattr(self, "context", None)
+        if current is not None and current.key == key and context is not None:
+            self.summaries.stop(context)
+        self.summaries.forget(key)
+        self._completed.pop(key, None)
+        for lineId, heard in list(self._heardLines.items()):
+            kept = [h for h in heard if h[0] != key]
+            if kept:
+                self._heardLines[lineId] = kept
+            else:
+                del self._heardLines[lineId]
+
     def greeted(
         self, characterId: str, conversationId: str, integrationId: str | None = None
     ) -> None:
@@ -988,79 +1061,6 @@ class Memory(ChainPlugin):
             kept = self.storeFor(key).setState(conversation, ATTITUDE_STATE, after.asState())
             kept.addCallback(self._tellIfLost, client, key, "attitude")
         self.log.info(
-    def save(
-        self,
-        saveId: str,
-        conversationId: str,
-        integrationId: str | None = None,
-        characterId: str | None = None,
-    ) -> Deferred[dict[str, Any]]:
-        integrationId = integrationId or self.integrationId
-        return self._holdUntil(self.saves.save(integrationId, conversationId, saveId, characterId))
-
-    def loadSave(
-        self, saveId: str, conversationId: str, integrationId: str | None = None
-    ) -> Deferred[dict[str, Any]]:
-        integrationId = integrationId or self.integrationId
-        return self._holdUntil(self.saves.load(integrationId, conversationId, saveId))
-
-    def listSaves(
-        self, conversationId: str | None = None, integrationId: str | None = None
-    ) -> Deferred[list[dict[str, Any]]]:
-        return self.saves.list(integrationId or self.integrationId, conversationId)
-
-    def dropSave(
-        self, saveId: str, conversationId: str, integrationId: str | None = None
-    ) -> Deferred[bool]:
-        return self.saves.drop(integrationId or self.integrationId, conversationId, saveId)
-
-    def prune(
-        self,
-        olderThanDays: float | None = None,
-        keepEntries: int | None = None,
-        keepSaves: int | None = None,
-        maxBytes: int | None = None,
-        conversationId: str | None = None,
-        characterId: str | None = None,
-        integrationId: str | None = None,
-    ) -> Deferred[dict[str, Any]]:
-        pruned = self.saves.prune(
-            integrationId or self.integrationId,
-            olderThanDays,
-            keepEntries,
-            keepSaves,
-            maxBytes,
-            conversationId,
-            characterId,
-        )
-        return self._holdUntil(pruned)
-
-    def storeSize(self) -> Deferred[dict[str, int]]:
-        return self.saves.measure()
-
-    def turnsInFlight(self) -> list[tuple[str, Key]]:
-        """The players' turns in flight: request id and conversation."""
-        return [(requestId, turn.key) for requestId, turn in self._turns.items()]
-
-    def letGo(self, key: Key) -> None:
-        """
-        Conversation C{key} is about to be replaced (a save loaded): its
-        summary in flight is cancelled, and a late cut of its last reply or
-        of a line it heard no longer applies to it.
-        """
-        current = self.summaries.current
-        context = getattr(self, "context", None)
-        if current is not None and current.key == key and context is not None:
-            self.summaries.stop(context)
-        self.summaries.forget(key)
-        self._completed.pop(key, None)
-        for lineId, heard in list(self._heardLines.items()):
-            kept = [h for h in heard if h[0] != key]
-            if kept:
-                self._heardLines[lineId] = kept
-            else:
-                del self._heardLines[lineId]
-
             "{characterId}'s attitude changed by {source}: {line}",
             characterId=key.characterId,
             source=source,
@@ -1218,6 +1218,23 @@ class Memory(ChainPlugin):
             "Memory database work waiting for or running on the store's own thread.",
             value=self.store.queued,
         )
+        # Measured on the store's reader thread, never at the scrape.
+        size = self.saves.sizeForMetrics()
+        yield GaugeMetricFamily(
+            "rpmiddleware_memory_store_bytes",
+            "Bytes of the memory database file and its -wal log, as last measured.",
+            value=size["bytes"],
+        )
+        yield GaugeMetricFamily(
+            "rpmiddleware_memory_store_entries",
+            "Entries (lines) kept in the memory database, as last measured.",
+            value=size["entries"],
+        )
+        yield GaugeMetricFamily(
+            "rpmiddleware_memory_store_saves",
+            "Game saves kept in the memory database, as last measured.",
+            value=size["saves"],
+        )
 
 
 def _line(fields: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
@@ -1241,20 +1258,3 @@ def _hasAudio(fields: Mapping[str, Any]) -> bool:
 
 
 __all__ = ["NAME", "Memory"]
-        # Measured on the store's reader thread, never at the scrape.
-        size = self.saves.sizeForMetrics()
-        yield GaugeMetricFamily(
-            "rpmiddleware_memory_store_bytes",
-            "Bytes of the memory database file and its -wal log, as last measured.",
-            value=size["bytes"],
-        )
-        yield GaugeMetricFamily(
-            "rpmiddleware_memory_store_entries",
-            "Entries (lines) kept in the memory database, as last measured.",
-            value=size["entries"],
-        )
-        yield GaugeMetricFamily(
-            "rpmiddleware_memory_store_saves",
-            "Game saves kept in the memory database, as last measured.",
-            value=size["saves"],
-        )

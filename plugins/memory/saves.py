@@ -30,16 +30,43 @@ import hashlib
 import json
 import sqlite3
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, FirstError, gatherResults, succeed
 from twisted.python.failure import Failure
 
 from rpmiddleware.builtin.memory.conversation import CHARACTER, Key
-from rpmiddleware.builtin.memory.store import InvalidDocument, StoreError, _parseExport
+from rpmiddleware.builtin.memory.store import InvalidDocument, MemoryStore, StoreError, verifyExport
 
-if TYPE_CHECKING:
-    from rpmiddleware.builtin.memory.plugin import Memory
+
+class SavingPlugin(Protocol):
+    """What L{Saves} uses of the memory plugin."""
+
+    store: MemoryStore
+    now: Callable[[], float]
+
+    def export(
+        self, characterId: str, conversationId: str, integrationId: str | None = None
+    ) -> dict[str, Any]: ...
+
+    def restore(
+        self,
+        characterId: str,
+        conversationId: str,
+        document: Any,
+        integrationId: str | None = None,
+        empty: bool = False,
+        unverified: bool = False,
+    ) -> int: ...
+
+    def forget(
+        self, characterId: str, conversationId: str, integrationId: str | None = None
+    ) -> bool: ...
+
+    def letGo(self, key: Key) -> None: ...
+
+    def turnsInFlight(self) -> list[tuple[str, Key]]: ...
+
 
 #: The format of a save's body.
 SAVE_FORMAT = "rpmiddleware.memory-save/1"
@@ -98,7 +125,7 @@ class Saves:
     API call it; what it reads and writes goes through the store's threads.
     """
 
-    def __init__(self, memory: Memory) -> None:
+    def __init__(self, memory: SavingPlugin) -> None:
         self.memory = memory
         self.store = memory.store
         #: The store's size as last measured (L{measured}), and when.
@@ -234,7 +261,7 @@ class Saves:
                 if not isinstance(named, str) or not named:
                     raise DamagedSave(f"save {saveId!r} holds a conversation without characterId")
                 try:
-                    _parseExport(Key("", "", ""), document, True, False)
+                    verifyExport(document)
                 except InvalidDocument as e:
                     raise DamagedSave(f"save {saveId!r} holds a damaged conversation: {e}")
             return body, _characters(db, integrationId, conversationId)

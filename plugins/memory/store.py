@@ -105,7 +105,6 @@ CREATE TABLE IF NOT EXISTS knowledge (
     scope TEXT NOT NULL,
     entry TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS memories (
 CREATE TABLE IF NOT EXISTS saves (
     id INTEGER PRIMARY KEY,
     integration TEXT NOT NULL,
@@ -119,6 +118,7 @@ CREATE TABLE IF NOT EXISTS saves (
     checksum TEXT NOT NULL,
     UNIQUE (integration, conversation, save)
 );
+CREATE TABLE IF NOT EXISTS memories (
     id INTEGER PRIMARY KEY,
     conversation INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
     text TEXT NOT NULL,
@@ -206,8 +206,8 @@ def _indexForRecall(db: sqlite3.Connection) -> None:
 
 
 _Row = tuple[Any, ...]
-Known = tuple[int, str, dict[str, Any]]
 T = TypeVar("T")
+Known = tuple[int, str, dict[str, Any]]
 
 
 class StoreError(Exception):
@@ -450,7 +450,6 @@ class MemoryStore:
         d: Deferred[Any] = readers.addBoth(writer)
         return d.addBoth(stopped)
 
-    @property
     # Work of other parts of the plugin (saves, pruning, the store's size).
 
     def transaction(
@@ -549,6 +548,7 @@ class MemoryStore:
         """The conversations loaded now (and the session ones kept)."""
         return list(self._loaded)
 
+    @property
     def queued(self) -> int:
         """Work given to the store's threads and not finished."""
         reader = 0 if self._reader is self._writer else self._reader.waiting
@@ -1238,6 +1238,17 @@ def _sealedMemory(item: Any) -> Any:
         number(item.get("at", 0.0)),
         item.get("source", "game"),
     ]
+
+
+def verifyExport(document: Any) -> None:
+    """
+    Check a document as L{MemoryStore.restore} would (empty ones allowed),
+    without restoring it: for a save, each of whose conversations is
+    checked before any is replaced.
+
+    @raise InvalidDocument: naming what is wrong with it.
+    """
+    _parseExport(Key("", "", ""), document, True, False)
 
 
 def _parseExport(

@@ -1,0 +1,358 @@
+"""
+Benchmark: visemes from the voice (issue 35, part 2).
+
+Aligns speech whose phoneme timings are known and measures how far the
+aligned words and visemes are from them, beside spreading evenly.
+
+The test speech is espeak-ng's, its word and phoneme positions taken from
+espeak-ng's own events; the alignment's reference synthesis is espeak-ng's
+too, so the test speech is made to differ from it in everything a voice can
+change there: the reference is the language's default voice (variant none,
+175 words a minute, pitch 50, range 50); each test condition uses another
+voice variant (another formant set, two of them another synthesizer: Klatt),
+another speed (150-215 words a minute), pitch and pitch range, starts after
+150 ms of silence, carries white noise at -55 dBFS and is resampled to
+RPEngine's 44.1 kHz.  What it cannot show is a voice as far from espeak-ng
+as RPEngine's own neural TTS: see docs/animation.md.
+
+    python -m bench visemes           # writes its section of docs/benchmarks.md
+    python bench/visemes.py           # prints the section
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy
+import soxr
+
+from bench.common import Section, median, percentile, table
+from rpmiddleware.builtin.animation import align_espeak, alignment, phonemes
+from rpmiddleware.builtin.animation.align_words import blankTags
+from rpmiddleware.builtin.animation.visemes import visemeOf
+
+#: The corpus: sentences written for this benchmark, short to long, with
+#: questions, numbers, names, an interjection and an expression tag.
+CORPUS: dict[str, tuple[str, ...]] = {
+    "en": (
+        "Halt.",
+        "Who goes there?",
+        "The north gate stays shut after dark.",
+        "Mr. Brennan paid us three fifty for the old lantern.",
+        "Wait, what did you just say about my sister?",
+        "Ha <laugh> that is rich, coming from a thief.",
+        "I never thought the castle would fall so quickly, but here we are, standing in its ruins.",
+        "Bring me the map, the compass and a lantern; we leave at first light.",
+        "Nobody in this village has seen a dragon for a hundred years.",
+        "Is that blood on your sleeve, or just wine from the tavern?",
+        "Keep your voice down.",
+        "The merchant from Valmora owes me forty gold pieces and a favour, and "
+        "I intend to collect both before the winter festival begins.",
+        "Fine. Go, then.",
+        "Do you really believe the old stories about the lake?",
+        "My father built this forge with his own hands.",
+        "Quiet! Something is moving behind the wall.",
+    ),
+    "de": (
+        "Halt.",
+        "Wer ist da?",
+        "Das Nordtor bleibt nach Einbruch der Dunkelheit geschlossen.",
+        "Herr Brenner hat uns drei Goldstücke für die alte Laterne bezahlt.",
+        "Warte, was hast du gerade über meine Schwester gesagt?",
+        "Ich hätte nie gedacht, dass die Burg so schnell fällt, aber hier stehen "
+        "wir nun in ihren Ruinen.",
+        "Bring mir die Karte und den Kompass, wir brechen im Morgengrauen auf.",
+        "Niemand in diesem Dorf hat seit hundert Jahren einen Drachen gesehen.",
+        "Sei leise.",
+        "Glaubst du wirklich an die alten Geschichten über den See?",
+    ),
+}
+
+#: The reference synthesis prepare() makes: the language's default voice.
+REFERENCE = "default variant, 175 wpm, pitch 50, range 50"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """How a test voice differs from the reference."""
+
+    variant: str
+    rate: int
+    pitch: int
+    range: int
+
+    def describe(self) -> str:
+        return f"+{self.variant}, {self.rate} wpm, pitch {self.pitch}, range {self.range}"
+
+
+CONDITIONS = (
+    Condition("f3", 150, 75, 70),
+    Condition("m3", 215, 30, 30),
+    Condition("klatt4", 170, 60, 80),
+    Condition("klatt2", 195, 40, 60),
+)
+#: Silence before the speech, seconds, and the noise under it, dBFS.
+LEAD = 0.15
+NOISE_DBFS = -55.0
+#: The rate the test speech is handed over at (RPEngine's).
+OUTPUT_RATE = 44100
+#: Frames the viseme share is counted in.
+FRAME = 0.01
+#: The numbers issue 35 quotes for spreading evenly, and the goals.
+ISSUE_EVEN = (161.0, 387.0, 28.0)
+GOALS = (40.0, 100.0, 65.0)
+
+
+@dataclass
+class Tally:
+    """What one language's alignments measured."""
+
+    onsets: list[float]
+    evenOnsets: list[float]
+    frames: int = 0
+    matched: int = 0
+    evenMatched: int = 0
+    speechFrames: int = 0
+    speechMatched: int = 0
+    forced: int = 0
+    runs: int = 0
+    prepareCpu: float = 0.0
+    alignCpu: float = 0.0
+    audioSeconds: float = 0.0
+    referenceSeconds: float = 0.0
+
+
+def truth(
+    synthesis: align_espeak.Synthesis, spoken: phonemes.Spoken, lead: float
+) -> tuple[dict[int, float], list[tuple[float, str]]]:
+    """
+    Each word's onset (its first phoneme, seconds) and the visemes' starts,
+    from a test synthesis's own events.
+    """
+    onsets: dict[int, float] = {}
+    starts: list[tuple[float, str]] = []
+    plain = spoken.words
+    owner = _owners(spoken, synthesis)
+    for phoneme, word in zip(synthesis.phonemes, owner, strict=True):
+        if phoneme.name.startswith("("):
+            continue
+        at = lead + phoneme.sample / synthesis.rate
+        viseme = visemeOf(phoneme.name) if phoneme.name else "sil"
+        starts.append((at, viseme))
+        if phoneme.name and 0 <= word < len(plain):
+            onsets.setdefault(word, at)
+    return onsets, starts
+
+
+def _owners(spoken: phonemes.Spoken, synthesis: align_espeak.Synthesis) -> list[int]:
+    """The word index of each phoneme of C{synthesis} (by text position)."""
+    words = spoken.words
+    owners = []
+    for phoneme in synthesis.phonemes:
+        index = -1
+        for number, word in enumerate(words):
+            if word.start <= phoneme.textPosition:
+                index = number
+        owners.append(index if phoneme.name else -1)
+    return owners
+
+
+def grid(starts: list[tuple[float, str]], seconds: float) -> list[str]:
+    """The viseme at the middle of every 10 ms frame of C{seconds}."""
+    frames = int(seconds / FRAME)
+    shapes = ["sil"] * frames
+    ordered = sorted(starts)
+    for index, (start, viseme) in enumerate(ordered):
+        end = ordered[index + 1][0] if index + 1 < len(ordered) else seconds
+        first = max(0, int(numpy.ceil(start / FRAME - 0.5)))
+        last = min(frames, int(numpy.ceil(end / FRAME - 0.5)))
+        for frame in range(first, last):
+            shapes[frame] = viseme
+    return shapes
+
+
+def placedGrid(result: alignment.Alignment, seconds: float) -> list[str]:
+    """The viseme an alignment shows at the middle of every 10 ms frame."""
+    frames = int(seconds / FRAME)
+    shapes = ["sil"] * frames
+    for viseme in result.visemes:
+        first = max(0, int(numpy.ceil(viseme.start / FRAME - 0.5)))
+        last = min(frames, int(numpy.ceil(viseme.end / FRAME - 0.5)))
+        for frame in range(first, last):
+            shapes[frame] = viseme.value
+    return shapes
+
+
+def testSpeech(
+    text: str, voice: str, condition: Condition, seed: int
+) -> tuple[numpy.ndarray, align_espeak.Synthesis]:
+    """The test speech: another voice, lead-in silence, noise, 44.1 kHz."""
+    plain = blankTags(text)
+    synthesis = align_espeak.synthesize(
+        plain, f"{voice}+{condition.variant}", condition.rate, condition.pitch, condition.range
+    )
+    lead = numpy.zeros(int(LEAD * synthesis.rate), numpy.float32)
+    signal = numpy.concatenate([lead, synthesis.samples.astype(numpy.float32)])
+    noise = numpy.random.default_rng(seed).standard_normal(len(signal))
+    signal = signal + noise * 32768.0 * 10 ** (NOISE_DBFS / 20)
+    resampled = soxr.resample(signal / 32768.0, synthesis.rate, OUTPUT_RATE)
+    pcm = numpy.clip(numpy.round(resampled * 32767.0), -32768, 32767).astype(numpy.int16)
+    return pcm, synthesis
+
+
+def measure(language: str, quick: bool = False) -> Tally:
+    """Align every sentence of a language's corpus in every condition."""
+    voice = phonemes.voiceFor(language)
+    if voice is None:
+        raise RuntimeError(f"espeak-ng has no voice for {language!r}")
+    tally = Tally([], [])
+    sentences = CORPUS[language][:6] if quick else CORPUS[language]
+    for number, text in enumerate(sentences):
+        started = time.thread_time()
+        prepared = alignment.prepare(text, language)
+        tally.prepareCpu += time.thread_time() - started
+        assert isinstance(prepared, alignment.Prepared)
+        assert prepared.reference is not None, prepared.reason
+        tally.referenceSeconds += prepared.reference.duration
+        spoken = phonemes.phonemize(text, language)
+        assert spoken is not None
+        for index, condition in enumerate(CONDITIONS):
+            pcm, synthesis = testSpeech(text, voice, condition, number * 10 + index)
+            seconds = len(pcm) / OUTPUT_RATE
+            onsets, starts = truth(synthesis, spoken, LEAD)
+            started = time.thread_time()
+            result = alignment.align(prepared, pcm, OUTPUT_RATE)
+            tally.alignCpu += time.thread_time() - started
+            tally.audioSeconds += seconds
+            tally.runs += 1
+            tally.forced += result.method == "forced"
+            even = alignment.spreadEvenly(prepared, seconds)
+            for word, onset in onsets.items():
+                tally.onsets.append(abs(result.words[word].start - onset) * 1000)
+                tally.evenOnsets.append(abs(even.words[word].start - onset) * 1000)
+            expected = grid(starts, seconds)
+            mine = placedGrid(result, seconds)
+            spread = placedGrid(even, seconds)
+            tally.frames += len(expected)
+            for want, got, guess in zip(expected, mine, spread, strict=True):
+                tally.matched += want == got
+                tally.evenMatched += want == guess
+                if want != "sil":
+                    tally.speechFrames += 1
+                    tally.speechMatched += want == got
+    return tally
+
+
+def run(quick: bool = False) -> Section:
+    """The section: one table per language, goals for English."""
+    if not align_espeak.available():
+        return Section(
+            "Visemes from the voice (issue 35)",
+            "Not measured: libespeak-ng is not installed (Debian: libespeak-ng1).\n",
+            [("visemes: espeak-ng installed", "missing", False)],
+        )
+    rows = []
+    cpuRows = []
+    goals: list[tuple[str, str, bool]] = []
+    for language in CORPUS:
+        tally = measure(language, quick)
+        onsetMedian = median(tally.onsets)
+        onsetP90 = percentile(tally.onsets, 90)
+        share = 100.0 * tally.matched / max(tally.frames, 1)
+        speech = 100.0 * tally.speechMatched / max(tally.speechFrames, 1)
+        evenShare = 100.0 * tally.evenMatched / max(tally.frames, 1)
+        rows.append(
+            (
+                language,
+                "aligned (reference synthesis + DTW)",
+                f"{onsetMedian:.0f}",
+                f"{onsetP90:.0f}",
+                f"{share:.0f}% ({speech:.0f}% of speech frames)",
+                f"{tally.forced}/{tally.runs} forced",
+            )
+        )
+        rows.append(
+            (
+                language,
+                "even spreading, same run",
+                f"{median(tally.evenOnsets):.0f}",
+                f"{percentile(tally.evenOnsets, 90):.0f}",
+                f"{evenShare:.0f}%",
+                "",
+            )
+        )
+        cpuRows.append(
+            (
+                language,
+                f"{1000 * tally.prepareCpu / tally.referenceSeconds:.1f}",
+                f"{1000 * tally.alignCpu / tally.audioSeconds:.1f}",
+                f"{tally.audioSeconds / tally.runs:.2f}",
+                f"{1000 * tally.alignCpu / tally.runs:.1f}",
+                f"{len(tally.onsets)} onsets, {tally.frames} frames, {tally.runs} sentences",
+            )
+        )
+        if language == "en":
+            goals.append(
+                (
+                    "visemes (en): word onset median <= 40 ms, p90 <= 100 ms",
+                    f"{onsetMedian:.0f} ms, {onsetP90:.0f} ms",
+                    onsetMedian <= GOALS[0] and onsetP90 <= GOALS[1],
+                )
+            )
+            goals.append(
+                ("visemes (en): viseme frames >= 65% matching", f"{share:.0f}%", share >= GOALS[2])
+            )
+    rows.append(
+        (
+            "en",
+            "even spreading, issue 35's figures",
+            f"{ISSUE_EVEN[0]:.0f}",
+            f"{ISSUE_EVEN[1]:.0f}",
+            f"{ISSUE_EVEN[2]:.0f}%",
+            "",
+        )
+    )
+    conditions = "\n".join(f"- {condition.describe()}" for condition in CONDITIONS)
+    body = (
+        "Aligning espeak-ng speech whose word and phoneme positions espeak-ng reports "
+        "(`python -m bench visemes`, `bench/visemes.py`). The reference synthesis that "
+        f"`prepare()` makes is the language's espeak-ng voice ({REFERENCE}); the test "
+        "speech differs from it in voice variant, speed, pitch and pitch range, four "
+        f"conditions, each after {LEAD * 1000:.0f} ms of silence, with white noise at "
+        f"{NOISE_DBFS:.0f} dBFS, resampled to 44.1 kHz:\n\n"
+        f"{conditions}\n\n"
+        "Word onset error: |aligned start - first phoneme's position|, over every word. "
+        "Viseme frames: the share of 10 ms frames (the whole audio, pauses included; in "
+        "brackets only frames where a phoneme sounds) whose viseme is the one the test "
+        "speech's phoneme events give. Same corpus, same voices, same run for both methods.\n\n"
+        + table(
+            ("language", "method", "onset median ms", "onset p90 ms", "viseme frames", ""),
+            rows,
+        )
+        + "\n\nCPU (this thread's time, `time.thread_time()`), per second of audio: "
+        "`prepare()` per second of its reference synthesis, `align()` per second of the "
+        "sentence's audio (44.1 kHz, including resampling to 11025 Hz, features and DTW).\n\n"
+        + table(
+            (
+                "language",
+                "prepare ms/s",
+                "align ms/s",
+                "mean sentence s",
+                "align ms per sentence",
+                "measured over",
+            ),
+            cpuRows,
+        )
+        + "\n\nWhat it does not show: RPEngine's voice is a neural TTS (Supertonic), further "
+        "from espeak-ng than any espeak-ng variant; these figures bound what alignment can "
+        "do, not what it does on every voice.\n"
+    )
+    return Section("Visemes from the voice (issue 35)", body, goals)
+
+
+if __name__ == "__main__":
+    section = run()
+    print(section.body)
+    for goal, measured, met in section.goals:
+        print(f"{goal}: {measured} ({'met' if met else 'NOT met'})")

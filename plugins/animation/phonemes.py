@@ -1,0 +1,127 @@
+"""
+A sentence's phonemes, word by word, from espeak-ng (its grapheme-to-phoneme
+rules and dictionaries, maintained for about a hundred languages), for the
+languages RPEngine speaks.
+
+The phonemes come from a synthesis of the sentence (L{align_espeak}), not
+from espeak-ng's text-to-phonemes call alone, because alignment needs that
+synthesis anyway: it is the reference the sentence's real audio is warped
+onto, and every phoneme in it has a known sample position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rpmiddleware.builtin.animation import align_espeak
+from rpmiddleware.builtin.animation.align_words import Word, blankTags, wordsOf
+
+#: The languages RPEngine's speech synthesis accepts (its core's list).
+SPEECH_LANGUAGES: tuple[str, ...] = (
+    "en",
+    "ko",
+    "es",
+    "pt",
+    "fr",
+    "de",
+    "it",
+    "pl",
+    "ru",
+    "nl",
+    "cs",
+    "ar",
+    "zh",
+    "ja",
+    "hu",
+    "tr",
+    "fi",
+    "sk",
+    "da",
+    "hr",
+    "el",
+    "sv",
+    "nb",
+    "he",
+    "uk",
+    "id",
+    "ms",
+    "vi",
+    "th",
+    "ro",
+    "bg",
+)
+
+#: The espeak-ng voice for a language, where it is not the language's code.
+#: Chinese and Japanese have none: espeak-ng 1.51 reads Chinese characters
+#: as tone digits in English and kanji as "Chinese letter", so a synthesis
+#: of them is no reference; they fall back.
+VOICES: dict[str, str | None] = {"en": "en-us", "zh": None, "ja": None}
+
+
+def voiceFor(language: str) -> str | None:
+    """
+    The espeak-ng voice that phonemizes C{language} (a code such as C{"en"}
+    or C{"pt-BR"}: its first part decides), or L{None} when it has none.
+    """
+    primary = language.replace("_", "-").split("-", 1)[0].lower()
+    voice = VOICES.get(primary, primary)
+    if voice is None or not primary.isalpha():
+        return None
+    return voice if align_espeak.hasVoice(voice) else None
+
+
+def languages() -> dict[str, str]:
+    """
+    RPEngine's speech languages, each with what alignment does for it:
+    C{"phonemes"} (espeak-ng phonemizes it, and its audio is aligned) or
+    C{"letters"} (no phonemes: visemes read off letters, spread evenly).
+    """
+    return {
+        language: "phonemes" if voiceFor(language) is not None else "letters"
+        for language in SPEECH_LANGUAGES
+    }
+
+
+@dataclass(frozen=True)
+class Spoken:
+    """A sentence phonemized: its synthesis, and each phoneme's word."""
+
+    words: tuple[Word, ...]
+    synthesis: align_espeak.Synthesis
+    #: For each phoneme of the synthesis: its IPA name (C{""}: a pause) and
+    #: the index in L{words} of its word (-1: a pause before the first).
+    phonemes: tuple[tuple[int, str, int], ...]
+
+
+def phonemize(text: str, language: str) -> Spoken | None:
+    """
+    The phonemes of C{text}'s words, by a synthesis with espeak-ng, or
+    L{None} when the language has no espeak-ng voice (or espeak-ng is not
+    installed) or the text has no words.  Expression tags are left out.
+    """
+    voice = voiceFor(language)
+    words = tuple(wordsOf(text))
+    if voice is None or not words:
+        return None
+    plain = blankTags(text)
+    synthesis = align_espeak.synthesize(plain, voice)
+    # Every code point -> the word it is in or last followed (a symbol
+    # espeak-ng speaks, such as "%", belongs to the word before it).
+    owner = [-1] * (len(plain) + 1)
+    index = -1
+    for at in range(len(plain) + 1):
+        if index + 1 < len(words) and at >= words[index + 1].start:
+            index += 1
+        owner[at] = index
+    phonemes: list[tuple[int, str, int]] = []
+    for phoneme in synthesis.phonemes:
+        name = phoneme.name
+        if name.startswith("("):
+            # A switch of language ("(en)"), not a sound.
+            continue
+        position = min(max(phoneme.textPosition, -1), len(plain))
+        word = owner[position] if position >= 0 else -1
+        if word < 0 and name:
+            word = 0
+        phonemes.append((phoneme.sample, name, word if name else -1))
+    return Spoken(words, synthesis, tuple(phonemes))
