@@ -27,6 +27,7 @@ from rpmiddleware.builtin.memory.attitude import (
 from rpmiddleware.builtin.memory.conversation import Key
 from rpmiddleware.builtin.memory.store import InvalidDocument, MemoryStore
 from rpmiddleware.cards.hasher import CardHasher
+from rpmiddleware.client.status import promptSummary
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.plugin import Envelope, PluginServices, transferDocument
 from rpmiddleware.plugin.clientext import TO_CLIENT
@@ -252,6 +253,13 @@ class ModelLineTests(SynchronousTestCase):
             "respect neutral (0); stance: wary",
             scenarioOf(second),
         )
+        # The console shows the levels the model was told (never the stance's words).
+        entry = rig.memory.timeline.get(second.requestId)
+        report = entry.details["memory"]
+        shown = promptSummary(report)
+        self.assertEqual(shown["attitude"], {"trust": "warm", "affection": "cold",
+                                             "respect": "neutral"})  # fmt: skip
+        self.assertNotIn("wary", str(shown))
 
     def test_offLeavesTheLineOut(self) -> None:
         rig = Rig(self, attitude=False)

@@ -36,6 +36,7 @@ from rpmiddleware.builtin.memory.attitude import (
     Attitude,
     AttitudeError,
     LevelChange,
+    levelOf,
     stanceOf,
     valuesOf,
 )
@@ -620,6 +621,11 @@ class Memory(ChainPlugin):
             book.recursive,
             self._attitudeLine(conversation, card, fields),
         )
+        levels = made.report.get("attitude")
+        if isinstance(levels, dict) and levels.get("included"):
+            # For the console: the levels the model was told (not the stance's words).
+            attitude = Attitude.fromState(conversation.state)
+            levels["levels"] = {a: levelOf(v) for a, v in attitude.values.items()}
         if made.card is not None:
             self.counts["planned"] += 1
             self.counts["tokens"] += int(made.report.get("estimatedTokens", 0))

@@ -489,6 +489,8 @@ def promptSummary(report: dict[str, Any]) -> dict[str, Any]:
         return [str(e.get("name", ""))[:80] for e in found[:50] if isinstance(e, dict)]
 
     history, summary, lore = part("history"), part("summary"), part("lore")
+    levels = part("attitude").get("levels")
+    levels = levels if isinstance(levels, dict) else {}
     blocks = report.get("blocks") if isinstance(report.get("blocks"), list) else []
     return {
         "limit": number(report.get("limit")),
@@ -505,4 +507,6 @@ def promptSummary(report: dict[str, Any]) -> dict[str, Any]:
         "summaryTokens": number(summary.get("estimatedTokens")) if summary.get("included") else 0,
         "lore": names(lore.get("kept")),
         "loreLeft": names(lore.get("left")),
+        # The character's attitude levels the model was told (no stance words).
+        "attitude": {str(axis)[:20]: str(level)[:20] for axis, level in list(levels.items())[:8]},
     }

@@ -280,9 +280,13 @@ function promptCell(memory) {
   if (memory.summaryTokens) parts.push(`summary ${memory.summaryTokens}`);
   if ((memory.lore || []).length) parts.push(`lore: ${memory.lore.join(", ")}`);
   if ((memory.loreLeft || []).length) parts.push(`lore left out: ${memory.loreLeft.join(", ")}`);
+  // The character's attitude to the player, as the model was told it.
+  const attitude = Object.entries(memory.attitude || {}).map(([axis, level]) => `${axis} ${level}`);
+  if (attitude.length) parts.push(`attitude: ${attitude.join(", ")}`);
   return el("span", { title: parts.join("\n") },
     el("span", { class: "tag", text: `${memory.estimatedTokens}/${memory.limit}` }),
-    ` ${h.kept} kept · ${h.dropped} dropped`);
+    ` ${h.kept} kept · ${h.dropped} dropped`,
+    attitude.length ? el("span", { class: "tag attitude", text: attitude.join(" · ") }) : "");
 }
 
 // The playbook stage a turn ran in and the tools it called, if any.
