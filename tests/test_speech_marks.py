@@ -9,14 +9,24 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.builtin.animation import alignment
 from rpmiddleware.builtin.animation.marks import SpeechMarks, speechMarks
 from rpmiddleware.builtin.animation.matching import LineText, plausible, sentencesOf
+from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.client.messages import configureChanges, turnOptions
-from rpmiddleware.plugin import InvalidMessage, encodeBase64, speechmarks
-from rpmiddleware.testing import PluginHarness, pluginServices
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.plugin import InvalidMessage, decodeBase64, encodeBase64, speechmarks
+from rpmiddleware.testing import PluginHarness, exampleCard, pluginServices
+from rpmiddleware.testing.inmemory import connectInMemory
+from rpmiddleware.testing.simoptions import SimulatorOptions
+from rpmiddleware.testing.simspeech import knownWordMarks
+from tests.support.client import clockedEndpoint
+from tests.support.connections import OpenConnections
+from tests.support.memory import settle
 
 RATE = 24000
 CHUNK_BYTES = 32768
@@ -388,3 +398,85 @@ class SpeechMarksPluginTests(SynchronousTestCase):
         self.assertIsInstance(plugin, SpeechMarks)
         with self.assertRaises(ValueError):
             speechMarks.buildPlugin({"threads": 0}, pluginServices(None))
+
+
+class EndToEndTests(SynchronousTestCase):
+    """
+    A client of the endpoint, the chain with speech-marks, and the simulated
+    RPEngine speaking words whose times are known (speech="words"), on a
+    Clock: the client gets each sentence's marks before its audio, timed by
+    its samples, with the words the simulator spoke.
+    """
+
+    def setUp(self) -> None:
+        self.reply = ""
+        self.clock = Clock()
+        settings = Settings()
+        settings.plugins["memory"] = {"path": ":memory:", "summaries": False}
+        settings.chain = {"speech-marks": 150}
+        self.middleware = Middleware.fromSettings(self.clock, settings)
+        self.streams: list[Any] = []
+        self.link = connectInMemory(
+            self.middleware,
+            self.clock,
+            SimulatorOptions(replyText=lambda request: self.reply, speech="words"),
+        )
+        endpoint = clockedEndpoint(self.middleware, settings, self.clock)
+        self.clients = OpenConnections(endpoint, self.clock)
+        self.middleware.router.observe(ExtensionBridge(self.clients))
+        settle(self.clock, 0.1)
+        self.connection, self.writer = self.clients.connect()
+        self.clients.say(self.connection, type="character", characterId="mira", card=exampleCard())
+
+    def turn(self, reply: str, **options: Any) -> list[dict[str, Any]]:
+        self.reply = reply
+        before = len(self.writer.sent)
+        self.clients.say(self.connection, type="text", text="Hello?", **options)
+        settle(self.clock, 30.0)
+        return self.writer.sent[before:]
+
+    def test_marksOfKnownSpeech(self) -> None:
+        self.clients.say(
+            self.connection,
+            type="configure",
+            speechMarks=["sentence", "word", "viseme"],
+            output={"sampleRate": 24000},
+        )
+        sent = self.turn("Good evening, traveller. <laugh> Sit by the fire! It is warm.")
+        llm = next(m for m in sent if m["type"] == "llm")["text"]
+        spoken = self.engineStream()
+        # The tag after the full stop joins the first two sentences, as in RPEngine.
+        self.assertEqual(
+            [s.text for s in spoken], ["Good evening, traveller.  Sit by the fire!", "It is warm."]
+        )
+        received = 0
+        segment = -1
+        for message in sent:
+            if message["type"] == "speech-marks":
+                sentences = [m for m in message["marks"] if m["type"] == "sentence"]
+                self.assertEqual(len(sentences), 1)
+                self.assertEqual(sentences[0]["sample"], received, "marks before their audio")
+                segment += 1
+                self.assertEqual(
+                    [llm[m["start"] : m["end"]] for m in message["marks"] if m["type"] == "word"],
+                    [w.value for w in spoken[segment].words],
+                )
+            elif message["type"] == "tts-chunk":
+                self.assertGreaterEqual(segment, 0, "audio before any marks")
+                received += len(decodeBase64(message["data"])) // 2
+        self.assertEqual(segment, 1)
+        marks = [m for m in sent if m["type"] == "speech-marks"]
+        self.assertEqual(marks[0]["speaker"], {"characterId": "mira"})
+        known = knownWordMarks(spoken)
+        words = [m for message in marks for m in message["marks"] if m["type"] == "word"]
+        self.assertEqual([w["value"] for w in words], [k["value"] for k in known])
+        # Each word is placed within its own sentence's audio.
+        for message in marks:
+            sentence = message["marks"][0]
+            lo, hi = sentence["time"], sentence["time"] + sentence["samples"] * 1000 // 24000
+            for mark in message["marks"][1:]:
+                self.assertTrue(lo <= mark["time"] <= hi, mark)
+
+    def engineStream(self) -> Any:
+        engine = self.link.engine
+        return engine.knownSpeech[engine.completed[-1]]

@@ -39,6 +39,7 @@ from rpmiddleware.testing.responsetext import (
     displayText,
     synthesisText,
 )
+from rpmiddleware.testing.simspeech import KnownSpeech, spokenWords
 from rpmiddleware.testing.tones import (
     OUTPUT_FORMAT,
     OUTPUT_SAMPLE_RATE,
@@ -75,6 +76,7 @@ class Pacing:
     audioRealtime: bool = False
     chunkSamples: int = PCM_CHUNK_SAMPLES
     secondsPerCharacter: float = 0.05
+    speech: str = "tones"
 
 
 def tokenize(text: str) -> list[str]:
@@ -166,6 +168,9 @@ class ReplyStream:
         #: Each sentence as speech synthesis was given it (app.rs hands the
         #: processed text to Supertonic): what the player hears, for tests.
         self.spoken: list[str] = []
+        #: With C{speech="words"}: each segment's audio and where its words
+        #: are (L{rpmiddleware.testing.simspeech}), in order.
+        self.knownSpeech: list[KnownSpeech] = []
 
     def start(self) -> None:
         """
@@ -290,7 +295,13 @@ class ReplyStream:
         segment, spoken = self._inflight
         self._inflight = None
         seconds = self._speechSeconds(spoken)
-        pcm = sineTone(segmentFrequency(segment), seconds)
+        if self._pacing.speech == "words":
+            known = spokenWords(displayText(spoken).strip(), OUTPUT_SAMPLE_RATE)
+            self.knownSpeech.append(known)
+            pcm = known.pcm
+            seconds = known.samples / OUTPUT_SAMPLE_RATE
+        else:
+            pcm = sineTone(segmentFrequency(segment), seconds)
         parts = chunked(pcm, self._pacing.chunkSamples * 2)
         firstSequence = self.chunks
         sendStart = not self.audioStarted

@@ -87,6 +87,10 @@ class EngineCore:
         #: (requestId, reason).
         self.cancellations: list[tuple[str, str]] = []
         self.completed: list[str] = []
+        #: With C{speech="words"}: what each completed reply spoke, by its
+        #: request id (L{rpmiddleware.testing.simspeech.KnownSpeech} per
+        #: segment), so a test checks speech marks against the truth.
+        self.knownSpeech: dict[str, list[Any]] = {}
         self.duplicates: list[str] = []
         self.acksReceived: list[str] = []
         #: Frames refused as C{invalid_payload}, and a welcome that never

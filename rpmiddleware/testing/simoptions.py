@@ -86,6 +86,11 @@ class SimulatorOptions:
     chunkSamples: int = PCM_CHUNK_SAMPLES
     #: Speech length per character of a sentence.
     secondsPerCharacter: float = 0.05
+    #: What speech sounds like: C{"tones"}, one sine tone per sentence
+    #: (its pitch names the segment); C{"words"}, one voiced burst per word
+    #: with silence between, whose times each reply stream keeps
+    #: (L{rpmiddleware.testing.simspeech}), to check speech marks against.
+    speech: str = "tones"
     #: How long the simulated player speaks into the microphone when
     #: C{captureTakes} does not say (the default L{PlayerTake}'s length).
     captureSpeechSeconds: float = 1.0
@@ -118,6 +123,7 @@ class SimulatorOptions:
             audioRealtime=self.audioRealtime,
             chunkSamples=self.chunkSamples,
             secondsPerCharacter=self.secondsPerCharacter,
+            speech=self.speech,
         )
 
 

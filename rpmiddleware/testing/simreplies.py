@@ -206,6 +206,8 @@ class Replies(EngineCore):
             return
         self._accepted.discard(reply.requestId)
         self.completed.append(reply.requestId)
+        if stream.knownSpeech:
+            self.knownSpeech[reply.requestId] = stream.knownSpeech
         self._publishCapacity()
         self._startNextReply()
 
