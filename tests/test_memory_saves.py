@@ -20,7 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.builtin.memory import IConversationMemory, Memory, memory
 from rpmiddleware.builtin.memory.conversation import CHARACTER, COMPLETE, PLAYER, Key
-from rpmiddleware.builtin.memory.saves import SAVE_FORMAT, DamagedSave
+from rpmiddleware.builtin.memory.saves import SAVE_FORMAT, SIZE_EVERY, DamagedSave
 from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.console.metrics import MiddlewareMetrics
@@ -465,7 +465,11 @@ class SizeMetricsTests(SynchronousTestCase):
         plugin.store.append(
             conversation, (PLAYER, "Alex", "Hi.", COMPLETE), (CHARACTER, "Mira", "Hello.", COMPLETE)
         )
-        text = MiddlewareMetrics(middleware).exposition().decode()
+        metrics = MiddlewareMetrics(middleware)
+        text = metrics.exposition().decode()
+        self.assertIn("rpmiddleware_memory_store_entries 0.0", text, "measured at start")
+        clock.advance(SIZE_EVERY)
+        text = metrics.exposition().decode()
         self.assertIn("rpmiddleware_memory_store_entries 2.0", text)
         self.assertIn("rpmiddleware_memory_store_saves 0.0", text)
         self.assertRegex(text, r"rpmiddleware_memory_store_bytes [1-9]")
