@@ -306,9 +306,16 @@ class Reflections:
         if not self.settings.reflections:
             return
         through = reflectedThrough(conversation)
-        new = sum(1 for e in conversation.entries if e.seq > through)
-        if new >= max(1, self.settings.reflection_every_entries):
-            self.due[conversation.key] = None
+        need, new = max(1, self.settings.reflection_every_entries), 0
+        # Newest first, stopping at the last reflection or once enough is
+        # new: a turn costs the same after 10,000 entries as after ten.
+        for entry in reversed(conversation.entries):
+            if entry.seq <= through:
+                return
+            new += 1
+            if new >= need:
+                self.due[conversation.key] = None
+                return
 
     def forget(self, key: Key) -> None:
         self.due.pop(key, None)
