@@ -6,12 +6,32 @@ restored with their conversation.
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from rpmiddleware.builtin.memory import IConversationMemory, Memory
 from rpmiddleware.builtin.memory.conversation import CHARACTER, COMPLETE, PLAYER, Key
+from rpmiddleware.builtin.memory.recall import queryOf, queryWords
 from rpmiddleware.builtin.memory.store import RECALL_SPAN, InvalidDocument, MemoryStore
+from rpmiddleware.builtin.memory.summarizer import SUMMARIZER_ID
+from rpmiddleware.client.clientext import ExtensionBridge
+from rpmiddleware.config.settings import Settings
+from rpmiddleware.core.middleware import Middleware
+from rpmiddleware.core.replystream import ReplyStream
+from rpmiddleware.protocol.prompt import AssembledPrompt
+from rpmiddleware.testing.inmemory import connectInMemory
+from rpmiddleware.testing.kit import exampleCard
+from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText
+from tests.support.client import clockedEndpoint
+from tests.support.connections import OpenConnections
+from tests.support.memory import settle
 
 KEY = Key("game", "mira", "save-1")
 
@@ -138,3 +158,247 @@ class IndexTests(SynchronousTestCase):
         # Opened again: not built twice (the rows are there once).
         MemoryStore(path, lambda: 1.0).check()
         self.assertEqual(indexed(path, "green"), [RECALL_SPAN + 2])
+
+
+class QueryTests(SynchronousTestCase):
+    def test_wordsOfTheLineWithoutStopWords(self) -> None:
+        self.assertEqual(
+            queryWords("What did I tell you about my SISTER's bees?", "the gate"),
+            ["sister", "bees", "gate"],
+        )
+        self.assertEqual(queryOf("Sister, sister!"), '"sister"')
+        self.assertIsNone(queryOf("What was it?", ""))
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        # Assigned characters (an unassigned or private one joins a word in
+        # SQLite's tokenizer, not in Python's: no player types those).
+        st.text(st.characters(categories=["L", "N", "P", "S", "Zs"]), max_size=80),
+        st.text(alphabet='"*^:-+()NEAROTD ', max_size=30),
+    )
+    def test_anyTextIsOnlyWords(self, text: str, operators: str) -> None:
+        """
+        Whatever a player types (quotes, operators, column filters), the
+        query is valid FTS5 and finds an entry holding one of its words.
+        """
+        db = sqlite3.connect(":memory:")
+        db.execute("CREATE VIRTUAL TABLE t USING fts5 (text, tokenize='porter unicode61')")
+        db.execute("INSERT INTO t (text) VALUES (?)", (text + " " + operators,))
+        match = queryOf(text + " " + operators)
+        if match is None:
+            self.assertEqual(queryWords(text + " " + operators), [])
+            return
+        found = db.execute("SELECT count(*) FROM t WHERE t MATCH ?", (match,)).fetchone()[0]
+        if text.isascii():
+            # (SQLite's Unicode tables are older than Python's: a symbol
+            # new to one may be a letter to the other.)
+            self.assertEqual(found, 1)
+
+
+TEXT_ONLY = {"modalities": ["text"], "language": "en"}
+PADDING = "The rain keeps falling on the old roads and the fields beyond them. " * 4
+
+
+def forgetfulReplies(request: dict[str, Any]) -> str:
+    """Replies as the simulator makes them; summaries that keep nothing."""
+    if request.get("characterId") == SUMMARIZER_ID:
+        return "They talked at length."
+    return defaultReplyText(request)
+
+
+class Rig:
+    """The default chain and the simulated RPEngine, on a Clock."""
+
+    def __init__(self, **memory: Any) -> None:
+        self.clock = Clock()
+        config = Settings()
+        config.plugins["memory"] = {"path": ":memory:", "max_input_tokens": 1000, **memory}
+        self.middleware = Middleware.fromSettings(self.clock, config)
+        options = SimulatorOptions(replyText=forgetfulReplies)
+        self.link = connectInMemory(self.middleware, self.clock, options)
+        settle(self.clock, 0.1)
+        plugin = self.middleware.plugin(IConversationMemory)
+        assert isinstance(plugin, Memory)
+        self.memory = plugin
+
+    @property
+    def last(self) -> AssembledPrompt:
+        """The model invocation of the last turn (not a summary's after it)."""
+        return self.link.engine.invocations[self._turn]
+
+    def say(self, text: str, wait: float = 3.0, **meta: Any) -> ReplyStream:
+        self._turn = len(self.link.engine.invocations)
+        stream = self.middleware.requestReply(
+            "mira",
+            text=text,
+            card=exampleCard(),
+            output=TEXT_ONLY,
+            player={"displayName": "Alex"},
+            meta={"client": "c1", "conversation": "save-1", **meta},
+        )
+        settle(self.clock, wait)
+        return stream
+
+    def pad(self, turns: int) -> None:
+        for i in range(turns):
+            self.say(f"Line {i}. {PADDING}")
+
+    def remembered(self) -> str:
+        """The "What ... remembers" block of the last invocation, or ""."""
+        system = self.last.system
+        start = system.find("remembers]\n")
+        return "" if start < 0 else system[start:].split("\n\n")[0]
+
+
+class RecallTests(SynchronousTestCase):
+    def test_oldDetailComesBackWhenAskedByItsTopic(self) -> None:
+        """
+        A detail the summary dropped and the history no longer holds is
+        given to the model, quoted with its speaker, when the player asks
+        about its topic; the newest exchange is kept and the prompt fits.
+        """
+        rig = Rig()
+        rig.say("My sister Jolene keeps bees on the cliffs of Tarn.")
+        rig.pad(12)
+        self.assertNotIn("Jolene", rig.last.system + str(rig.last.history))
+        self.successResultOf(rig.say("Do you remember my sister?").done)
+        self.assertIn('Alex said: "My sister Jolene keeps bees', rig.remembered())
+        self.assertTrue(rig.last.history[-1][1].startswith('You said "Line 11.'))
+        self.assertLessEqual(rig.last.tokens, rig.last.limit)
+        report = rig.middleware.timeline.recent()[-1].details["memory"]
+        self.assertGreaterEqual(report["recall"]["moments"], 1)
+
+    def test_whatTheHistoryHoldsIsNotRecalled(self) -> None:
+        rig = Rig()
+        rig.say("My sister Jolene keeps bees on the cliffs of Tarn.")
+        rig.say("Do you remember my sister?")
+        self.assertIn(
+            ("user", "My sister Jolene keeps bees on the cliffs of Tarn."), rig.last.history
+        )
+        self.assertEqual(rig.remembered(), "")
+
+    def test_memoriesAreRecalledByImportance(self) -> None:
+        rig = Rig()
+        rig.say("Hello.")
+        rig.memory.remember("mira", "save-1", "Alex is terrified of the open sea.", 0.9)
+        rig.say("Shall we take the boat across the sea?")
+        self.assertIn("- Alex is terrified of the open sea.", rig.remembered())
+
+    def test_offBySettingOrBudget(self) -> None:
+        for setting in ({"recall": False}, {"recall_tokens": 0}, {"recall_moments": 0}):
+            rig = Rig(**setting)
+            rig.say("My sister Jolene keeps bees on the cliffs of Tarn.")
+            rig.pad(12)
+            rig.say("Do you remember my sister?")
+            self.assertEqual(rig.remembered(), "", setting)
+            self.assertNotIn("Jolene", rig.last.system)
+
+    def test_recallGivesWayBeforeTheNewestExchange(self) -> None:
+        """
+        With a budget larger than the prompt has room for, moments go
+        before the newest exchange does, and RPEngine never refuses it.
+        """
+        rig = Rig(max_input_tokens=700, recall_tokens=2000, recall_moments=20)
+        for i in range(10):
+            rig.say(f"Remember the sister, number {i}, of the bees of Tarn. {PADDING}")
+        stream = rig.say(f"Tell me of my sister and the bees of Tarn. {PADDING}")
+        self.assertEqual(self.successResultOf(stream.done).type, "reply.completed")
+        self.assertLessEqual(rig.last.tokens, rig.last.limit)
+        self.assertTrue(rig.last.history[-2][1].startswith("Remember the sister, number 9"))
+        self.assertTrue(rig.last.user.startswith("Tell me of my sister"))
+
+    def test_searchRunsOnTheReaderAndHoldsTheEnvelopesInOrder(self) -> None:
+        """
+        The index is searched on the store's reader (a Lane: a thread of
+        its own in the daemon), and while it is, the request and the cancel
+        sent after it wait, in order.
+        """
+        rig = Rig()
+        rig.say("My sister Jolene keeps bees on the cliffs of Tarn.")
+        rig.pad(12)
+        store = rig.memory.store
+        searches: list[Deferred[Any]] = []
+        run = store._reader.run
+
+        def later(work: Any) -> Deferred[Any]:
+            d: Deferred[Any] = Deferred()
+            searches.append(d)
+            d.addCallback(lambda _: run(work))
+            return d
+
+        store._reader.run = later  # type: ignore[method-assign]
+        received = rig.link.engine.receivedMessages
+        before = len(received)
+        stream = rig.say("Do you remember my sister?", wait=0)
+        stream.cancel()
+        self.assertEqual(len(received), before, "nothing passes while the search runs")
+        store._reader.run = run  # type: ignore[method-assign]
+        [search] = searches
+        search.callback(None)
+        settle(rig.clock, 3.0)
+        self.failureResultOf(stream.done)
+        mine = [m for m in received[before:] if m.get("requestId") == stream.requestId]
+        self.assertEqual([m["type"] for m in mine[:2]], ["reply.request", "request.cancel"])
+        self.assertIn("Jolene", json.dumps(mine[0]["card"]), "recalled once the search was done")
+
+
+class SceneRecallTests(SynchronousTestCase):
+    def test_aCharacterRecallsOnlyWhatItHeard(self) -> None:
+        """
+        The player tells the guard a secret before the innkeeper joins the
+        scene; asked about it later, the guard recalls it and the innkeeper,
+        searched with the same words, finds nothing of it.
+        """
+        clock = Clock()
+        config = Settings()
+        config.plugins["memory"] = {"path": ":memory:", "summaries": False, "max_input_tokens": 700}
+        middleware = Middleware.fromSettings(clock, config)
+        lines = {"garrick": "Halt.", "mara": "Hello there."}
+        replies = SimulatorOptions(replyText=lambda r: lines[str(r.get("characterId"))])
+        link = connectInMemory(middleware, clock, replies)
+        endpoint = clockedEndpoint(middleware, config, clock)
+        clients = OpenConnections(endpoint, clock)
+        middleware.router.observe(ExtensionBridge(clients))
+        settle(clock, 0.1)
+        connection, writer = clients.connect()
+
+        def say(**message: Any) -> None:
+            clients.say(connection, **message)
+
+        def turn(text: str) -> AssembledPrompt:
+            before = len(link.engine.invocations)
+            say(type="text", text=text)
+            settle(clock, 30)
+            return link.engine.invocations[before]
+
+        guard = exampleCard(name="Garrick", description="The gate's guard.", mes_example="")
+        innkeeper = exampleCard(name="Mara", description="The innkeeper.", mes_example="")
+        say(type="memory", op="use", conversationId="save-1")
+        say(type="character", characterId="garrick", card=guard)
+        say(type="configure", player={"displayName": "Alex"})
+        cast = [{"characterId": "garrick", "card": guard, "voice": "M2"}]
+        say(type="scene", op="open", sceneId="gate", cast=cast, reactions=0)
+        turn("Garrick, the Marigold password opens the cellar under the mill.")
+        for i in range(8):
+            turn(f"Garrick, line {i}. {PADDING}")
+        member = {"characterId": "mara", "card": innkeeper, "voice": "F3"}
+        say(type="scene", op="join", member=member)
+        say(type="scene", op="address", characterId="mara")
+        mara = turn("Mara, what does the Marigold password open?")
+        self.assertNotIn("cellar", mara.system + json.dumps(mara.history))
+        say(type="scene", op="address", characterId="garrick")
+        garrick = turn("Garrick, what does the Marigold password open?")
+        self.assertIn('Alex said: "Garrick, the Marigold password opens the cellar', garrick.system)
+        self.assertNotIn("cellar", json.dumps(garrick.history))
+        plugin = middleware.plugin(IConversationMemory)
+        assert isinstance(plugin, Memory)
+        found = {
+            character: self.successResultOf(
+                plugin.store.searchLater(
+                    Key("rpmiddleware", character, "save-1"), '"cellar"', 1, 10, 10, 10
+                )
+            )
+            for character in ("garrick", "mara")
+        }
+        self.assertEqual(len(found["garrick"]), 1)
+        self.assertEqual(found["mara"], [])

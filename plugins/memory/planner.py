@@ -46,6 +46,7 @@ from rpmiddleware.builtin.memory.conversation import (
 )
 from rpmiddleware.builtin.memory.lorebook import BEFORE_CHAR, activate
 from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
+from rpmiddleware.builtin.memory.recall import Moment, Recalled, block, chosen, rank
 from rpmiddleware.plugin import (
     estimateTokens,
     eventTokens,
@@ -109,6 +110,7 @@ class _Line:
     label: str
     content: str
     tokens: int
+    seq: int = 0
 
 
 def flatten(text: str) -> str:
@@ -235,6 +237,7 @@ class _Mandatory:
     summary: str
     factText: str
     attitude: str = ""
+    recalled: Sequence[Moment] = ()
 
 
 def plan(
@@ -248,6 +251,7 @@ def plan(
     loreBudget: int | None,
     recursive: bool,
     attitude: str = "",
+    recalled: Recalled | None = None,
 ) -> Plan:
     """
     The plan for one request of C{conversation}.
@@ -258,6 +262,8 @@ def plan(
     @param spoken: whether the player's words come as audio, unknown yet.
     @param attitude: the character's attitude to the player in one line
         (L{rpmiddleware.builtin.memory.attitude}), or "".
+    @param recalled: what the store found for recall
+        (L{rpmiddleware.builtin.memory.recall}), or C{None}.
     """
     data = card.get("data")
     if not isinstance(data, Mapping):
@@ -292,6 +298,26 @@ def plan(
     room = available - mandatory.added
 
     history, spent = _keptHistory(lines, room)
+    if recalled is not None and recalled.found and recalled.tokens and recalled.count:
+        # Moments from before the history (never one it holds), fitted
+        # beside the rest: they give way first, before the newest exchange.
+        before = history[0].seq if history else conversation.nextSeq
+        ranked = rank(conversation, recalled.found, before, character, budget.player)
+        moments = chosen(ranked, recalled.tokens, recalled.count)
+        if moments:
+            mandatory = _fitMandatory(
+                data,
+                budget,
+                kept,
+                left,
+                summary,
+                factText,
+                room=available - newest,
+                attitude=attitude,
+                recalled=moments,
+            )
+            room = available - mandatory.added
+            history, spent = _keptHistory(lines, room)
     changed = mandatory.changed
     examples = _keptExamples(data, character, budget.player, room - spent)
     conversationText = "\n".join(f"{line.label}: {line.content}" for line in history)
@@ -349,7 +375,7 @@ def _recentLines(
             continue
         said = lineOf(entry, names)
         if said is not None:
-            line = _Line(said[0], said[1], _tokens(said[1], character, player))
+            line = _Line(said[0], said[1], _tokens(said[1], character, player), entry.seq)
             lines.append(line)
             reach += line.tokens
     lines.reverse()
@@ -379,6 +405,7 @@ def _memoryFields(
     summary: str,
     factText: str,
     attitude: str = "",
+    recalled: Sequence[Moment] = (),
 ) -> dict[str, str]:
     """
     The card's text fields with memory added: knowledge placed before the
@@ -396,6 +423,7 @@ def _memoryFields(
         _section("Facts to remember", factText),
         flatten(attitude),
         _section("Earlier in this conversation", summary),
+        _section(f"What {trimmed(data.get('name'))} remembers", block(recalled)),
     )
     if scenario != trimmed(data.get("scenario")):
         changed["scenario"] = scenario
@@ -411,6 +439,7 @@ def _fitMandatory(
     factText: str,
     room: int,
     attitude: str = "",
+    recalled: Sequence[Moment] = (),
 ) -> _Mandatory:
     """
     Memory's additions to the mandatory blocks, made to fit in C{room}:
@@ -418,13 +447,17 @@ def _fitMandatory(
     shortened, then facts go, then the attitude line.  When nothing is left to give, what remains is
     returned even if it does not fit.
     """
+    # Recalled moments give way first, the least relevant first.
+    recalled = list(recalled)
     while True:
-        changed = _memoryFields(data, kept, summary, factText, attitude)
+        changed = _memoryFields(data, kept, summary, factText, attitude, recalled)
         planned = mandatoryBlocks({**budget.request, "card": {"data": {**data, **changed}}})
         added = sum(b.tokens for b in planned) - budget.blockTokens
         if added <= room:
             break
-        if kept:
+        if recalled:
+            recalled.pop()
+        elif kept:
             worst = min(range(len(kept)), key=lambda i: (kept[i].priority, -i))
             left.append(kept.pop(worst))
         elif summary:
@@ -436,7 +469,7 @@ def _fitMandatory(
             attitude = ""
         else:
             break
-    return _Mandatory(changed, planned, added, kept, left, summary, factText, attitude)
+    return _Mandatory(changed, planned, added, kept, left, summary, factText, attitude, recalled)
 
 
 def _keptHistory(lines: list[_Line], room: int) -> tuple[list[_Line], int]:
@@ -498,6 +531,10 @@ def _report(
             "estimatedTokens": estimateTokens(mandatory.summary),
         },
         "facts": {"included": mandatory.factText.count("\n") + 1 if mandatory.factText else 0},
+        "recall": {
+            "moments": len(mandatory.recalled),
+            "estimatedTokens": sum(m.tokens for m in mandatory.recalled),
+        },
         "attitude": {
             "included": bool(mandatory.attitude),
             "estimatedTokens": estimateTokens(mandatory.attitude),

@@ -59,6 +59,7 @@ from rpmiddleware.builtin.memory.conversation import (
 from rpmiddleware.builtin.memory.lorebook import Book, EntryReader, bookOf, entryFrom
 from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
 from rpmiddleware.builtin.memory.planner import MAX_FACT, Limits, Plan, plan
+from rpmiddleware.builtin.memory.recall import Found, Recalled, queryOf
 from rpmiddleware.builtin.memory.reflection import STATE as REFLECTION_STATE
 from rpmiddleware.builtin.memory.reflection import Reflection, Reflections, isReflectionRequest
 from rpmiddleware.builtin.memory.saves import Saves
@@ -81,6 +82,7 @@ from rpmiddleware.plugin import (
     Speech,
     clientMessage,
     heardText,
+    limitOf,
     meta,
     renderMacros,
     snapshotTransfer,
@@ -101,6 +103,9 @@ CONVERSATION, LOCATION, SCENE = "conversation", "location", "scene"
 #: Completed spoken replies kept for a late cut (L{TURN_PLAYED}): the last of
 #: each conversation, until its next turn starts, at most this many.
 COMPLETED_KEPT = 256
+#: Matches fetched among the entries the plan may give as history (all of
+#: them, in practice: the prompt's limit holds few long lines).
+RECENT_MATCHES = 200
 
 
 @dataclass
@@ -237,6 +242,9 @@ class Memory(ChainPlugin):
         self._clientOf: OrderedDict[Key, str] = OrderedDict()
         #: Writes given up, by what they were (for /metrics).
         self.lostWrites: dict[str, int] = {}
+        #: What recall found for each request held for its search (None:
+        #: nothing to look for), until the request is planned.
+        self._recalled: dict[str, Recalled | None] = {}
         #: Conversations that could not be read, and why (told at their next turn).
         self._unreadable: dict[Key, str] = {}
 
@@ -266,14 +274,6 @@ class Memory(ChainPlugin):
             return
         message = {"type": "memory-event", "event": event, "what": what, **key.asDict()}
         context.sendToGame(toClient(client, {**message, "reason": why}))
-
-    def attached(self, context: IChainContext) -> None:
-        """
-        The chain was built: the store's size is measured now (on the
-        store's reader thread), so the first scrape of C{/metrics} has it.
-        """
-        super().attached(context)
-        self.saves.sizeForMetrics()
 
     def close(self) -> Deferred[Any] | None:
         """
@@ -335,11 +335,84 @@ class Memory(ChainPlugin):
         if not (kind in OPENING or kind == HEARD) or envelope.meta.get("origin") == NAME:
             return None
         key = self.keyOf(envelope.fields, envelope.meta)
-        if not key.persistent or key in self._unreadable or self.store.cached(key) is not None:
+        if not key.persistent or key in self._unreadable:
+            return None
+        if self.store.cached(key) is not None and not self._toRecall(envelope):
             return None
         return key
 
+    def _toRecall(self, envelope: Envelope) -> bool:
+        """Whether C{envelope} is a request whose recall is not searched yet."""
+        return (
+            envelope.type in OPENING
+            and bool(envelope.requestId)
+            and envelope.requestId not in self._recalled
+            and self.settings.recall
+            and bool(self.settings.recall_tokens and self.settings.recall_moments)
+        )
+
+    def _recall(self, key: Key) -> None:
+        """
+        Search the store's index for the request at the head of the held
+        envelopes (its conversation loaded), on the store's reader thread;
+        the envelopes go on once it is done, found or not.
+        """
+        assert self._held
+        envelope = self._held[0][0]
+        requestId = envelope.requestId or ""
+        self._recalled[requestId] = None
+        conversation = self.store.cached(key)
+        match = queryOf(*self._recallTexts(envelope))
+        if conversation is None or match is None:
+            self._release()
+            return
+        # Entries this far back may be given as history (the prompt's
+        # whole limit): all their matches are fetched, so that the older
+        # ones are not crowded out by moments the plan holds anyway.
+        limit = self.limits.maxInputTokens or limitOf(envelope.fields)
+        recentFrom, reach = conversation.nextSeq, 0
+        for entry in reversed(conversation.entries):
+            if reach > limit or entry.seq <= conversation.summarizedThrough:
+                break
+            reach += entry.tokens
+            recentFrom = entry.seq
+        moments = self.settings.recall_moments
+        searched = self.store.searchLater(
+            key, match, recentFrom, 4 * moments, RECENT_MATCHES, 2 * moments
+        )
+
+        def found(matches: list[Found]) -> None:
+            self._recalled[requestId] = Recalled(
+                matches, self.settings.recall_tokens, self.settings.recall_moments
+            )
+
+        def failed(failure: Failure) -> None:
+            self.log.error(
+                "memory could not search {key} for recall: {why}",
+                key=key.asDict(),
+                why=describe(failure.value),
+            )
+
+        searched.addCallbacks(found, failed).addBoth(self._release)
+
+    def _recallTexts(self, envelope: Envelope) -> list[str]:
+        """What a request's recall looks for: its new line, then its scene."""
+        fields, meta = envelope.fields, envelope.meta
+        texts = [_eventText(fields)]
+        said = meta.get(SAID)
+        if isinstance(said, Mapping) and isinstance(said.get("text"), str):
+            texts.insert(0, said["text"])
+        where = self.where.get(str(meta.get("client") or "api"), Where())
+        for name in (meta.get(SCENE) or where.scene, meta.get(LOCATION) or where.location):
+            if isinstance(name, str):
+                texts.append(name)
+        return texts
+
     def _read(self, key: Key) -> None:
+        if self.store.cached(key) is not None:
+            self._recall(key)
+            return
+
         def failed(failure: Failure) -> None:
             self._unreadable[key] = describe(failure.value)
             self.log.error(
@@ -543,6 +616,7 @@ class Memory(ChainPlugin):
 
     def _request(self, envelope: Envelope) -> Envelope:
         fields, meta = envelope.fields, envelope.meta
+        recalled = self._recalled.pop(envelope.requestId or "", None)
         transfer = fields.get("card")
         card = transferDocument(transfer) if isinstance(transfer, Mapping) else None
         if card is None or transfer.get("mode") != "snapshot":  # type: ignore[union-attr]
@@ -591,7 +665,7 @@ class Memory(ChainPlugin):
         # A new turn: the last one's reply can no longer be cut.
         self._completed.pop(key, None)
         self._playedBy(key, str(meta.get("client") or "api"))
-        made = self._plan(fields, card, conversation, spoken, meta)
+        made = self._plan(fields, card, conversation, spoken, meta, recalled)
         self.timeline.note(requestId, memory={**made.report, "conversation": key.asDict()})
         if made.card is None:
             return envelope
@@ -614,6 +688,7 @@ class Memory(ChainPlugin):
         conversation: Conversation,
         spoken: bool,
         meta: Mapping[str, Any],
+        recalled: Recalled | None = None,
     ) -> Plan:
         book = self._book(card)
         lore = [*book.entries, *self._knowledge(conversation.key, meta)]
@@ -628,6 +703,7 @@ class Memory(ChainPlugin):
             book.tokenBudget,
             book.recursive,
             self._attitudeLine(conversation, card, fields),
+            recalled=recalled,
         )
         levels = made.report.get("attitude")
         if isinstance(levels, dict) and levels.get("included"):
@@ -1264,6 +1340,12 @@ def _line(fields: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
         return None
     status = INTERRUPTED if fields.get("cutOff") is True else COMPLETE
     return (str(role), speaker, text.strip(), status)
+
+
+def _eventText(fields: Mapping[str, Any]) -> str:
+    event = fields.get("event")
+    text = event.get("text") if isinstance(event, Mapping) else None
+    return text if isinstance(text, str) else ""
 
 
 def _hasAudio(fields: Mapping[str, Any]) -> bool:

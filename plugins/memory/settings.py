@@ -30,6 +30,15 @@ class MemorySettings(PluginSettings):
     summary_tokens: Count = 600
     facts_tokens: Count = 400
     lore_tokens: Count = 1000
+    #: Recall (docs/memory.md, Recall): each request is given the past
+    #: moments most relevant to its new line, found in the store's index;
+    #: false (or a budget of 0) turns it off...
+    recall: bool = True
+    #: ...in at most this many tokens (its own budget, inside RPEngine's
+    #: estimate like the rest: it gives way first)...
+    recall_tokens: Count = 400
+    #: ...and at most this many moments.
+    recall_moments: Count = 4
     #: Messages scanned for lorebook keys when the book sets no scan_depth (0: the book's).
     scan_depth: Count = 0
     #: Condense once the unsummarized conversation is over this many tokens...

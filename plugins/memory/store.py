@@ -54,6 +54,7 @@ from rpmiddleware.builtin.memory.conversation import (
     Key,
     MemoryItem,
 )
+from rpmiddleware.builtin.memory.recall import ENTRY, MEMORY, Found
 from rpmiddleware.builtin.memory.writer import Lane
 
 SCHEMA_VERSION = 1
@@ -789,6 +790,58 @@ class MemoryStore:
         found = Conversation(key, entries, summary, summarized, facts, updated, state=state)
         found.memories = memories
         return found, rowid
+
+    def searchLater(
+        self, key: Key, match: str, recentFrom: int, older: int, recent: int, memories: int
+    ) -> Deferred[list[Found]]:
+        """
+        What conversation C{key} holds that FTS5 query C{match} finds, best
+        first by BM25, read on the reader's thread (never the reactor's):
+        the best C{older} of its entries before seq C{recentFrom}, the best
+        C{recent} from it on (those the plan may give as history: every one
+        of them, so that the rest are never crowded out), and its best
+        C{memories}.  Only this conversation's rows are searched (its range
+        of the index's row ids).  Nothing for a session's conversation (not
+        in the file).
+        """
+        if not key.persistent or not self._exists():
+            return succeed([])
+
+        def read() -> list[Found]:
+            db = self._readerDb()
+            row = db.execute(
+                "SELECT id FROM conversations "
+                "WHERE integration = ? AND character = ? AND conversation = ?",
+                (key.integrationId, key.characterId, key.conversationId),
+            ).fetchone()
+            if row is None:
+                return []
+            base = int(row[0]) * RECALL_SPAN
+            query = (
+                "SELECT rowid, bm25(recall) FROM recall WHERE recall MATCH ? "
+                "AND rowid BETWEEN ? AND ? ORDER BY rank LIMIT ?"
+            )
+            found: list[Found] = []
+            split = max(1, min(recentFrom, RECALL_SPAN - 1))
+            for low, high, limit in (
+                (base + 1, base + split - 1, older),
+                (base + split, base + RECALL_SPAN - 1, recent),
+            ):
+                if limit and low <= high:
+                    found.extend(
+                        Found(ENTRY, rid - base, score)
+                        for rid, score in db.execute(query, (match, low, high, limit))
+                    )
+            if memories:
+                found.extend(
+                    Found(MEMORY, -rid - base, score)
+                    for rid, score in db.execute(
+                        query, (match, -(base + RECALL_SPAN - 1), -base, memories)
+                    )
+                )
+            return found
+
+        return self._reader.run(read)
 
     def append(
         self, conversation: Conversation, *entries: tuple[str, str, str, str]
