@@ -193,13 +193,18 @@ class Daemon:
     C{twistd -n rpmiddleware --demo --port 0} in a child process.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, config: str | None = None) -> None:
         args = [
             sys.executable, "-c", "from twisted.scripts.twistd import run; run()",
             "-n", "--pidfile=", "--logfile=-", "rpmiddleware", "--demo", "--port", "0",
         ]  # fmt: skip
         # In a folder of its own: the daemon makes its memory store at start-up.
         self.folder = tempfile.TemporaryDirectory(prefix="console-daemon-")
+        if config is not None:
+            # A configuration (TOML text) for this daemon, in its folder.
+            path = Path(self.folder.name) / "rpmiddleware.toml"
+            path.write_text(config, encoding="utf-8")
+            args += ["--config", str(path)]
         self.process = subprocess.Popen(
             args,
             cwd=self.folder.name,
@@ -586,7 +591,10 @@ def run(screenshots: Path | None, report: Callable[[dict[str, Any]], None]) -> N
 
     with tempfile.TemporaryDirectory() as temp:
         fixtures = makeFixtures(Path(temp))
-        daemon = Daemon()
+        from tests.face_browser import ASTRAL, CONFIG, PLAIN, FaceChecks
+
+        # With the speech-marks plugin, for the face's checks.
+        daemon = Daemon(CONFIG)
         other = OtherOrigin()
         try:
             if not daemon.listening.wait(30) or daemon.port is None:
@@ -647,6 +655,10 @@ def run(screenshots: Path | None, report: Callable[[dict[str, Any]], None]) -> N
                     check("scene", checks.scene)
                     check("metrics", checks.metrics)
                     check("other origin", lambda: checks.otherOrigin(other))
+                    face = FaceChecks(page, daemon)
+                    check("face in step", lambda: face.inStep(PLAIN, "wolves", screenshots))
+                    check("face in step, astral", lambda: face.inStep(ASTRAL, "took"))
+                    check("face turn", face.turn)
                     report({"check": "page errors", "ok": not errors, "detail": errors})
                 finally:
                     browser.close()

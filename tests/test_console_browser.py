@@ -170,3 +170,31 @@ class ConsoleInBrowserTests(SynchronousTestCase):
 
     def test_noPageErrors(self) -> None:
         self.check("page errors")
+
+    def test_faceInStep(self) -> None:
+        """
+        Mid-sentence, with the audio clock stopped, the face shows what the
+        line's marks give for that moment: the subtitle's sentence, the
+        highlighted word, the mouth's viseme and openness, and the
+        sentence's feeling (issue 35, part 4).
+        """
+        detail = self.check("face in step")
+        self.assertEqual(detail["shown"][0]["text"], detail["expected"]["word"])
+        self.assertEqual(detail["expected"]["feeling"], "fear")
+
+    def test_faceInStepCountsCodePoints(self) -> None:
+        """
+        The same with a character outside the BMP before the word: the
+        marks' offsets are code points, not UTF-16 units.
+        """
+        detail = self.check("face in step, astral")
+        self.assertEqual(detail["shown"][0]["text"], detail["expected"]["word"])
+
+    def test_faceTurn(self) -> None:
+        """
+        A typed turn brings the page the line's sentence, word and viseme
+        marks and its feelings, before its first speech.
+        """
+        detail = self.check("face turn")
+        self.assertEqual(detail["kinds"], ["sentence", "viseme", "word"])
+        self.assertTrue(detail["feelings"])

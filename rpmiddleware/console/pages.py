@@ -29,6 +29,7 @@ FILES: dict[bytes, tuple[str, str, bytes]] = {
     b"status.js": ("rpmiddleware.console", "static/status.js", b"text/javascript; charset=utf-8"),
     b"cards.js": ("rpmiddleware.console", "static/cards.js", b"text/javascript; charset=utf-8"),
     b"player.js": ("rpmiddleware.console", "static/player.js", b"text/javascript; charset=utf-8"),
+    b"face.js": ("rpmiddleware.console", "static/face.js", b"text/javascript; charset=utf-8"),
     b"mic.js": ("rpmiddleware.console", "static/mic.js", b"text/javascript; charset=utf-8"),
     b"favicon.svg": ("rpmiddleware.console", "static/favicon.svg", b"image/svg+xml"),
     b"example-card.json": (

@@ -7,11 +7,13 @@ import { StatusView, formatBytes } from "./status.js";
 import { CardError, characterIdFor, readCardFile, checkV2 } from "./cards.js";
 import { SpeechPlayer } from "./player.js";
 import { HoldToTalk } from "./mic.js";
+import { Face } from "./face.js";
 
 const $ = (id) => document.getElementById(id);
 
 const audioContext = new AudioContext();
 const player = new SpeechPlayer(audioContext);
+const face = new Face(document.getElementById("face"), player);
 const view = new StatusView();
 const conversation = $("conversation");
 const bubbles = new Map(); // turnId -> {player, character}
@@ -27,6 +29,9 @@ const state = {
   replies: new Map(),  // turnId -> {text, done, outcome, speech}
   player,
   audioContext,
+  face,
+  // The page's own message path, as /client/socket's messages take it.
+  receive: (message) => received(message),
 };
 window.rpConsole = state;
 
@@ -42,6 +47,9 @@ const socket = new ConsoleSocket(`ws://${location.host}/client/socket`, {
       type: "configure",
       output: { modalities: ["text", "audio"], sampleRate: Math.round(audioContext.sampleRate), streaming: true },
       player: { displayName: "Console" },
+      // For the face: marks (when the speech-marks plugin is in the chain) and feelings.
+      speechMarks: ["sentence", "word", "viseme"],
+      feelings: "text",
     });
     socket.send({ type: "status", subscribe: true });
   },
@@ -98,6 +106,8 @@ const HANDLERS = {
     b.querySelector(".text").textContent = m.text;
   },
   "tts-start": (m) => { if (!cancelledTurns.has(m.turnId)) player.start(m.turnId); },
+  "speech-marks": (m) => { if (!cancelledTurns.has(m.turnId)) face.marks(m); },
+  feeling: (m) => { if (!cancelledTurns.has(m.turnId)) face.feeling(m); },
   "tts-chunk": (m) => {
     if (cancelledTurns.has(m.turnId) || m.format !== "pcm") return;
     player.chunk(m.turnId, m.data, m.sampleRate);
