@@ -34,7 +34,7 @@ HOP = 0.01
 WINDOW = 256
 #: Mel-spaced bands and cepstral coefficients kept (the first: loudness).
 BANDS = 20
-CEPSTRA = 10
+CEPSTRA = 8
 #: The lowest band edge, and the highest, Hz.
 LOWEST = 80.0
 HIGHEST = 5300.0
@@ -129,26 +129,35 @@ def features(signal: NDArray[numpy.float32]) -> Floats:
     return numpy.ascontiguousarray(normalized, dtype=numpy.float64)
 
 
-def warp(reference: Floats, target: Floats) -> Floats:
+def warp(reference: Floats, target: Floats) -> tuple[Floats, Floats]:
     """
-    For every frame of C{reference}, the frame of C{target} (as a float)
-    where the same sound starts: the first target frame the warping path
-    pairs with it.
+    The warping path between C{reference} and C{target} frames, as knots of
+    a piecewise-linear map from reference seconds to target seconds: each
+    boundary between two reference frames goes to the boundary between the
+    last target frame paired with the one and the first paired with the
+    next (so a sound the target holds longer stretches its own frame, not
+    its neighbours').
     """
     window = abs(len(reference) - len(target)) + BAND
     path = numpy.asarray(
         dtw_ndim.warping_path(reference, target, use_c=True, window=window),
         dtype=numpy.intp,
     )
-    first = numpy.full(len(reference), len(target), dtype=numpy.float64)
-    numpy.minimum.at(first, path[:, 0], path[:, 1].astype(numpy.float64))
-    return first
+    count = len(reference)
+    first = numpy.full(count, len(target), dtype=numpy.float64)
+    last = numpy.zeros(count, dtype=numpy.float64)
+    pairs = path[:, 1].astype(numpy.float64)
+    numpy.minimum.at(first, path[:, 0], pairs)
+    numpy.maximum.at(last, path[:, 0], pairs)
+    # Frame k is centred on k * HOP: the boundary of frames k - 1 and k is
+    # at (k - 0.5) * HOP, on both sides.
+    knots = numpy.concatenate([[0.0], numpy.arange(1, count) - 0.5, [count - 0.5]])
+    placed = numpy.concatenate([[0.0], (last[:-1] + first[1:]) / 2.0, [last[-1] + 0.5]])
+    return knots * HOP, numpy.maximum.accumulate(placed) * HOP
 
 
-def moveTimes(times: Floats, mapping: Floats) -> Floats:
-    """
-    Seconds in the reference -> seconds in the target, through the frame
-    mapping L{warp} made (linear between frames).
-    """
-    frames = numpy.arange(len(mapping), dtype=numpy.float64)
-    return numpy.interp(times / HOP, frames, mapping) * HOP
+def moveTimes(times: Floats, mapping: tuple[Floats, Floats]) -> Floats:
+    """Seconds in the reference -> seconds in the target, through L{warp}'s map."""
+    knots, placed = mapping
+    moved: Floats = numpy.interp(times, knots, placed)
+    return moved

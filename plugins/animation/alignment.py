@@ -35,6 +35,11 @@ DEFAULT_RATE = 44100
 #: Audio whose loudest sample is below this (of 32768) is silence: there is
 #: nothing to align on.
 SILENT_PEAK = 64
+#: Silence added before and after the reference synthesis, seconds: espeak-ng
+#: starts speaking at once, a real voice's segment often after a pause, and
+#: without silence of its own to pair that pause with the warping path
+#: stretches the first sound over it.
+REFERENCE_PAD = 0.2
 #: How much longer or shorter than the reference the real audio may be and
 #: still be aligned (a voice speaking at a third or three times espeak-ng's
 #: pace is more likely a mismatched segment than speech).
@@ -77,9 +82,9 @@ class Reference:
 
     #: Its frames' features (L{align_dtw.features}).
     features: NDArray[numpy.float64]
-    #: Its length, seconds.
+    #: Its length, seconds, with L{REFERENCE_PAD} before and after.
     duration: float
-    #: Each phoneme's start, seconds.
+    #: Each phoneme's start, seconds (from the start of the padding).
     starts: NDArray[numpy.float64]
     #: Each phoneme's viseme, and its word's index (-1: a pause).
     visemes: tuple[str, ...]
@@ -137,11 +142,13 @@ def prepare(text: str, language: str) -> object:
         )
     synthesis = spoken.synthesis
     rate = synthesis.rate
-    signal = align_dtw.toFeatureRate(synthesis.samples, rate)
+    pad = numpy.zeros(int(REFERENCE_PAD * rate), numpy.int16)
+    padded = numpy.concatenate([pad, synthesis.samples, pad])
+    signal = align_dtw.toFeatureRate(padded, rate)
     reference = Reference(
         features=align_dtw.features(signal),
-        duration=len(synthesis.samples) / rate,
-        starts=numpy.array([sample / rate for sample, _, _ in spoken.phonemes]),
+        duration=len(padded) / rate,
+        starts=numpy.array([len(pad) / rate + sample / rate for sample, _, _ in spoken.phonemes]),
         visemes=tuple(visemeOf(name) if name else "sil" for _, name, _ in spoken.phonemes),
         owners=tuple(owner for _, _, owner in spoken.phonemes),
     )
