@@ -320,3 +320,28 @@ class ActionEffectTests(SynchronousTestCase):
         answer = self.rig.harness.sentToGame[-1]["message"]
         self.assertEqual(answer["type"], "error")
         self.assertIn("attitude.love is not an axis", answer["message"])
+
+
+class MoodStateTests(SynchronousTestCase):
+    """
+    The feelings plugin's mood (meta mood on a reply's text) is kept in the
+    conversation's state and given back on its next request.
+    """
+
+    def test_keptAndGivenBack(self) -> None:
+        rig = Rig(self)
+        harness = rig.harness
+        slot = {"client": "c1", "conversation": "slot-1"}
+        harness.toEngine(harness.replyRequest("t1", text="Hi.", meta=slot))
+        completed = harness.envelope("reply.text.completed", requestId="t1", text="Hello.")
+        completed.meta["mood"] = {"joy": 0.6, "sadness": 0.1}
+        harness.toGame(completed)
+        harness.toGame("reply.completed", requestId="t1")
+        self.assertEqual(rig.memory.conversation(KEY).state["mood"], {"joy": 0.6, "sadness": 0.1})
+        following = rig.turn("t2")
+        self.assertEqual(following.meta["mood"], {"joy": 0.6, "sadness": 0.1})
+
+    def test_noMoodNoMeta(self) -> None:
+        rig = Rig(self)
+        rig.turn("t1")
+        self.assertNotIn("mood", rig.turn("t2").meta)

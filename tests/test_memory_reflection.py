@@ -247,6 +247,24 @@ class ReflectionTests(SynchronousTestCase):
         self.assertEqual(len(rig.asked()), 2)
         self.assertIn("Wait, one more thing.", rig.asked()[-1]["event"]["text"])
 
+    def test_unansweredIsLetGoAfterItsTimeout(self) -> None:
+        """
+        A reflection RPEngine never answers (the link gone quiet) is
+        cancelled after reflection_timeout and asked again after the back-off.
+        """
+        rig = Rig(reflection_timeout=30, reflection_cooldown_seconds=10)
+        for _ in range(2):
+            rig.turn()
+        settle(rig.clock, 5)
+        [first] = rig.asked()
+        settle(rig.clock, 30)
+        cancels = [e.requestId for e in rig.harness.sentToEngine if e.type == "request.cancel"]
+        self.assertEqual(cancels, [first.requestId])
+        self.assertIsNone(rig.memory.reflections.current)
+        self.assertEqual(rig.memory.counts["reflectionFailures"], 1)
+        settle(rig.clock, 10)
+        self.assertEqual(len(rig.asked()), 2)
+
     def test_summariesGoFirst(self) -> None:
         """In a pause with a summary due, the reflection waits for it."""
         rig = Rig(summarize_after_tokens=20, keep_recent_tokens=10)

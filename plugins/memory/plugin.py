@@ -100,6 +100,10 @@ BOOKS_CACHED = 64
 #: The meta keys a Python API caller (or another plugin) names a turn's
 #: conversation, location and scene with.
 CONVERSATION, LOCATION, SCENE = "conversation", "location", "scene"
+#: A character's mood as the feelings plugin writes it on a reply (meta
+#: L{meta.MOOD}): kept with the conversation under this state name, and given
+#: back on the conversation's next request.
+MOOD_META, MOOD_STATE = meta.MOOD, "mood"
 #: Completed spoken replies kept for a late cut (L{TURN_PLAYED}): the last of
 #: each conversation, until its next turn starts, at most this many.
 COMPLETED_KEPT = 256
@@ -629,6 +633,10 @@ class Memory(ChainPlugin):
             self._tell(str(meta.get("client") or "api"), key, "unavailable", "turn", unreadable)
             return envelope
         conversation = self.conversation(key)
+        mood = conversation.state.get(MOOD_STATE)
+        if mood is not None and MOOD_META not in meta:
+            # What the character's last line left it feeling (L{MOOD_META}).
+            meta[MOOD_META] = mood
         data = card.get("data")
         data = data if isinstance(data, Mapping) else {}
         character = trimmed(data.get("name"))
@@ -794,6 +802,7 @@ class Memory(ChainPlugin):
             text = envelope.get("text")
             if isinstance(text, str):
                 turn.completed = text
+            self._keepMood(turn, envelope.meta.get(MOOD_META))
         elif kind == "reply.audio.chunk":
             if turn.speech is None:
                 turn.speech = Speech()
@@ -811,6 +820,18 @@ class Memory(ChainPlugin):
             self._ended(turn, kind)
             self.summaries.kick()
         return envelope
+
+    def _keepMood(self, turn: _Turn, mood: Any) -> None:
+        """The mood a reply left its character in, kept with the conversation."""
+        if not isinstance(mood, Mapping):
+            return
+        conversation = self.conversation(turn.key)
+        try:
+            kept = self.storeFor(turn.key).setState(conversation, MOOD_STATE, dict(mood))
+        except ValueError as e:
+            self.log.warn("a mood that JSON cannot write was not kept: {why}", why=str(e))
+            return
+        kept.addCallback(self._tellIfLost, turn.client, turn.key, "mood")
 
     def _ended(self, turn: _Turn, kind: str, played: Any = None) -> None:
         """

@@ -404,9 +404,13 @@ class Reflections:
         if self.current is reflecting:
             self.failed(reflecting.key, "it took longer than reflection_timeout")
             reflecting.cancelled = True
+            # Let go of it now, whatever RPEngine still says of it (nothing,
+            # when the link is gone): the next pause may ask again.
+            self.current = None
             self.context().sendToEngine(
                 Envelope.build("request.cancel", requestId=reflecting.requestId)
             )
+            self.kick()
 
     def envelope(self, envelope: Envelope) -> None:
         reflecting = self.current
