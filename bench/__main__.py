@@ -19,7 +19,8 @@ bench/resample.py, run as it is and its table included), mailbox (7, RPEngine's
 file mailbox against its WebSocket; also writes docs/benchmarks/mailbox.md), prompt (8,
 the memory plugin's plan and store writes), scenes (9, the gap between two characters'
 lines and what buffering for actions costs), visemes (issue 35: words and visemes aligned
-on espeak-ng speech, against spreading evenly; needs libespeak-ng1).
+on espeak-ng speech, against spreading evenly; needs libespeak-ng1), marks (issue 35: what speech
+marks cost, the delay they add to a sentence's first chunk and streams on one core).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ BENCHMARKS = (
     "prompt",
     "scenes",
     "visemes",
+    "marks",
 )
 #: Modules a section needs beyond what ``pip install .`` brings, and the extra
 #: that installs them.
@@ -69,6 +71,7 @@ DURATION = {
     "prompt": "30 s / 10 s",
     "scenes": "30 s / 10 s",
     "visemes": "10 s / 5 s",
+    "marks": "2.5 min / 1 min",
 }
 
 
@@ -171,6 +174,10 @@ async def benchmarks(
             from bench import visemes
 
             sections.append(visemes.run(quick))
+        elif name == "marks":
+            from bench import marks
+
+            sections.append(await marks.run(reactor, quick))
         print(f"   {time.perf_counter() - started:.0f} s", flush=True)
         for section in sections[before:]:
             section.source = name

@@ -145,7 +145,7 @@ class SpeechMarks(ChainPlugin):
         self._threads = threads
         self._run = run
         self._aligner = aligner
-        self._pool: ThreadPool | None = None
+        self._pools: dict[bool, ThreadPool] = {}
         self._lines: dict[str, _Line] = {}
         self._turns: dict[str, _Turn] = {}
         self._context: IChainContext | None = None
@@ -265,7 +265,9 @@ class SpeechMarks(ChainPlugin):
         pcm = b"".join(segment.pcm)
         segment.pcm = []
         d = self._prepared(line, sentence)
-        d.addCallback(lambda prepared: self._submit(alignment.align, prepared, pcm, rate))
+        d.addCallback(
+            lambda prepared: self._submit(alignment.align, prepared, pcm, rate, urgent=True)
+        )
 
         def aligned(result: Alignment) -> None:
             segment.marks = _sentenceMarks(line, segment, match) + _alignedMarks(
@@ -305,7 +307,7 @@ class SpeechMarks(ChainPlugin):
 
             known[1].addBoth(passOn)
             return result
-        return self._submit(alignment.prepare, sentence.text, line.language)
+        return self._submit(alignment.prepare, sentence.text, line.language, urgent=True)
 
     def _release(self, turn: _Turn) -> None:
         """
@@ -367,7 +369,12 @@ class SpeechMarks(ChainPlugin):
 
     # The worker threads.
 
-    def _submit(self, work: Callable[..., T], *args: Any) -> Deferred[T]:
+    def _submit(self, work: Callable[..., T], *args: Any, urgent: bool = False) -> Deferred[T]:
+        """
+        Run C{work} on a worker thread.  C{urgent} work (aligning a segment
+        whose audio is held) has threads of its own, so that it never waits
+        behind the text-only work (preparing sentences) of other lines.
+        """
         if self._run is not None:
             return self._run(lambda: work(*args))
         if not (
@@ -375,21 +382,25 @@ class SpeechMarks(ChainPlugin):
             and IReactorFromThreads.providedBy(self._reactor)
         ):
             return maybeDeferred(work, *args)
-        if self._pool is None:
-            self._pool = ThreadPool(0, self._threads, name="speech-marks")
-            self._pool.start()
+        if not self._pools:
+            self._pools = {
+                True: ThreadPool(0, self._threads, name="speech-marks-align"),
+                False: ThreadPool(0, 1, name="speech-marks-prepare"),
+            }
+            for pool in self._pools.values():
+                pool.start()
             if IReactorCore.providedBy(self._reactor):
                 self._reactor.addSystemEventTrigger("during", "shutdown", self.close)
-        return deferToThreadPool(self._reactor, self._pool, work, *args)
+        return deferToThreadPool(self._reactor, self._pools[urgent], work, *args)
 
     @property
     def started(self) -> bool:
         """Whether the worker threads were started (someone asked for words or visemes)."""
-        return self._pool is not None
+        return bool(self._pools)
 
     def close(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
+        pools, self._pools = self._pools, {}
+        for pool in pools.values():
             pool.stop()
 
     # Hooks.
