@@ -17,15 +17,17 @@ reads as anger whatever the scene.  A sentence with no cue reads as
 C{neutral}; the feelings plugin then lets the character's mood carry it
 (L{rpmiddleware.builtin.animation.feelings_mood}).  English only: other
 languages read as neutral unless they use the interjections and emoticons
-shared with English.  It runs in a few microseconds a sentence, so the
-plugin reads each sentence on the reactor the moment its text is complete,
-adding no latency.
+shared with English.  It takes some tens of microseconds a sentence (52 us
+for a 76-character one, measured on a loaded 2-core host; words are
+cached), so the plugin reads each sentence on the reactor the moment its
+text is complete, adding no latency.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from rpmiddleware.plugin import FEELINGS
 
@@ -206,15 +208,32 @@ def _stems(word: str) -> list[str]:
     return found
 
 
+def _index() -> dict[str, tuple[str, float]]:
+    """
+    Each word's strongest feeling (a word under two feelings goes to the
+    one that weighs it more, ties to the one listed first).
+    """
+    index: dict[str, tuple[str, float]] = {}
+    for feeling, words in LEXICON.items():
+        for word, weight in words.items():
+            if word not in index or weight > index[word][1]:
+                index[word] = (feeling, weight)
+    return index
+
+
+_INDEX = _index()
+
+
+@lru_cache(maxsize=16384)
 def _lookup(word: str) -> tuple[str, float] | None:
-    for stem in _stems(word):
-        best: tuple[str, float] | None = None
-        for feeling, words in LEXICON.items():
-            weight = words.get(stem)
-            if weight is not None and (best is None or weight > best[1]):
-                best = (feeling, weight)
-        if best is not None:
-            return best
+    """A word's feeling and weight, as written or by its stem (words recur: kept)."""
+    found = _INDEX.get(word)
+    if found is not None:
+        return found
+    for stem in _stems(word)[1:]:
+        found = _INDEX.get(stem)
+        if found is not None:
+            return found
     return None
 
 
