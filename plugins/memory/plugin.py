@@ -279,6 +279,14 @@ class Memory(ChainPlugin):
         message = {"type": "memory-event", "event": event, "what": what, **key.asDict()}
         context.sendToGame(toClient(client, {**message, "reason": why}))
 
+    def attached(self, context: IChainContext) -> None:
+        """
+        The chain was built: the store's size is measured now (on the
+        store's reader thread), so the first scrape of C{/metrics} has it.
+        """
+        super().attached(context)
+        self.saves.sizeForMetrics()
+
     def close(self) -> Deferred[Any] | None:
         """
         The daemon is stopping: no summary is asked any more, and the

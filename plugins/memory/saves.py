@@ -26,6 +26,7 @@ the store's size is measured on the reader's thread, never the reactor's.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import sqlite3
@@ -35,8 +36,8 @@ from typing import Any, Protocol
 from twisted.internet.defer import Deferred, FirstError, gatherResults, succeed
 from twisted.python.failure import Failure
 
-from rpmiddleware.builtin.memory.conversation import CHARACTER, Key
-from rpmiddleware.builtin.memory.store import InvalidDocument, MemoryStore, StoreError, verifyExport
+from rpmiddleware.builtin.memory.conversation import CHARACTER, Conversation, Entry, Fact, Key
+from rpmiddleware.builtin.memory.store import InvalidDocument, MemoryStore, StoreError, parseExport
 
 
 class SavingPlugin(Protocol):
@@ -163,30 +164,25 @@ class Saves:
             return d.addCallbacks(lambda _: keys, _firstFailure)
 
         def snapshot(keys: list[Key]) -> Deferred[dict[str, Any]]:
-            documents = [
-                self.memory.export(k.characterId, k.conversationId, k.integrationId) for k in keys
-            ]
-            for document in documents:
-                # Sealed on the writer's thread: nothing it holds may change
-                # meanwhile (entries' dicts are new; a state's values may
-                # be the live ones).
-                if "state" in document:
-                    document["state"] = copy.deepcopy(document["state"])
+            # Copies, made now: the save is the conversations as they are
+            # at this op, whatever the reactor changes while the writer's
+            # thread exports them.
+            copies = [_snapshot(self.store.cached(k)) for k in keys]
             created = self._now()
-            body = {
-                "format": SAVE_FORMAT,
-                "integrationId": integrationId,
-                "conversationId": conversationId,
-                "saveId": saveId,
-                "created": created,
-                "conversations": documents,
-            }
             characters = json.dumps([k.characterId for k in keys])
-            entries = sum(len(d.get("entries") or ()) for d in documents)
+            entries = sum(len(c.entries) for c in copies)
 
             def write(db: sqlite3.Connection) -> dict[str, Any]:
-                # Sealed here, on the writer's thread: the JSON of a long
-                # conversation is no work for the reactor.
+                # Exported and sealed here, on the writer's thread: the JSON
+                # of a long conversation is no work for the reactor.
+                body = {
+                    "format": SAVE_FORMAT,
+                    "integrationId": integrationId,
+                    "conversationId": conversationId,
+                    "saveId": saveId,
+                    "created": created,
+                    "conversations": [self.store.export(c) for c in copies],
+                }
                 text, checksum = _seal(body)
                 size = len(text.encode("utf-8"))
                 db.execute(
@@ -238,7 +234,7 @@ class Saves:
         except SaveRefused as e:
             return _failed(e)
 
-        def read(db: sqlite3.Connection) -> tuple[dict[str, Any], list[str]]:
+        def read(db: sqlite3.Connection) -> tuple[dict[str, Any], list[Conversation], list[str]]:
             row = db.execute(
                 "SELECT body, checksum FROM saves "
                 "WHERE integration = ? AND conversation = ? AND save = ?",
@@ -255,22 +251,26 @@ class Saves:
             documents = body.get("conversations") if isinstance(body, dict) else None
             if body.get("format") != SAVE_FORMAT or not isinstance(documents, list):
                 raise DamagedSave(f"save {saveId!r} is not a save of format {SAVE_FORMAT}")
-            # Each conversation checked whole before any is replaced.
+            # Each conversation read (and checked) here, on the store's
+            # thread, and whole before any is replaced.
+            conversations = []
             for document in documents:
                 named = document.get("characterId") if isinstance(document, dict) else None
                 if not isinstance(named, str) or not named:
                     raise DamagedSave(f"save {saveId!r} holds a conversation without characterId")
                 try:
-                    verifyExport(document)
+                    key = Key(integrationId, named, conversationId)
+                    conversations.append(parseExport(key, document))
                 except InvalidDocument as e:
                     raise DamagedSave(f"save {saveId!r} holds a damaged conversation: {e}")
-            return body, _characters(db, integrationId, conversationId)
+            return body, conversations, _characters(db, integrationId, conversationId)
 
-        def restore(found: tuple[dict[str, Any], list[str]]) -> Deferred[dict[str, Any]]:
-            body, stored = found
+        def restore(
+            found: tuple[dict[str, Any], list[Conversation], list[str]],
+        ) -> Deferred[dict[str, Any]]:
+            body, conversations, stored = found
             self._inFlight(integrationId, conversationId)
-            documents: list[dict[str, Any]] = body["conversations"]
-            restored = [str(d.get("characterId")) for d in documents]
+            restored = [c.key.characterId for c in conversations]
             present = {
                 k.characterId
                 for k in self.store.loadedKeys()
@@ -280,12 +280,9 @@ class Saves:
             forgotten = sorted(present - set(restored))
             self.store.collect()
             try:
-                for document, characterId in zip(documents, restored, strict=True):
-                    key = Key(integrationId, characterId, conversationId)
-                    self.memory.letGo(key)
-                    self.memory.restore(
-                        characterId, conversationId, document, integrationId, empty=True
-                    )
+                for conversation in conversations:
+                    self.memory.letGo(conversation.key)
+                    self.store.replace(conversation.key, conversation)
                 for characterId in forgotten:
                     self.memory.letGo(Key(integrationId, characterId, conversationId))
                     self.memory.forget(characterId, conversationId, integrationId)
@@ -443,6 +440,24 @@ class Saves:
             return result
 
         return d.addBoth(stale)
+
+
+def _snapshot(conversation: Conversation | None) -> Conversation:
+    """
+    A copy of C{conversation} that another thread may read while the
+    reactor changes the original (an entry's text is changed in place
+    when it is edited or cut; a state's values may be changed in place).
+    """
+    assert conversation is not None, "loaded before it is saved"
+    return dataclasses.replace(
+        conversation,
+        entries=[
+            Entry(e.seq, e.role, e.text, e.status, e.speaker, e.at) for e in conversation.entries
+        ],
+        facts=[Fact(f.id, f.text) for f in conversation.facts],
+        memories=[dataclasses.replace(m) for m in conversation.memories],
+        state=copy.deepcopy(conversation.state),
+    )
 
 
 def _holdsSomething(conversation: Any) -> bool:

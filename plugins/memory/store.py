@@ -1143,7 +1143,16 @@ class MemoryStore:
 
         @raise InvalidDocument: naming what is wrong with C{document}.
         """
-        conversation = _parseExport(key, document, empty, unverified)
+        return self.replace(key, _parseExport(key, document, empty, unverified))
+
+    def replace(self, key: Key, conversation: Conversation) -> Conversation:
+        """
+        Replace conversation C{key} with C{conversation}, read from an
+        export (L{parseExport}: a save being loaded parses its documents
+        on the store's thread), in one change: a kill leaves the old one or
+        the new.  Its write is in L{collect}'s list.
+        """
+        conversation.key = key
         conversation.updated = self._now()
         if key.persistent:
             self._open()
@@ -1293,15 +1302,15 @@ def _sealedMemory(item: Any) -> Any:
     ]
 
 
-def verifyExport(document: Any) -> None:
+def parseExport(key: Key, document: Any) -> Conversation:
     """
-    Check a document as L{MemoryStore.restore} would (empty ones allowed),
-    without restoring it: for a save, each of whose conversations is
-    checked before any is replaced.
+    An exported document read as L{MemoryStore.restore} reads it (one with
+    no entries taken), for L{MemoryStore.replace}: a save's documents are
+    each read, on the store's thread, before any conversation is replaced.
 
     @raise InvalidDocument: naming what is wrong with it.
     """
-    _parseExport(Key("", "", ""), document, True, False)
+    return _parseExport(key, document, True, False)
 
 
 def _parseExport(
