@@ -258,6 +258,8 @@ class ConfigureTests(SynchronousTestCase):
             ({"output": {"sampleRate": True}}, "sampleRate must be a whole number"),
             ({"output": {"streaming": "yes"}}, "streaming must be"),
             ({"output": {"voise": "F1"}}, "unknown field 'voise'"),
+            ({"speechMarks": ["word", "phoneme"]}, "speechMarks has unknown kind 'phoneme'"),
+            ({"speechMarks": "word"}, "configure.speechMarks must be a list"),
             ({"output": []}, "configure.output must be an object"),
             ({"voice": "F1"}, "configure has unknown field 'voice'"),
             ({"player": "Ada"}, "configure.player must be an object"),
