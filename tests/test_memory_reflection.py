@@ -10,17 +10,22 @@ moment a player's turn needs RPEngine, never seen by a client.
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from rpmiddleware.builtin.memory import IConversationMemory, Memory, memory
+from rpmiddleware.builtin.memory import reflection as reflections  # the module, patched
 from rpmiddleware.builtin.memory.attitude import Attitude
 from rpmiddleware.builtin.memory.conversation import Key
 from rpmiddleware.builtin.memory.reflection import (
     REFLECTOR_ID,
     RULE_ID,
+    Reflection,
     ReflectionError,
     readReflection,
 )
@@ -347,3 +352,38 @@ class SimulatedEngineTests(SynchronousTestCase):
         self.assertEqual(self.link.engine.invocations[invoked].user, "Wait!")
         shown = [entry.requestId for entry in self.middleware.timeline.recent()]
         self.assertNotIn(reflection.requestId, shown)
+
+
+class OffTheReactorTests(TestCase):
+    """The answer is read and checked on a thread of its own, never the reactor's."""
+
+    def test_answerCheckedOnTheReflectionThread(self) -> Deferred[None]:
+        threads: list[threading.Thread] = []
+        real = reflections.readReflection
+
+        def spy(text: str) -> Reflection:
+            threads.append(threading.current_thread())
+            return real(text)
+
+        self.patch(reflections, "readReflection", spy)
+        services = PluginServices(reactor, Settings(), CardHasher(None), Timeline())
+        plugin = memory.buildPlugin({"path": ":memory:"}, services)
+        assert isinstance(plugin, Memory)
+        self.addCleanup(plugin.close)
+        plugin.conversation(KEY)
+        done: Deferred[Reflection] = Deferred()
+        scheduler = plugin.reflections
+        scheduler.reflected = lambda conversation, answer, through: done.callback(answer)
+        scheduler.current = reflections._Reflecting("memory-reflection-1", KEY, 2)
+        completed = Envelope.build("reply.text.completed", requestId="memory-reflection-1")
+        completed.fields.update(text="ok", extractedContent={RULE_ID: [GOOD]})
+        scheduler.envelope(completed)
+        scheduler.envelope(Envelope.build("reply.completed", requestId="memory-reflection-1"))
+
+        def checked(answer: Reflection) -> None:
+            self.assertEqual(answer.change, {"trust": 40, "affection": 5})
+            self.assertEqual(len(threads), 1)
+            self.assertIsNot(threads[0], threading.main_thread())
+            self.assertIn("rpmiddleware-memory-reflection", threads[0].name)
+
+        return done.addCallback(checked)

@@ -1284,6 +1284,7 @@ class Memory(ChainPlugin):
     # Sessions and metrics.
 
     def engineSessionStarted(self, session: IEngineSessionInfo, context: IChainContext) -> None:
+        self.reflections.warm()
         self.summaries.kick()
 
     def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:

@@ -17,6 +17,7 @@ to L{MAX_BACKOFF}, and its turns go on as ever meanwhile.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -25,12 +26,14 @@ from typing import Any
 
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from rpmiddleware.builtin.memory.attitude import AXES, MAX_STANCE, Attitude
 from rpmiddleware.builtin.memory.conversation import CHARACTER, PLAYER, Conversation, Entry, Key
 from rpmiddleware.builtin.memory.planner import flatten, wordsOf
 from rpmiddleware.builtin.memory.settings import MemorySettings
 from rpmiddleware.builtin.memory.store import MemoryStore
+from rpmiddleware.builtin.memory.writer import Lane
 from rpmiddleware.plugin import (
     TERMINAL,
     CardHasher,
@@ -133,9 +136,7 @@ def readReflection(text: str) -> Reflection:
         answer = json.loads(text)
     except ValueError as e:
         raise ReflectionError(f"the answer is not JSON ({e})")
-    from jsonschema import Draft202012Validator
-
-    errors = sorted(Draft202012Validator(SCHEMA).iter_errors(answer), key=str)
+    errors = sorted(validator().iter_errors(answer), key=str)
     if errors:
         where = "/".join(str(p) for p in errors[0].absolute_path) or "the answer"
         raise ReflectionError(f"{where}: {errors[0].message}")
@@ -146,6 +147,20 @@ def readReflection(text: str) -> Reflection:
         dict(answer["change"]),
         " ".join(stance.split()) if isinstance(stance, str) and stance.strip() else None,
     )
+
+
+@functools.cache
+def validator() -> Any:
+    """
+    L{SCHEMA}'s validator, made once.  Importing jsonschema takes tens of
+    milliseconds, holding the interpreter even on another thread: it is
+    done when RPEngine's session starts (L{Reflections.warm}), not at
+    start-up (most of a daemon's life needs none of it) nor in the middle
+    of a conversation.
+    """
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(SCHEMA)
 
 
 def reflectedThrough(conversation: Conversation) -> int:
@@ -300,6 +315,10 @@ class Reflections:
         self.failures: dict[Key, int] = {}
         self.idle: IDelayedCall | None = None
         self.card: dict[str, Any] | None = None
+        #: Where answers are read and checked: a thread of its own, since
+        #: the first check imports jsonschema (tens of milliseconds) and none
+        #: of it is the reactor's to wait for.
+        self.lane = Lane(reactor, "rpmiddleware-memory-reflection")
 
     def noted(self, conversation: Conversation) -> None:
         """A conversation grew: due once enough is new since its last reflection."""
@@ -439,17 +458,22 @@ class Reflections:
         if not reflecting.captured:
             self.failed(key, "the answer holds no JSON object")
             return
-        try:
-            reflection = readReflection(reflecting.captured[-1])
-        except ReflectionError as e:
-            self.failed(key, str(e))
-            return
-        conversation = self.storeFor(key).cached(key)
-        if conversation is None:
-            return
-        self.failures.pop(key, None)
-        self.counts["reflections"] += 1
-        self.reflected(conversation, reflection, reflecting.through)
+        captured = reflecting.captured[-1]
+
+        def checked(reflection: Reflection) -> None:
+            conversation = self.storeFor(key).cached(key)
+            if conversation is None:
+                return
+            self.failures.pop(key, None)
+            self.counts["reflections"] += 1
+            self.reflected(conversation, reflection, reflecting.through)
+
+        def refused(failure: Failure) -> None:
+            if not failure.check(ReflectionError):
+                self.log.failure("reading a reflection of {key}", failure, key=key.asDict())
+            self.failed(key, str(failure.value))
+
+        self.lane.run(lambda: readReflection(captured)).addCallbacks(checked, refused)
 
     def failed(self, key: Key, why: str) -> None:
         """
@@ -471,6 +495,13 @@ class Reflections:
             why=why,
         )
 
+    def warm(self) -> None:
+        """RPEngine's session started: make the answers' validator now, on the lane."""
+        if self.settings.reflections:
+            self.lane.run(validator).addErrback(
+                lambda f: self.log.failure("making the reflection schema's validator", f)
+            )
+
     def sessionEnded(self) -> None:
         reflecting = self.current
         if reflecting is not None:
@@ -484,3 +515,4 @@ class Reflections:
         reflecting = self.current
         if reflecting is not None and reflecting.timer is not None and reflecting.timer.active():
             reflecting.timer.cancel()
+        self.lane.stop()
