@@ -449,6 +449,21 @@ class EndToEndTests(SynchronousTestCase):
         spoken = b"".join(base64.b64decode(m["data"]) for m in sent if m["type"] == "tts-chunk")
         self.assertGreater(len(spoken), 0)
 
+    def test_moodKeptByMemory(self) -> None:
+        """
+        The mood a line leaves is kept with the conversation by the memory
+        plugin and given back on the next request: a calm line after an
+        angry one carries the anger even when the feelings plugin has
+        forgotten everything it saw (as after a restart).
+        """
+        self.clients.say(self.connection, type="configure", feelings="text")
+        self.turn("You filthy liar, I hate you!")
+        plugin = next(p for p in self.middleware.chain.plugins if isinstance(p, Feelings))
+        plugin._moods.clear()
+        sent = self.turn("The road is open.")
+        told = [m for m in sent if m["type"] == CLIENT_TYPE]
+        self.assertEqual([m["feeling"] for m in told], ["anger"])
+
     def test_noFeelingsUnlessAsked(self) -> None:
         sent = self.turn("I am so glad you came!")
         self.assertNotIn(CLIENT_TYPE, [m["type"] for m in sent])
