@@ -5,6 +5,8 @@ placed on a sentence's audio, and the even fallback for what cannot be.
 
 from __future__ import annotations
 
+import threading
+
 import numpy
 import soxr
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
@@ -225,6 +227,49 @@ class ForcedTests(SynchronousTestCase):
         self.assertEqual(at24.method, "forced")
         for word, onset in zip(at24.words, truth, strict=True):
             self.assertLess(abs(word.start - onset), 0.1)
+
+    def test_threads(self) -> None:
+        """
+        prepare() and align() on several threads at once (as the speech-marks
+        plugin's pool runs them) give what they give one at a time: espeak-ng's
+        global state is used by one synthesis at a time, so no sentence gets
+        another's audio or phonemes.
+        """
+        texts = ["Halt.", "Who goes there?", "Keep your voice down.", "Fine. Go, then."]
+        audio = {text: spoken(text, "en-us")[0] for text in texts}
+
+        def both(text: str) -> alignment.Alignment:
+            return alignment.align(alignment.prepare(text, "en"), audio[text], 44100)
+
+        alone = {text: both(text) for text in texts}
+        together: dict[str, list[alignment.Alignment]] = {text: [] for text in texts}
+
+        def worker(text: str) -> None:
+            for _ in range(3):
+                together[text].append(both(text))
+
+        threads = [threading.Thread(target=worker, args=(text,)) for text in texts]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        # espeak-ng's synthesis is not the same to the sample from one call to
+        # the next (its wave generator keeps state between sentences), and a
+        # word's end before a pause sits in a fading sound the warping path
+        # may cut a few frames either way: compare the words, their starts
+        # within 30 ms and their ends within 150 ms, not bit for bit.  Another
+        # sentence's audio or phonemes would miss by far more.
+        for text in texts:
+            self.assertEqual(alone[text].method, "forced")
+            for result in together[text]:
+                self.assertEqual(result.method, "forced")
+                self.assertEqual(
+                    [(w.value, w.textStart, w.textEnd) for w in result.words],
+                    [(w.value, w.textStart, w.textEnd) for w in alone[text].words],
+                )
+                for word, single in zip(result.words, alone[text].words, strict=True):
+                    self.assertLess(abs(word.start - single.start), 0.03)
+                    self.assertLess(abs(word.end - single.end), 0.15)
 
     def test_silenceForAWord(self) -> None:
         """Silence where speech was expected falls back and says why."""
