@@ -24,7 +24,8 @@ from rpmiddleware.builtin.memory.attitude import (
     levelOf,
     valuesOf,
 )
-from rpmiddleware.builtin.memory.conversation import Key
+from rpmiddleware.builtin.memory.conversation import Conversation, Fact, Key
+from rpmiddleware.builtin.memory.planner import Limits, plan
 from rpmiddleware.builtin.memory.store import InvalidDocument, MemoryStore
 from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.client.status import promptSummary
@@ -32,7 +33,7 @@ from rpmiddleware.config.settings import Settings
 from rpmiddleware.plugin import Envelope, PluginServices, transferDocument
 from rpmiddleware.plugin.clientext import TO_CLIENT
 from rpmiddleware.protocol.timeline import Timeline
-from rpmiddleware.testing.kit import PluginHarness, exampleAction
+from rpmiddleware.testing.kit import PluginHarness, exampleAction, exampleCard
 
 KEY = Key("game", "c1", "slot-1")
 #: What the ops name: the configured integration (the client named no character).
@@ -265,6 +266,38 @@ class ModelLineTests(SynchronousTestCase):
         rig = Rig(self, attitude=False)
         rig.memory.conversation(KEY).state[STATE] = {"trust": 50}
         self.assertNotIn("attitude to", scenarioOf(rig.turn("t1")))
+
+
+class BudgetTests(SynchronousTestCase):
+    def test_lineGivesWayLastAndNeverOverflows(self) -> None:
+        """
+        Fitted by RPEngine's estimate like the facts: as the limit shrinks,
+        every plan stays within it, the pinned fact goes before the
+        attitude line, and at some limit the line goes too while the
+        request is still planned.
+        """
+        request = {
+            "event": {"text": "Hello."},
+            "player": {"displayName": "Ada"},
+            "output": {"modalities": ["text"], "language": "en"},
+        }
+        conversation = Conversation(KEY, facts=[Fact(1, "Ada carries the ring of the north.")])
+        line = Attitude({"trust": 40, "affection": -30, "respect": 0}, "wary").line("Mira", "Ada")
+        whole = plan(request, exampleCard(), conversation, [], Limits(), False, 0, None, False,
+                     attitude=line)  # fmt: skip
+        self.assertTrue(whole.report["attitude"]["included"])
+        seen = set()
+        for limit in range(whole.report["estimatedTokens"], 0, -1):
+            made = plan(request, exampleCard(), conversation, [], Limits(maxInputTokens=limit),
+                        False, 0, None, False, attitude=line)  # fmt: skip
+            if made.card is None:
+                break
+            self.assertLessEqual(made.report["estimatedTokens"], limit)
+            facts, attitude = made.report["facts"]["included"], made.report["attitude"]["included"]
+            self.assertFalse(facts and not attitude, f"the line went before the fact at {limit}")
+            seen.add((bool(facts), attitude))
+        self.assertIn((False, True), seen)
+        self.assertIn((False, False), seen)
 
 
 class ActionEffectTests(SynchronousTestCase):

@@ -159,6 +159,13 @@ const HANDLERS = {
     if (m.message && !m.engineConnected) $("audio-state").textContent = m.message;
     else if (m.engineConnected) $("audio-state").textContent = "";
   },
+  // A character's attitude to the player changed level (the memory plugin).
+  "memory-event": (m) => {
+    if (m.event !== "attitude") return;
+    state.attitude = m.attitude;
+    const moved = (m.changes || []).map((c) => `${c.axis} ${c.from} → ${c.to} (${c.value})`);
+    notice(`${m.characterId}'s attitude to you: ${moved.join(", ")}, by ${m.source}.`);
+  },
 };
 
 // The conversation.
