@@ -286,6 +286,20 @@ class ReflectionTests(SynchronousTestCase):
         settle(rig.clock, 10)
         self.assertEqual(len(rig.asked()), 1)
 
+    def test_sessionConversationGoneIsNotReflectedOn(self) -> None:
+        """A client session's own conversation, let go of with it, is not asked about."""
+        rig = Rig()
+        for i in range(2):
+            request = rig.harness.replyRequest(f"s{i}", text="Hi.", meta={"client": "c1"})
+            rig.harness.toEngine(request)
+            rig.harness.toGame("reply.text.completed", requestId=f"s{i}", text="Hello.")
+            rig.harness.toGame("reply.completed", requestId=f"s{i}")
+        self.assertEqual(len(rig.memory.reflections.due), 1)
+        rig.harness.endClientSession("c1")
+        self.assertEqual(rig.memory.reflections.due, {})
+        settle(rig.clock, 100)
+        self.assertEqual(rig.asked(), [])
+
     def test_offAsksNothing(self) -> None:
         rig = Rig(reflections=False)
         for _ in range(6):

@@ -789,6 +789,8 @@ class Memory(ChainPlugin):
         dropped = self.sessions.dropConversations(SESSION_PREFIX + client)
         for key in dropped:
             self.summaries.forget(key)
+            self.reflections.forget(key)
+            self._clientOf.pop(key, None)
 
     # Toward the game.
 
@@ -1247,13 +1249,15 @@ class Memory(ChainPlugin):
         """
         key = conversation.key
         store = self.storeFor(key)
-        remember = getattr(store, "remember", None)
         for detail in reflection.details:
-            if remember is not None:
-                kept = remember(
+            try:
+                kept = store.remember(
                     conversation, detail, self.settings.reflection_importance, "reflection"
                 )
-                kept.addCallback(self._tellIfLost, "memory", key, "reflection")
+            except ValueError as e:
+                self.log.warn("a reflection's detail was not kept: {why}", why=str(e))
+                continue
+            kept.addCallback(self._tellIfLost, "memory", key, "reflection")
         if self.settings.attitude and (reflection.change or reflection.stance):
             self._changeAttitude(
                 key,
