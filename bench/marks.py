@@ -52,6 +52,9 @@ LINE = (
     "Nobody has seen the miller since Tuesday.",
 )
 KINDS = ("sentence", "word", "viseme")
+#: From a line's text to its first speech: RPEngine synthesises a sentence
+#: once the text after it has begun (a browser voice takes a few hundred ms).
+FIRST_AUDIO_SECONDS = 0.25
 
 
 def _cpuSeconds() -> float:
@@ -129,7 +132,7 @@ class _Stream:
             delta = ("" if n == 0 else " ") + sentence
             self.rig.send("reply.text.delta", requestId=requestId, sequence=n, delta=delta)
         self.rig.send("reply.text.completed", requestId=requestId, text=" ".join(LINE))
-        self.segment(requestId, 0)
+        self.rig.reactor.callLater(FIRST_AUDIO_SECONDS, self.segment, requestId, 0)
 
     def segment(self, requestId: str, index: int) -> None:
         if index == len(self.speech.segments):
@@ -266,7 +269,8 @@ async def run(reactor: Any, quick: bool = False) -> Section:
 reactor, the chain, the alignment's threads and the driver that plays RPEngine). Each stream
 speaks a line of {len(LINE)} sentences ({_Speech().seconds:.1f} s of speech) again and again
 without pause: the
-line's text first (deltas, as RPEngine streams text ahead of its speech), then each sentence's
+line's text first (deltas, as RPEngine streams text ahead of its speech), then, from
+{FIRST_AUDIO_SECONDS * 1000:.0f} ms later (synthesis), each sentence's
 speech segment in real time, its chunks together (as RPEngine sends a synthesised sentence), at
 24 kHz (the plugin sits nearer the game than audio-resample). The speech is the simulator's
 (`speech="words"`: one voiced burst per word). Delay: a segment's first chunk enters the plugin

@@ -105,6 +105,24 @@ class _Turn:
 
 
 @dataclass(eq=False)
+class _Prepare:
+    """Preparing one sentence on the prepare thread."""
+
+    text: str
+    result: Deferred[Any] = field(default_factory=Deferred)
+    #: The thread has begun it (reads and writes of a bool are atomic).
+    started: bool = False
+    #: Still needed (else the thread skips it).
+    wanted: bool = True
+
+    def run(self, prepare: Callable[[str, str], Any], text: str, language: str) -> Any:
+        self.started = True
+        if not self.wanted:
+            return None
+        return prepare(text, language)
+
+
+@dataclass(eq=False)
 class _Line:
     """One request of a game that asked for marks."""
 
@@ -120,8 +138,8 @@ class _Line:
     #: Samples of the segments before the one collecting.
     samples: int = 0
     collecting: _Segment | None = None
-    #: Sentence index -> (its text, the Deferred of its prepared form).
-    prepared: dict[int, tuple[str, Deferred[Any]]] = field(default_factory=dict)
+    #: Sentence index -> the work preparing it.
+    prepared: dict[int, _Prepare] = field(default_factory=dict)
     cancelled: bool = False
 
 
@@ -291,22 +309,31 @@ class SpeechMarks(ChainPlugin):
         alignment = self._alignment()
         for sentence in line.text.readySentences():
             known = line.prepared.get(sentence.index)
-            if known is None or known[0] != sentence.text:
-                d = self._submit(alignment.prepare, sentence.text, line.language)
-                line.prepared[sentence.index] = (sentence.text, d)
+            if known is None or known.text != sentence.text:
+                job = _Prepare(sentence.text)
+                job.result = self._submit(job.run, alignment.prepare, sentence.text, line.language)
+                line.prepared[sentence.index] = job
 
     def _prepared(self, line: _Line, sentence: Sentence) -> Deferred[Any]:
+        """
+        The sentence prepared: the result of the work started when its text
+        was whole, or, when that work has not begun yet (other lines' text
+        before it), the work done now with the alignment's own threads (the
+        queued work then does nothing).
+        """
         alignment = self._alignment()
-        known = line.prepared.pop(sentence.index, None)
-        if known is not None and known[0] == sentence.text:
+        job = line.prepared.pop(sentence.index, None)
+        if job is not None and job.text == sentence.text and job.started:
             result: Deferred[Any] = Deferred()
 
             def passOn(value: Any) -> Any:
                 result.callback(value)
                 return value
 
-            known[1].addBoth(passOn)
+            job.result.addBoth(passOn)
             return result
+        if job is not None:
+            job.wanted = False
         return self._submit(alignment.prepare, sentence.text, line.language, urgent=True)
 
     def _release(self, turn: _Turn) -> None:
