@@ -149,6 +149,7 @@ class ReflectionTests(SynchronousTestCase):
         self.assertEqual(request["output"]["modalities"], ["text"])
         text = request["event"]["text"]
         self.assertIn("Ada: My sister Lena lives in Eastwatch.", text)
+        self.assertIn("Who you are: Mira runs the Gilded Tankard", text)
         self.assertIn("from -25 to 25", text)
         rig.answer(request, [GOOD])
         self.assertEqual(rig.seenByGame(request.requestId), [], "never shown to a client")

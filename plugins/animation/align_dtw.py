@@ -19,7 +19,6 @@ take a few milliseconds for a sentence of a few seconds.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import numpy
 import soxr
@@ -130,33 +129,20 @@ def features(signal: NDArray[numpy.float32]) -> Floats:
     return numpy.ascontiguousarray(normalized, dtype=numpy.float64)
 
 
-@dataclass(frozen=True)
-class Warp:
+def warp(reference: Floats, target: Floats) -> tuple[Floats, Floats]:
     """
-    A warping path, as knots of a piecewise-linear map from reference
-    seconds to target seconds, and how well the two matched.
-    """
-
-    knots: Floats
-    placed: Floats
-    #: The path's summed distance over its number of steps: lower is a
-    #: better fit, comparable between references of the same sentence.
-    cost: float
-
-
-def warp(reference: Floats, target: Floats) -> Warp:
-    """
-    The warping path between C{reference} and C{target} frames: each
+    The warping path between C{reference} and C{target} frames, as knots of
+    a piecewise-linear map from reference seconds to target seconds: each
     boundary between two reference frames goes to the boundary between the
     last target frame paired with the one and the first paired with the
     next (so a sound the target holds longer stretches its own frame, not
     its neighbours').
     """
     window = abs(len(reference) - len(target)) + BAND
-    steps, distance = dtw_ndim.warping_path(
-        reference, target, use_c=True, window=window, include_distance=True
+    path = numpy.asarray(
+        dtw_ndim.warping_path(reference, target, use_c=True, window=window),
+        dtype=numpy.intp,
     )
-    path = numpy.asarray(steps, dtype=numpy.intp)
     count = len(reference)
     first = numpy.full(count, len(target), dtype=numpy.float64)
     last = numpy.zeros(count, dtype=numpy.float64)
@@ -167,10 +153,11 @@ def warp(reference: Floats, target: Floats) -> Warp:
     # at (k - 0.5) * HOP, on both sides.
     knots = numpy.concatenate([[0.0], numpy.arange(1, count) - 0.5, [count - 0.5]])
     placed = numpy.concatenate([[0.0], (last[:-1] + first[1:]) / 2.0, [last[-1] + 0.5]])
-    return Warp(knots * HOP, numpy.maximum.accumulate(placed) * HOP, float(distance) / len(path))
+    return knots * HOP, numpy.maximum.accumulate(placed) * HOP
 
 
-def moveTimes(times: Floats, mapping: Warp) -> Floats:
+def moveTimes(times: Floats, mapping: tuple[Floats, Floats]) -> Floats:
     """Seconds in the reference -> seconds in the target, through L{warp}'s map."""
-    moved: Floats = numpy.interp(times, mapping.knots, mapping.placed)
+    knots, placed = mapping
+    moved: Floats = numpy.interp(times, knots, placed)
     return moved

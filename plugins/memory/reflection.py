@@ -194,10 +194,12 @@ def eventText(
     character: str,
     player: str,
     step: int,
+    persona: str = "",
 ) -> str:
     """
-    What the reflector is asked: who it speaks for, what was said lately,
-    the summary of before, the attitude so far, and the answer's shape.
+    What the reflector is asked: who it speaks for (C{persona}: a few lines
+    of the character's card), what was said lately, the summary of before,
+    the attitude so far, and the answer's shape.
     """
     character, player = character or "the character", player or "the player"
     lines = []
@@ -208,6 +210,8 @@ def eventText(
             lines.append(f"{flatten(speaker)}: {said}")
     summary = conversation.summary.strip()
     before = f"Earlier: {flatten(summary)}\n\n" if summary else ""
+    who = f"Who you are: {flatten(persona)}\n\n" if persona.strip() else ""
+    feeling = attitude.line(character, player).rstrip(".")
     axes = ", ".join(AXES)
     shape = json.dumps(
         {"details": ["..."], "change": dict.fromkeys(AXES, 0), "stance": "..."},
@@ -215,8 +219,8 @@ def eventText(
     )
     return (
         f"You are {character}. Think over what happened lately between you and {player}.\n\n"
-        f"{before}What was said lately:\n" + "\n".join(lines) + "\n\n"
-        f"{attitude.line(character, player)}.\n\n"
+        f"{who}{before}What was said lately:\n" + "\n".join(lines) + "\n\n"
+        f"{feeling}.\n\n"
         f"Answer with one JSON object and nothing else, like {shape}\n"
         f"- details: at most {MAX_DETAILS} short facts about {player} or these events that "
         f"{character} should remember later (names, promises, secrets); [] if none.\n"
@@ -235,6 +239,7 @@ def reflectionRequest(
     step: int,
     card: dict[str, Any],
     language: str = "en",
+    persona: str = "",
 ) -> Envelope:
     """The request that asks RPEngine for a reflection (C{card}: the reflector's)."""
     key = conversation.key
@@ -244,7 +249,9 @@ def reflectionRequest(
         eventId=uuid.uuid4().hex,
         integrationId=key.integrationId,
         characterId=REFLECTOR_ID,
-        event={"text": eventText(conversation, entries, attitude, character, player, step)},
+        event={
+            "text": eventText(conversation, entries, attitude, character, player, step, persona)
+        },
         output={
             "modalities": ["text"],
             "language": language,
@@ -296,12 +303,14 @@ class Reflections:
         attitudeOf: Callable[[Conversation], Attitude],
         counts: dict[str, int],
         log: Logger,
+        personaOf: Callable[[Key], str] = lambda key: "",
     ) -> None:
         self.reactor = reactor
         self.settings = settings
         self.cards = cards
         self.busy = busy
         self.summarizing = summarizing
+        self.personaOf = personaOf
         self.storeFor = storeFor
         self.context = context
         self.reflected = reflected
@@ -387,6 +396,7 @@ class Reflections:
             player,
             self.settings.reflection_step,
             dict(self.card),
+            persona=self.personaOf(conversation.key),
         )
         requestId = envelope.requestId or ""
         reflecting = _Reflecting(requestId, conversation.key, chosen[-1].seq)
