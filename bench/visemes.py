@@ -5,15 +5,17 @@ Aligns speech whose phoneme timings are known and measures how far the
 aligned words and visemes are from them, beside spreading evenly.
 
 The test speech is espeak-ng's, its word and phoneme positions taken from
-espeak-ng's own events; the alignment's reference synthesis is espeak-ng's
-too, so the test speech is made to differ from it in everything a voice can
-change there: the reference is the language's default voice (variant none,
-175 words a minute, pitch 50, range 50); each test condition uses another
-voice variant (another formant set, two of them another synthesizer: Klatt),
-another speed (150-215 words a minute), pitch and pitch range, starts after
-150 ms of silence, carries white noise at -55 dBFS and is resampled to
-RPEngine's 44.1 kHz.  What it cannot show is a voice as far from espeak-ng
-as RPEngine's own neural TTS: see docs/animation.md.
+espeak-ng's own events; the alignment's reference syntheses are espeak-ng's
+too, so the test speech is made to differ from them in everything a voice can
+change there: the references are the language's default voice and its f3
+variant (175 words a minute, pitch 50, range 50); each test condition uses
+another voice variant (another formant set, two of them another
+synthesizer: Klatt), another speed (150-215 words a minute), pitch and pitch
+range, starts after 150 ms of silence, carries white noise at -55 dBFS and is
+resampled to RPEngine's 44.1 kHz.  A harder test uses festival's voices
+(another synthesizer, built from people's recordings) where festival is
+installed.  What neither can show is RPEngine's own neural voice: see
+docs/animation.md.
 
     python -m bench visemes           # writes its section of docs/benchmarks.md
     python bench/visemes.py           # prints the section
@@ -74,8 +76,10 @@ CORPUS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-#: The reference synthesis prepare() makes: the language's default voice.
-REFERENCE = "default variant, 175 wpm, pitch 50, range 50"
+#: The reference syntheses prepare() makes: the language's default voice and
+#: its f3 variant (alignment.REFERENCE_VARIANTS); no test condition uses
+#: either variant.
+REFERENCE = "default variant and +f3, 175 wpm, pitch 50, range 50"
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ class Condition:
 
 
 CONDITIONS = (
-    Condition("f3", 150, 75, 70),
+    Condition("f4", 150, 75, 70),
     Condition("m3", 215, 30, 30),
     Condition("klatt4", 170, 60, 80),
     Condition("klatt2", 195, 40, 60),
@@ -517,10 +521,11 @@ def run(quick: bool = False) -> Section:
         "Aligning synthetic speech whose word and phoneme positions are known "
         "(`python -m bench visemes`, `bench/visemes.py`; a fixed corpus of "
         f"{len(CORPUS['en'])} English and {len(CORPUS['de'])} German sentences written for "
-        "it, one to twenty-five words). The reference synthesis that `prepare()` makes is "
-        f"the language's espeak-ng voice ({REFERENCE}). The espeak-ng test speech differs "
-        "from it in voice variant, speed, pitch and pitch range (positions from espeak-ng's "
-        "own phoneme events), four conditions:\n\n"
+        "it, one to twenty-five words). The reference syntheses that `prepare()` makes are "
+        f"the language's espeak-ng voice ({REFERENCE}; `align()` keeps the one that fits "
+        "best). The espeak-ng test speech differs from them in voice variant, speed, "
+        "pitch and pitch range (positions from espeak-ng's own phoneme events), four "
+        "conditions:\n\n"
         f"{conditions}\n\n"
         "A harder test: the same English sentences spoken by festival (another synthesizer, "
         "from recordings of people; positions from its own segment timings, its phone set "

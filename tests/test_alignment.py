@@ -125,12 +125,12 @@ def spoken(
     text: str, voice: str, lead: float = 0.1, rate: int = 44100
 ) -> tuple[numpy.ndarray, list[float]]:
     """
-    C{text} spoken by an espeak-ng voice that is not the reference's (the
-    C{f3} variant, slower and higher), after C{lead} seconds of silence, at
-    C{rate}; with each word's onset (its first phoneme), seconds, from
-    espeak-ng's own events.
+    C{text} spoken by an espeak-ng voice that is none of the references'
+    (the C{f4} variant, slower and higher; the references are the default
+    and f3), after C{lead} seconds of silence, at C{rate}; with each word's
+    onset (its first phoneme), seconds, from espeak-ng's own events.
     """
-    synthesis = align_espeak.synthesize(blankTags(text), f"{voice}+f3", 150, 75, 70)
+    synthesis = align_espeak.synthesize(blankTags(text), f"{voice}+f4", 150, 75, 70)
     pad = numpy.zeros(int(lead * synthesis.rate), numpy.float32)
     signal = numpy.concatenate([pad, synthesis.samples.astype(numpy.float32)]) / 32768.0
     pcm = numpy.round(soxr.resample(signal, synthesis.rate, rate) * 32767).astype(numpy.int16)
@@ -188,6 +188,19 @@ class ForcedTests(SynchronousTestCase):
         self.assertLessEqual(result.visemes[-1].end, seconds)
         self.assertIn("sil", [viseme.value for viseme in result.visemes])
         self.assertIn("p", [viseme.value for viseme in result.visemes if viseme.textStart == 6])
+
+    def test_references(self) -> None:
+        """
+        prepare() makes a reference in each of the variants (a man's and a
+        woman's voice), with the same phonemes, for align() to choose from.
+        """
+        prepared = alignment.prepare("Who goes there?", "en")
+        assert isinstance(prepared, alignment.Prepared)
+        assert prepared.reference is not None
+        self.assertEqual(len(prepared.alternatives), len(alignment.REFERENCE_VARIANTS) - 1)
+        for other in prepared.alternatives:
+            self.assertEqual(other.visemes, prepared.reference.visemes)
+            self.assertNotEqual(other.features.tobytes(), prepared.reference.features.tobytes())
 
     def test_german(self) -> None:
         """A second language aligns as well."""

@@ -19,6 +19,7 @@ take a few milliseconds for a sentence of a few seconds.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy
 import soxr
@@ -129,20 +130,33 @@ def features(signal: NDArray[numpy.float32]) -> Floats:
     return numpy.ascontiguousarray(normalized, dtype=numpy.float64)
 
 
-def warp(reference: Floats, target: Floats) -> tuple[Floats, Floats]:
+@dataclass(frozen=True)
+class Warp:
     """
-    The warping path between C{reference} and C{target} frames, as knots of
-    a piecewise-linear map from reference seconds to target seconds: each
+    A warping path, as knots of a piecewise-linear map from reference
+    seconds to target seconds, and how well the two matched.
+    """
+
+    knots: Floats
+    placed: Floats
+    #: The path's summed distance over its number of steps: lower is a
+    #: better fit, comparable between references of the same sentence.
+    cost: float
+
+
+def warp(reference: Floats, target: Floats) -> Warp:
+    """
+    The warping path between C{reference} and C{target} frames: each
     boundary between two reference frames goes to the boundary between the
     last target frame paired with the one and the first paired with the
     next (so a sound the target holds longer stretches its own frame, not
     its neighbours').
     """
     window = abs(len(reference) - len(target)) + BAND
-    path = numpy.asarray(
-        dtw_ndim.warping_path(reference, target, use_c=True, window=window),
-        dtype=numpy.intp,
+    steps, distance = dtw_ndim.warping_path(
+        reference, target, use_c=True, window=window, include_distance=True
     )
+    path = numpy.asarray(steps, dtype=numpy.intp)
     count = len(reference)
     first = numpy.full(count, len(target), dtype=numpy.float64)
     last = numpy.zeros(count, dtype=numpy.float64)
@@ -153,11 +167,10 @@ def warp(reference: Floats, target: Floats) -> tuple[Floats, Floats]:
     # at (k - 0.5) * HOP, on both sides.
     knots = numpy.concatenate([[0.0], numpy.arange(1, count) - 0.5, [count - 0.5]])
     placed = numpy.concatenate([[0.0], (last[:-1] + first[1:]) / 2.0, [last[-1] + 0.5]])
-    return knots * HOP, numpy.maximum.accumulate(placed) * HOP
+    return Warp(knots * HOP, numpy.maximum.accumulate(placed) * HOP, float(distance) / len(path))
 
 
-def moveTimes(times: Floats, mapping: tuple[Floats, Floats]) -> Floats:
+def moveTimes(times: Floats, mapping: Warp) -> Floats:
     """Seconds in the reference -> seconds in the target, through L{warp}'s map."""
-    knots, placed = mapping
-    moved: Floats = numpy.interp(times, knots, placed)
+    moved: Floats = numpy.interp(times, mapping.knots, mapping.placed)
     return moved

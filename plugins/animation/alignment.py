@@ -40,6 +40,13 @@ SILENT_PEAK = 64
 #: without silence of its own to pair that pause with the warping path
 #: stretches the first sound over it.
 REFERENCE_PAD = 0.2
+#: The espeak-ng voice variants the sentence is synthesised in as references
+#: (C{""}: the language's default, a man's voice; C{"f3"}: a woman's, higher
+#: and with other formants).  L{align} warps each onto the audio and keeps
+#: the one that fits it best, so a woman's voice (RPEngine's default, F4) is
+#: not read through a man's formants.  Each costs its synthesis in prepare()
+#: and a warping in align().
+REFERENCE_VARIANTS: tuple[str, ...] = ("", "f3")
 #: How much longer or shorter than the reference the real audio may be and
 #: still be aligned (a voice speaking at a third or three times espeak-ng's
 #: pace is more likely a mismatched segment than speech).
@@ -103,6 +110,8 @@ class Prepared:
     #: L{None} when the sentence cannot be aligned, and why.
     reference: Reference | None
     reason: str = ""
+    #: Other syntheses of the same phonemes (other voices), tried as well.
+    alternatives: tuple[Reference, ...] = ()
 
 
 def languages() -> dict[str, str]:
@@ -140,18 +149,19 @@ def prepare(text: str, language: str) -> object:
         return Prepared(
             text, language, words, letters, None, f"no phonemes for language {language!r}"
         )
-    synthesis = spoken.synthesis
-    rate = synthesis.rate
-    pad = numpy.zeros(int(REFERENCE_PAD * rate), numpy.int16)
-    padded = numpy.concatenate([pad, synthesis.samples, pad])
-    signal = align_dtw.toFeatureRate(padded, rate)
-    reference = Reference(
-        features=align_dtw.features(signal),
-        duration=len(padded) / rate,
-        starts=numpy.array([len(pad) / rate + sample / rate for sample, _, _ in spoken.phonemes]),
-        visemes=tuple(visemeOf(name) if name else "sil" for _, name, _ in spoken.phonemes),
-        owners=tuple(owner for _, _, owner in spoken.phonemes),
-    )
+    reference = _reference(spoken)
+    alternatives = []
+    for variant in REFERENCE_VARIANTS[1:]:
+        try:
+            other = phonemes.phonemize(text, language, variant)
+        except Exception:
+            log.failure("synthesising a sentence in variant {variant} failed", variant=variant)
+            continue
+        if other is not None:
+            candidate = _reference(other)
+            # Only the same phonemes line up with the first reference's words.
+            if (candidate.visemes, candidate.owners) == (reference.visemes, reference.owners):
+                alternatives.append(candidate)
     shapes = tuple(
         tuple(
             viseme
@@ -161,7 +171,22 @@ def prepare(text: str, language: str) -> object:
         or letters[index]
         for index in range(len(words))
     )
-    return Prepared(text, language, words, shapes, reference)
+    return Prepared(text, language, words, shapes, reference, "", tuple(alternatives))
+
+
+def _reference(spoken: phonemes.Spoken) -> Reference:
+    """A synthesis padded with silence, its features and phoneme times."""
+    synthesis = spoken.synthesis
+    rate = synthesis.rate
+    pad = numpy.zeros(int(REFERENCE_PAD * rate), numpy.int16)
+    padded = numpy.concatenate([pad, synthesis.samples, pad])
+    return Reference(
+        features=align_dtw.features(align_dtw.toFeatureRate(padded, rate)),
+        duration=len(padded) / rate,
+        starts=numpy.array([(len(pad) + sample) / rate for sample, _, _ in spoken.phonemes]),
+        visemes=tuple(visemeOf(name) if name else "sil" for _, name, _ in spoken.phonemes),
+        owners=tuple(owner for _, _, owner in spoken.phonemes),
+    )
 
 
 def align(prepared: object, samples: NDArray[numpy.int16] | bytes, sampleRate: int) -> Alignment:
@@ -220,12 +245,19 @@ def _placed(
     rate: int,
     duration: float,
 ) -> Alignment:
-    """Warp the reference onto the audio and move its phonemes along."""
+    """
+    Warp each reference onto the audio and move the phonemes of the one that
+    fits best (the lowest cost per step of its warping path) along.
+    """
     target = align_dtw.features(align_dtw.toFeatureRate(audio, rate))
     if len(target) < 2 or len(reference.features) < 2:
         return spreadEvenly(prepared, duration, "too short to align")
-    mapping = align_dtw.warp(reference.features, target)
-    times = numpy.clip(align_dtw.moveTimes(reference.starts, mapping), 0.0, duration)
+    best = align_dtw.warp(reference.features, target)
+    for other in prepared.alternatives:
+        warped = align_dtw.warp(other.features, target)
+        if warped.cost < best.cost:
+            best, reference = warped, other
+    times = numpy.clip(align_dtw.moveTimes(reference.starts, best), 0.0, duration)
     times = numpy.maximum.accumulate(times)
     ends = numpy.append(times[1:], duration)
     words = prepared.words

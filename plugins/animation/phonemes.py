@@ -93,18 +93,19 @@ class Spoken:
     phonemes: tuple[tuple[int, str, int], ...]
 
 
-def phonemize(text: str, language: str) -> Spoken | None:
+def phonemize(text: str, language: str, variant: str = "") -> Spoken | None:
     """
-    The phonemes of C{text}'s words, by a synthesis with espeak-ng, or
-    L{None} when the language has no espeak-ng voice (or espeak-ng is not
-    installed) or the text has no words.  Expression tags are left out.
+    The phonemes of C{text}'s words, by a synthesis with espeak-ng (in one
+    of its voice variants, C{"f3"}, if given), or L{None} when the language
+    has no espeak-ng voice (or espeak-ng is not installed) or the text has
+    no words.  Expression tags are left out.
     """
     voice = voiceFor(language)
     words = tuple(wordsOf(text))
     if voice is None or not words:
         return None
     plain = blankTags(text)
-    synthesis = align_espeak.synthesize(plain, voice)
+    synthesis = align_espeak.synthesize(plain, f"{voice}+{variant}" if variant else voice)
     # Every code point -> the word it is in or last followed (a symbol
     # espeak-ng speaks, such as "%", belongs to the word before it).
     owner = [-1] * (len(plain) + 1)
