@@ -17,10 +17,12 @@ after each section finishes.
 Benchmarks: cards (5), memory (6), hop (1 and 2), load (3), resample (4,
 bench/resample.py, run as it is and its table included), mailbox (7, RPEngine's
 file mailbox against its WebSocket; also writes docs/benchmarks/mailbox.md), prompt (8,
-the memory plugin's plan and store writes), scenes (9, the gap between two characters'
-lines and what buffering for actions costs), visemes (issue 35: words and visemes aligned
-on espeak-ng speech, against spreading evenly; needs libespeak-ng1), marks (issue 35: what speech
-marks cost, the delay they add to a sentence's first chunk and streams on one core).
+the memory plugin's plan and store writes), recall (issue 33: old details reaching the model with
+summaries as lossy as a small model's, recall off and on; its cost with 10,000 entries), scenes
+(9, the gap between two characters' lines and what buffering for actions costs), visemes (issue
+35: words and visemes aligned on espeak-ng speech, against spreading evenly; needs
+libespeak-ng1), marks (issue 35: what speech marks cost, the delay they add to a sentence's
+first chunk and streams on one core).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ BENCHMARKS = (
     "resample",
     "mailbox",
     "prompt",
+    "recall",
     "scenes",
     "visemes",
     "marks",
@@ -69,6 +72,7 @@ DURATION = {
     "resample": "1 min / 20 s",
     "mailbox": "3 min / 1 min",
     "prompt": "30 s / 10 s",
+    "recall": "40 s / 30 s",
     "scenes": "30 s / 10 s",
     "visemes": "10 s / 5 s",
     "marks": "2.5 min / 1 min",
@@ -166,6 +170,10 @@ async def benchmarks(
             from bench import prompting
 
             sections.append(await prompting.run(reactor, quick))
+        elif name == "recall":
+            from bench import recall
+
+            sections.append(await recall.run(reactor, quick))
         elif name == "scenes":
             from bench import scenes
 

@@ -16,6 +16,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from bench.recall import measure
 from rpmiddleware.builtin.memory import IConversationMemory, Memory
 from rpmiddleware.builtin.memory.conversation import CHARACTER, COMPLETE, PLAYER, Key
 from rpmiddleware.builtin.memory.recall import queryOf, queryWords
@@ -29,6 +30,7 @@ from rpmiddleware.protocol.prompt import AssembledPrompt
 from rpmiddleware.testing.inmemory import connectInMemory
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText
+from rpmiddleware.testing.simsummaries import isSummaryRequest, lossySummary
 from tests.support.client import clockedEndpoint
 from tests.support.connections import OpenConnections
 from tests.support.memory import settle
@@ -395,10 +397,45 @@ class SceneRecallTests(SynchronousTestCase):
         found = {
             character: self.successResultOf(
                 plugin.store.searchLater(
-                    Key("rpmiddleware", character, "save-1"), '"cellar"', 1, 10, 10, 10
+                    Key("rpmiddleware", character, "save-1"), ["cellar"], 1, 10, 10, 10
                 )
             )
             for character in ("garrick", "mara")
         }
         self.assertEqual(len(found["garrick"]), 1)
         self.assertEqual(found["mara"], [])
+
+
+class MeasuredTests(SynchronousTestCase):
+    def test_oldDetailsReachTheModel(self) -> None:
+        """
+        Issue 33, part 5 (bench/recall.py's run, on a Clock): 40 details told
+        over 500 turns of long lines, the simulator's summaries keeping only
+        the newest 3; asked about each of the 37 older ones by its topic, at
+        least 90% reach the model's input; no turn is refused or over the
+        limit, and every one keeps the newest exchange.
+        """
+        measured = measure(turns=500, details=40, keptDetails=3, recall=True)
+        self.assertEqual(len(measured.asked), 37)
+        self.assertGreaterEqual(measured.share, 0.9, measured.reached)
+        self.assertEqual((measured.refused, measured.overLimit, measured.newestMissing), (0, 0, 0))
+        self.assertEqual(measured.invocations, 537)
+
+    def test_summariesAreAsLossyAsASmallModels(self) -> None:
+        """The simulator's lossy summary keeps the newest details only."""
+        request = {
+            "event": {
+                "text": "The summary so far of the conversation between Alex and Mira:\n"
+                "They talked. Remember this: my dog is Rex.\n\nWhat was said since:\n"
+                "Alex: Remember this: my horse is Ash. The rain falls.\n"
+                "Mira: Fine.\nAlex: Remember this: my sister is Jo.\n\n"
+                "Write the updated summary in at most 250 words."
+            }
+        }
+        self.assertTrue(isSummaryRequest(request))
+        self.assertEqual(
+            lossySummary(request, 2),
+            "They talked at length. Remember this: my horse is Ash. "
+            "Remember this: my sister is Jo.",
+        )
+        self.assertFalse(isSummaryRequest({"event": {"text": "Hello"}}))

@@ -59,7 +59,7 @@ from rpmiddleware.builtin.memory.conversation import (
 from rpmiddleware.builtin.memory.lorebook import Book, EntryReader, bookOf, entryFrom
 from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
 from rpmiddleware.builtin.memory.planner import MAX_FACT, Limits, Plan, plan
-from rpmiddleware.builtin.memory.recall import Found, Recalled, queryOf
+from rpmiddleware.builtin.memory.recall import Found, Recalled, queryWords
 from rpmiddleware.builtin.memory.reflection import STATE as REFLECTION_STATE
 from rpmiddleware.builtin.memory.reflection import Reflection, Reflections, isReflectionRequest
 from rpmiddleware.builtin.memory.saves import Saves
@@ -239,12 +239,8 @@ class Memory(ChainPlugin):
             attitudeOf=lambda conversation: Attitude.fromState(conversation.state),
             counts=self.counts,
             log=self.log,
-            personaOf=lambda key: self._personas.get(key, ""),
         )
         self.summaries.then = self.reflections.kick
-        #: A few lines of each conversation's character card (its
-        #: description and personality), for its reflections.
-        self._personas: OrderedDict[Key, str] = OrderedDict()
         #: The client session that last played or changed each conversation:
         #: the one told when its character's attitude changes level.
         self._clientOf: OrderedDict[Key, str] = OrderedDict()
@@ -378,10 +374,35 @@ class Memory(ChainPlugin):
         requestId = envelope.requestId or ""
         self._recalled[requestId] = None
         conversation = self.store.cached(key)
-        match = queryOf(*self._recallTexts(envelope))
-        if conversation is None or match is None:
+        search = None if conversation is None else self.recallQuery(envelope, conversation)
+        if search is None:
             self._release()
             return
+        searched = self.store.searchLater(key, *search)
+
+        def found(matches: list[Found]) -> None:
+            self._recalled[requestId] = self.recalledOf(matches)
+
+        def failed(failure: Failure) -> None:
+            self.log.error(
+                "memory could not search {key} for recall: {why}",
+                key=key.asDict(),
+                why=describe(failure.value),
+            )
+
+        searched.addCallbacks(found, failed).addBoth(self._release)
+
+    def recallQuery(
+        self, envelope: Envelope, conversation: Conversation
+    ) -> tuple[list[str], int, int, int, int] | None:
+        """
+        The search a request's recall makes (L{MemoryStore.searchLater}'s
+        arguments after the key), or C{None} when its line and scene have no
+        word to look for.
+        """
+        words = queryWords(*self._recallTexts(envelope))
+        if not words:
+            return None
         # Entries this far back may be given as history (the prompt's
         # whole limit): all their matches are fetched, so that the older
         # ones are not crowded out by moments the plan holds anyway.
@@ -393,23 +414,11 @@ class Memory(ChainPlugin):
             reach += entry.tokens
             recentFrom = entry.seq
         moments = self.settings.recall_moments
-        searched = self.store.searchLater(
-            key, match, recentFrom, 4 * moments, RECENT_MATCHES, 2 * moments
-        )
+        return words, recentFrom, 4 * moments, RECENT_MATCHES, 2 * moments
 
-        def found(matches: list[Found]) -> None:
-            self._recalled[requestId] = Recalled(
-                matches, self.settings.recall_tokens, self.settings.recall_moments
-            )
-
-        def failed(failure: Failure) -> None:
-            self.log.error(
-                "memory could not search {key} for recall: {why}",
-                key=key.asDict(),
-                why=describe(failure.value),
-            )
-
-        searched.addCallbacks(found, failed).addBoth(self._release)
+    def recalledOf(self, matches: list[Found]) -> Recalled:
+        """What the planner is given of a search's matches."""
+        return Recalled(matches, self.settings.recall_tokens, self.settings.recall_moments)
 
     def _recallTexts(self, envelope: Envelope) -> list[str]:
         """What a request's recall looks for: its new line, then its scene."""
@@ -685,10 +694,6 @@ class Memory(ChainPlugin):
         # A new turn: the last one's reply can no longer be cut.
         self._completed.pop(key, None)
         self._playedBy(key, str(meta.get("client") or "api"))
-        self._personas[key] = _persona(data, character, player)
-        self._personas.move_to_end(key)
-        while len(self._personas) > self.settings.cached:
-            self._personas.popitem(last=False)
         made = self._plan(fields, card, conversation, spoken, meta, recalled)
         self.timeline.note(requestId, memory={**made.report, "conversation": key.asDict()})
         if made.card is None:
@@ -1388,17 +1393,6 @@ def _eventText(fields: Mapping[str, Any]) -> str:
     event = fields.get("event")
     text = event.get("text") if isinstance(event, Mapping) else None
     return text if isinstance(text, str) else ""
-
-
-#: What a reflection is told of who its character is, in characters.
-MAX_PERSONA = 600
-
-
-def _persona(data: Mapping[str, Any], character: str, player: str) -> str:
-    """The card's description and personality, macros rendered, clipped."""
-    text = " ".join(trimmed(data.get(f)) for f in ("description", "personality"))
-    text = " ".join(renderMacros(text, character, player).split())
-    return text if len(text) <= MAX_PERSONA else text[: MAX_PERSONA - 1] + "…"
 
 
 def _hasAudio(fields: Mapping[str, Any]) -> bool:

@@ -104,7 +104,11 @@ def queryOf(*texts: str) -> str | None:
     nothing a player types (quotes, C{NEAR}, C{*}, C{-}, a column name) is
     read as FTS5 syntax.
     """
-    words = queryWords(*texts)
+    return matchOf(queryWords(*texts))
+
+
+def matchOf(words: Sequence[str]) -> str | None:
+    """The FTS5 query for any of C{words}, each quoted; C{None} for none."""
     if not words:
         return None
     return " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
@@ -289,6 +293,7 @@ __all__ = [
     "Recalled",
     "block",
     "chosen",
+    "matchOf",
     "queryOf",
     "queryWords",
     "rank",

@@ -38,7 +38,7 @@ import os
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
@@ -54,7 +54,7 @@ from rpmiddleware.builtin.memory.conversation import (
     Key,
     MemoryItem,
 )
-from rpmiddleware.builtin.memory.recall import ENTRY, MEMORY, Found
+from rpmiddleware.builtin.memory.recall import ENTRY, MEMORY, Found, matchOf
 from rpmiddleware.builtin.memory.writer import Lane
 
 SCHEMA_VERSION = 1
@@ -187,6 +187,13 @@ _RECALL_TABLE = (
     "CREATE VIRTUAL TABLE recall USING fts5 (text, content='recall_source', "
     "content_rowid='rid', tokenize='porter unicode61 remove_diacritics 2')"
 )
+
+
+#: A word in more than this many of a conversation's rows is too common to
+#: search for; a search looks at this many rows' worth of words at most
+#: (L{MemoryStore._distinctive}).
+COMMON_ROWS = 300
+SEARCH_ROWS = 600
 
 
 def _indexForRecall(db: sqlite3.Connection) -> None:
@@ -792,19 +799,26 @@ class MemoryStore:
         return found, rowid
 
     def searchLater(
-        self, key: Key, match: str, recentFrom: int, older: int, recent: int, memories: int
+        self,
+        key: Key,
+        words: Sequence[str],
+        recentFrom: int,
+        older: int,
+        recent: int,
+        memories: int,
     ) -> Deferred[list[Found]]:
         """
-        What conversation C{key} holds that FTS5 query C{match} finds, best
+        What conversation C{key} holds that any of C{words} finds, best
         first by BM25, read on the reader's thread (never the reactor's):
         the best C{older} of its entries before seq C{recentFrom}, the best
         C{recent} from it on (those the plan may give as history: every one
         of them, so that the rest are never crowded out), and its best
         C{memories}.  Only this conversation's rows are searched (its range
-        of the index's row ids).  Nothing for a session's conversation (not
-        in the file).
+        of the index's row ids), and only with its rarer words
+        (L{_distinctive}).  Nothing for a session's conversation (not in the
+        file).
         """
-        if not key.persistent or not self._exists():
+        if not key.persistent or not self._exists() or not words:
             return succeed([])
 
         def read() -> list[Found]:
@@ -817,6 +831,10 @@ class MemoryStore:
             if row is None:
                 return []
             base = int(row[0]) * RECALL_SPAN
+            ranges = [(base + 1, base + RECALL_SPAN - 1), (-(base + RECALL_SPAN - 1), -base)]
+            match = matchOf(self._distinctive(db, list(words), ranges))
+            if match is None:
+                return []
             query = (
                 "SELECT rowid, bm25(recall) FROM recall WHERE recall MATCH ? "
                 "AND rowid BETWEEN ? AND ? ORDER BY rank LIMIT ?"
@@ -842,6 +860,40 @@ class MemoryStore:
             return found
 
         return self._reader.run(read)
+
+    def _distinctive(
+        self, db: sqlite3.Connection, words: list[str], ranges: list[tuple[int, int]]
+    ) -> list[str]:
+        """
+        The rarer of C{words} in this conversation (C{ranges}: its rows in
+        the index), rarest first (the reader's thread): a word in more than
+        L{COMMON_ROWS} of its rows says nothing of a topic and is left out,
+        as is one in none; the rest are taken while the rows they are in
+        stay within L{SEARCH_ROWS}.  Counting stops at L{COMMON_ROWS} rows a
+        word, so a search costs what its distinctive words cost, however
+        long the conversation: a line of common words ("the rain keeps
+        falling") looks at little, and a common word never swamps a rare one.
+        """
+        counted: list[tuple[int, int]] = []
+        for i, word in enumerate(words):
+            match = matchOf([word])
+            rows = 0
+            for low, high in ranges:
+                rows += db.execute(
+                    "SELECT count(*) FROM (SELECT rowid FROM recall WHERE recall MATCH ? "
+                    "AND rowid BETWEEN ? AND ? LIMIT ?)",
+                    (match, low, high, COMMON_ROWS + 1),
+                ).fetchone()[0]
+            if 0 < rows <= COMMON_ROWS:
+                counted.append((rows, i))
+        chosen: list[str] = []
+        spent = 0
+        for rows, i in sorted(counted):
+            if spent + rows > SEARCH_ROWS:
+                break
+            chosen.append(words[i])
+            spent += rows
+        return chosen
 
     def append(
         self, conversation: Conversation, *entries: tuple[str, str, str, str]

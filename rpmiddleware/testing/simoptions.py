@@ -116,6 +116,14 @@ class SimulatorOptions:
     #: Drop the connection if no welcome arrives in time (RPEngine: five
     #: seconds); C{None} waits for ever.
     welcomeTimeout: float | None = 5.0
+    #: Summaries as lossy as a small model's: the memory plugin's summary
+    #: requests are answered with only the newest this many details
+    #: (L{rpmiddleware.testing.simsummaries}); C{None} answers them like any
+    #: request (C{replyText}).
+    summaryDetails: int | None = None
+    #: What a detail is, for C{summaryDetails}: a regular expression a
+    #: sentence matches.
+    detailPattern: str = r"(?i)\bremember this\b"
 
     def pacing(self) -> Pacing:
         return Pacing(

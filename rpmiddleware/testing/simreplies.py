@@ -23,6 +23,7 @@ from rpmiddleware.testing.responsetext import ResponseProcessing
 from rpmiddleware.testing.simcore import EngineCore
 from rpmiddleware.testing.simoptions import defaultReplyText
 from rpmiddleware.testing.simrequests import SimReply
+from rpmiddleware.testing.simsummaries import isSummaryRequest, lossySummary
 
 
 class Replies(EngineCore):
@@ -166,7 +167,12 @@ class Replies(EngineCore):
         if transcript:
             request["transcript"] = transcript
         try:
-            text = (self.options.replyText or defaultReplyText)(request)
+            if self.options.summaryDetails is not None and isSummaryRequest(request):
+                text = lossySummary(
+                    request, self.options.summaryDetails, self.options.detailPattern
+                )
+            else:
+                text = (self.options.replyText or defaultReplyText)(request)
         except Exception as e:
             # A replyText that raises simulates a failed generation, which
             # RPEngine learns of after the model started.
