@@ -658,6 +658,7 @@ def run(screenshots: Path | None, report: Callable[[dict[str, Any]], None]) -> N
                     face = FaceChecks(page, daemon)
                     check("face in step", lambda: face.inStep(PLAIN, "wolves", screenshots))
                     check("face in step, astral", lambda: face.inStep(ASTRAL, "took"))
+                    check("face by loudness", face.byLoudness)
                     check("face turn", face.turn)
                     report({"check": "page errors", "ok": not errors, "detail": errors})
                 finally:

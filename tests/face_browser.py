@@ -15,6 +15,9 @@ The checks:
     clock as the probe saw the chunks scheduled, not from the page's own
     bookkeeping.  Whatever moment the clock stops at, the expected state is
     computed for that moment, so no wall-clock luck is involved.
+  - C{face by loudness}: a line without viseme marks opens the mouth with
+    the voice's loudness (a console on the default chain, where the
+    speech-marks plugin is not).
   - C{face turn}: a typed turn through the daemon: the page gets speech
     marks and feelings for the reply from the middleware, before its audio.
 """
@@ -286,6 +289,54 @@ class FaceChecks:
             self.page.locator("#try-card").screenshot(path=str(screenshots / "console-face.png"))
         self.js("() => window.rpConsole.audioContext.resume()")
         return {"ms": round(ms, 1), "expected": expected, "shown": shown["spoken"]}
+
+    def byLoudness(self) -> dict[str, Any]:
+        """
+        A line with no viseme marks (no speech-marks plugin): its mouth
+        opens with the voice's loudness, and shuts in a pause.  The line is
+        a second of voice, a second of silence, and a second of voice; the
+        clock is stopped in the middle of the voice, then of the silence.
+        """
+        self.open()
+        turnId = "face-loudness"
+        second = RATE
+        voice = pcmChunks(second)
+        silence = base64.b64encode(bytes(2 * second)).decode("ascii")
+        chunks = [*voice, silence, *voice]
+        messages: list[dict[str, Any]] = [{"type": "tts-start", "turnId": turnId}] + [
+            {"type": "tts-chunk", "turnId": turnId, "format": "pcm", "sampleRate": RATE, "data": d}
+            for d in chunks
+        ]
+        self.js("(ms) => { for (const m of ms) window.rpConsole.receive(m); }", messages)
+        shown = []
+        for at in (0.5, 1.5):
+            self.waitFor(
+                """([turnId, s]) => {
+                  const at = window.rpConsole.player.position();
+                  return at && at.turnId === turnId && at.seconds >= s;
+                }""",
+                [turnId, at],
+            )
+            shown.append(
+                self.js(
+                    """async () => {
+                      const context = window.rpConsole.audioContext;
+                      await context.suspend();
+                      const frame = () => new Promise((r) => requestAnimationFrame(r));
+                      await frame();
+                      await frame();
+                      const mouth = document.querySelector('#face .face-mouth');
+                      const result = {viseme: mouth.dataset.viseme, open: +mouth.dataset.open,
+                                      at: window.rpConsole.player.position().seconds};
+                      await context.resume();
+                      return result;
+                    }"""
+                )
+            )
+        voiced, silent = shown
+        assert voiced["viseme"] == "level" and voiced["open"] > 0.3, shown
+        assert silent["viseme"] == "level" and silent["open"] < 0.05, shown
+        return {"voiced": voiced, "silent": silent}
 
     def turn(self) -> dict[str, Any]:
         """

@@ -190,6 +190,14 @@ class ConsoleInBrowserTests(SynchronousTestCase):
         detail = self.check("face in step, astral")
         self.assertEqual(detail["shown"][0]["text"], detail["expected"]["word"])
 
+    def test_faceByLoudness(self) -> None:
+        """
+        Without viseme marks the mouth opens with the voice's loudness and
+        shuts in a pause.
+        """
+        detail = self.check("face by loudness")
+        self.assertGreater(detail["voiced"]["open"], detail["silent"]["open"])
+
     def test_faceTurn(self) -> None:
         """
         A typed turn brings the page the line's sentence, word and viseme

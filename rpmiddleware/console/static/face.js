@@ -110,6 +110,12 @@ export class Face {
     this.player = player;
     this.turns = new Map(); // turnId -> [{speaker, marks: [], feelings: []}]
     this.state = null; // what was drawn last (for tests and the curious)
+    // For a line without viseme marks (no speech-marks plugin in the chain):
+    // the jaw follows how loud the voice is now.
+    this.analyser = player.context.createAnalyser();
+    this.analyser.fftSize = 1024;
+    player.gain.connect(this.analyser);
+    this._samples = new Float32Array(this.analyser.fftSize);
     this._build();
     this._frame = this._frame.bind(this);
     requestAnimationFrame(this._frame);
@@ -190,7 +196,16 @@ export class Face {
         if (where === null ? feeling === null : f.start <= where) feeling = f;
       }
     }
-    return { turnId: at.turnId, line: at.line, ms, ...found, feeling };
+    const visemes = Boolean(line && line.marks.some((m) => m.type === "viseme"));
+    return { turnId: at.turnId, line: at.line, ms, ...found, feeling, visemes };
+  }
+
+  // How open the jaw is for the sound playing now, 0..1, from its loudness.
+  loudness() {
+    this.analyser.getFloatTimeDomainData(this._samples);
+    let sum = 0;
+    for (const x of this._samples) sum += x * x;
+    return Math.min(1, 6 * Math.sqrt(sum / this._samples.length));
   }
 
   _frame() {
@@ -203,9 +218,12 @@ export class Face {
 
   render(state) {
     this.state = state;
-    const viseme = state && state.viseme ? state.viseme.value : "sil";
-    const shape = SHAPES[viseme] || SHAPES.sil;
-    const open = state && state.viseme && typeof state.viseme.mouth === "number" ? state.viseme.mouth : shape.open;
+    // Without viseme marks the mouth opens with the voice's loudness ("level").
+    const byLevel = Boolean(state && !state.visemes);
+    const viseme = byLevel ? "level" : state && state.viseme ? state.viseme.value : "sil";
+    const shape = SHAPES[viseme] || SHAPES["@"];
+    let open = state && state.viseme && typeof state.viseme.mouth === "number" ? state.viseme.mouth : shape.open;
+    if (byLevel) open = this.loudness();
     const name = state && state.feeling ? state.feeling.feeling : "neutral";
     const intensity = state && state.feeling ? state.feeling.intensity ?? 0.7 : 0;
     const face = EXPRESSIONS[name] || EXPRESSIONS.neutral;
