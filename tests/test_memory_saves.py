@@ -19,8 +19,9 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.builtin.memory import IConversationMemory, Memory, memory
+from rpmiddleware.builtin.memory import store as memorystore
 from rpmiddleware.builtin.memory.conversation import CHARACTER, COMPLETE, PLAYER, Key
-from rpmiddleware.builtin.memory.saves import SAVE_FORMAT, SIZE_EVERY, DamagedSave
+from rpmiddleware.builtin.memory.saves import BATCH, SAVE_FORMAT, SIZE_EVERY, DamagedSave, unseal
 from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.console.metrics import MiddlewareMetrics
@@ -118,7 +119,7 @@ class SaveOpsTests(SynchronousTestCase):
         db = sqlite3.connect(game.path)
         (body,) = db.execute("SELECT body FROM saves").fetchone()
         db.close()
-        saved = json.loads(body)
+        saved = unseal(body)
         self.assertEqual(saved["format"], SAVE_FORMAT)
         documents = {d["characterId"]: d for d in saved["conversations"]}
         self.assertEqual(documents["mira"], game.plugin.export("mira", "world-1", GAME))
@@ -287,6 +288,28 @@ class SaveOpsTests(SynchronousTestCase):
             again.read("mira", "world-1", GAME)["facts"][0]["text"], "Kept through a kill."
         )
         again.store.close()
+
+
+class LongSaveTests(SynchronousTestCase):
+    def test_aLongConversationRoundTrips(self) -> None:
+        """
+        A conversation longer than a line of a save's body (and than a
+        piece of its checksum) comes back whole, its checksum the one a
+        single JSON call gives.
+        """
+        game = Game(self)
+        key = Key(GAME, "mira", "world-1")
+        conversation = game.plugin.store.conversation(key)
+        lines = [(PLAYER, "Ada", f"Line {i} \u00e9\n", COMPLETE) for i in range(3 * BATCH + 7)]
+        game.plugin.store.append(conversation, *lines)
+        document = game.plugin.export("mira", "world-1", GAME)
+        self.patch(memorystore, "PIECE", 10**9)
+        self.assertEqual(memorystore.checksum(document), document["checksum"])
+        self.successResultOf(game.plugin.save("long", "world-1", GAME))
+        game.plugin.store.append(conversation, (PLAYER, "Ada", "After.", COMPLETE))
+        self.successResultOf(game.plugin.loadSave("long", "world-1", GAME))
+        loaded = game.plugin.export("mira", "world-1", GAME)
+        self.assertEqual(loaded["entries"], document["entries"])
 
 
 class RequestPathTests(SynchronousTestCase):

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from twisted.internet.defer import Deferred, FirstError, gatherResults, succeed
 from twisted.python.failure import Failure
 
-from rpmiddleware.builtin.memory.conversation import CHARACTER, Conversation, Entry, Fact, Key
+from rpmiddleware.builtin.memory.conversation import CHARACTER, Conversation, Fact, Key
 from rpmiddleware.builtin.memory.store import InvalidDocument, MemoryStore, StoreError, parseExport
 
 
@@ -87,10 +87,54 @@ class DamagedSave(StoreError):
     """A save in the store no longer matches its checksum, or is not a save."""
 
 
-def _seal(body: dict[str, Any]) -> tuple[str, str]:
-    """A save's body as stored, and the SHA-256 (hex) of its UTF-8 bytes."""
-    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+#: Entries written on one line of a save's body.
+BATCH = 256
+
+
+def _line(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _seal(header: dict[str, Any], documents: list[dict[str, Any]]) -> tuple[str, str]:
+    """
+    A save's body as stored, and the SHA-256 (hex) of its UTF-8 bytes.  The
+    body is JSON lines: the header (with C{conversations}, how many), then
+    for each conversation its exported document without its entries (with
+    C{entryLines}, how many lines of them follow) and its entries,
+    L{BATCH} to a line.  No line is long: written and read on the store's
+    thread, a save of thousands of entries never holds Python's lock (and
+    so the reactor) for long, as one JSON call over the whole would.
+    """
+    lines = [_line({**header, "conversations": len(documents)})]
+    for document in documents:
+        entries = document.get("entries") or []
+        batches = [entries[i : i + BATCH] for i in range(0, len(entries), BATCH)]
+        rest = {k: v for k, v in document.items() if k != "entries"}
+        lines.append(_line({**rest, "entryLines": len(batches)}))
+        lines.extend(_line(batch) for batch in batches)
+    text = "\n".join(lines)
     return text, hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def unseal(text: str) -> dict[str, Any]:
+    """
+    A save's body (L{_seal}) as one object: the header, with
+    C{conversations} the exported documents.
+
+    @raise ValueError: when it is not such a body.
+    """
+    lines = iter(text.split("\n"))
+    header = json.loads(next(lines))
+    if not isinstance(header, dict) or not isinstance(header.get("conversations"), int):
+        raise ValueError("no header")
+    documents = []
+    for _ in range(header["conversations"]):
+        document = json.loads(next(lines))
+        entries: list[Any] = []
+        for _ in range(document.pop("entryLines")):
+            entries.extend(json.loads(next(lines)))
+        documents.append({**document, "entries": entries})
+    return {**header, "conversations": documents}
 
 
 def _characters(db: sqlite3.Connection, integrationId: str, conversationId: str) -> list[str]:
@@ -175,15 +219,14 @@ class Saves:
             def write(db: sqlite3.Connection) -> dict[str, Any]:
                 # Exported and sealed here, on the writer's thread: the JSON
                 # of a long conversation is no work for the reactor.
-                body = {
+                header = {
                     "format": SAVE_FORMAT,
                     "integrationId": integrationId,
                     "conversationId": conversationId,
                     "saveId": saveId,
                     "created": created,
-                    "conversations": [self.store.export(c) for c in copies],
                 }
-                text, checksum = _seal(body)
+                text, checksum = _seal(header, [self.store.export(c) for c in copies])
                 size = len(text.encode("utf-8"))
                 db.execute(
                     "DELETE FROM saves WHERE integration = ? AND conversation = ? AND save = ?",
@@ -247,8 +290,11 @@ class Saves:
                 raise DamagedSave(
                     f"save {saveId!r} is damaged: its content does not match its checksum"
                 )
-            body = json.loads(text)
-            documents = body.get("conversations") if isinstance(body, dict) else None
+            try:
+                body = unseal(text)
+            except (ValueError, KeyError, TypeError, AttributeError, StopIteration):
+                body = {}
+            documents = body.get("conversations")
             if body.get("format") != SAVE_FORMAT or not isinstance(documents, list):
                 raise DamagedSave(f"save {saveId!r} is not a save of format {SAVE_FORMAT}")
             # Each conversation read (and checked) here, on the store's
@@ -445,15 +491,14 @@ class Saves:
 def _snapshot(conversation: Conversation | None) -> Conversation:
     """
     A copy of C{conversation} that another thread may read while the
-    reactor changes the original (an entry's text is changed in place
-    when it is edited or cut; a state's values may be changed in place).
+    reactor changes the original: its lists copied (the store replaces an
+    entry it edits or cuts, never changes one in place, so the entries are
+    shared), its state's values too (small, and maybe changed in place).
     """
     assert conversation is not None, "loaded before it is saved"
     return dataclasses.replace(
         conversation,
-        entries=[
-            Entry(e.seq, e.role, e.text, e.status, e.speaker, e.at) for e in conversation.entries
-        ],
+        entries=list(conversation.entries),
         facts=[Fact(f.id, f.text) for f in conversation.facts],
         memories=[dataclasses.replace(m) for m in conversation.memories],
         state=copy.deepcopy(conversation.state),

@@ -32,13 +32,14 @@ L{MemoryStore.briefsLater}).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
@@ -931,7 +932,10 @@ class MemoryStore:
         if text is None:
             conversation.entries.remove(entry)
         else:
-            entry.text = text
+            # A new entry, never a change in place: a save's copy of the
+            # conversation (saves.py) shares the entries it was given.
+            entries = conversation.entries
+            entries[entries.index(entry)] = dataclasses.replace(entry, text=text)
 
         def write(db: sqlite3.Connection, rowid: int) -> None:
             if text is None:
@@ -957,7 +961,8 @@ class MemoryStore:
             raise KeyError(seq)
         if not text:
             return self.edit(conversation, seq, None)
-        entry.text, entry.status = text, INTERRUPTED
+        entries = conversation.entries
+        entries[entries.index(entry)] = dataclasses.replace(entry, text=text, status=INTERRUPTED)
 
         def write(db: sqlite3.Connection, rowid: int) -> None:
             db.execute(
@@ -1333,8 +1338,42 @@ def checksum(body: dict[str, Any]) -> str:
     if body.get("memories"):
         # Sealed with the rest when there are some (older exports have none).
         content.append(["memories", [_sealedMemory(m) for m in body["memories"]]])
-    text = json.dumps(content, ensure_ascii=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
+    digest = hashlib.sha256()
+    for piece in _inPieces(content):
+        digest.update(piece.encode("ascii"))
+    return digest.hexdigest()
+
+
+#: Items of a long list JSON-encoded in one call (L{_inPieces}).
+PIECE = 256
+
+
+def _inPieces(content: list[Any]) -> Iterator[str]:
+    """
+    C{json.dumps(content, ensure_ascii=True, separators=(",", ":"))}, the
+    same text, in pieces: a long list in it (the entries) a few hundred
+    items at a time, so that no one call holds Python's lock for long (a
+    save seals conversations of thousands of entries on the store's thread
+    while the reactor runs).
+    """
+    yield "["
+    for i, item in enumerate(content):
+        if i:
+            yield ","
+        if isinstance(item, list) and len(item) > PIECE:
+            yield "["
+            for start in range(0, len(item), PIECE):
+                if start:
+                    yield ","
+                yield _compact(item[start : start + PIECE])[1:-1]
+            yield "]"
+        else:
+            yield _compact(item)
+    yield "]"
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
 
 
 def _sealedMemory(item: Any) -> Any:
