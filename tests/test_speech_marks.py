@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.defer import Deferred
-from twisted.internet.task import Clock
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.internet.task import Clock, LoopingCall
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from rpmiddleware.builtin.animation import alignment
 from rpmiddleware.builtin.animation.marks import SpeechMarks, speechMarks
@@ -27,6 +27,7 @@ from rpmiddleware.testing.simspeech import knownWordMarks
 from tests.support.client import clockedEndpoint
 from tests.support.connections import OpenConnections
 from tests.support.memory import settle
+from tests.support.webrtc import missingExtra
 
 RATE = 24000
 CHUNK_BYTES = 32768
@@ -476,6 +477,90 @@ class EndToEndTests(SynchronousTestCase):
             lo, hi = sentence["time"], sentence["time"] + sentence["samples"] * 1000 // 24000
             for mark in message["marks"][1:]:
                 self.assertTrue(lo <= mark["time"] <= hi, mark)
+
+    def test_overWebRTCMarksGoOnTheDataChannelBeforeTheAudio(self) -> None:
+        """
+        With a WebRTC speech track the reply plays on the track; each
+        sentence's marks go on the data channel while none of that
+        sentence's audio has been given to the track yet.
+        """
+        missing = missingExtra()
+        if missing is not None:
+            raise SkipTest(missing)
+        from rpmiddleware.webrtc.speech import FRAME_SECONDS, TRACK_RATE, SpeechTrack
+        from rpmiddleware.webrtc.voice import VoiceLink
+
+        fed = [0]
+        track = SpeechTrack(clock=self.clock.seconds)
+        feed = track.feed
+
+        def counted(pcm16: bytes, rate: int | None = None) -> int:
+            fed[0] += len(pcm16) // 2
+            return feed(pcm16, rate)
+
+        track.feed = counted  # type: ignore[method-assign]
+        channel: list[tuple[dict[str, Any], int]] = []
+
+        class Peer:
+            closed = False
+            speaking = True
+            speech = track
+
+            def send(self, message: dict[str, Any]) -> None:
+                channel.append((message, fed[0]))
+
+        link = VoiceLink.__new__(VoiceLink)
+        link.connection = self.connection  # type: ignore[assignment]
+        link.label = "test"
+        link.peer = Peer()  # type: ignore[assignment]
+        link.turnIds = {}
+        self.connection.voice = link
+        frames = LoopingCall(track.nextFrame)
+        frames.clock = self.clock
+        frames.start(FRAME_SECONDS, now=False)
+        self.addCleanup(frames.stop)
+        self.clients.say(self.connection, type="configure", speechMarks=["sentence", "word"])
+        self.turn("Stay by the fire. The road is long.")
+        marks = [(m, at) for m, at in channel if m["type"] == "speech-marks"]
+        self.assertEqual(len(marks), 2)
+        for message, at in marks:
+            self.assertEqual(message["sampleRate"], TRACK_RATE)
+            self.assertEqual(message["marks"][0]["sample"], at, "none of its audio on the track")
+        self.assertGreater(fed[0], marks[1][0]["marks"][0]["sample"])
+
+    def test_cancelDropsHeldAudioAndMarks(self) -> None:
+        """
+        The game cancels while a sentence's audio is held for its marks:
+        neither that audio nor its marks reach the client, and the turn ends
+        with tts-cancelled; the next turn gets its marks as usual.
+        """
+        [plugin] = [p for p in self.middleware.chain.plugins if isinstance(p, SpeechMarks)]
+        runner = Runner()
+        plugin._run = runner
+        self.clients.say(self.connection, type="configure", speechMarks=["word"])
+        self.reply = "Stay by the fire. The road is long."
+        before = len(self.writer.sent)
+        chunks: list[Any] = []
+        stop = self.middleware.router.observe(
+            lambda e: chunks.append(e) if e.type == "reply.audio.chunk" else None
+        )
+        self.addCleanup(stop)
+        self.clients.say(self.connection, type="text", text="Hello?")
+        settle(self.clock, 5.0)
+        self.assertEqual(chunks, [], "the first sentence's audio is held")
+        self.assertTrue(
+            self.link.engine.knownSpeech or self.link.engine.completed, "RPEngine spoke"
+        )
+        self.clients.say(self.connection, type="cancel")
+        runner.runAll()
+        settle(self.clock, 5.0)
+        types = [m["type"] for m in self.writer.sent[before:]]
+        self.assertIn("tts-cancelled", types)
+        self.assertNotIn("speech-marks", types)
+        self.assertNotIn("tts-chunk", types)
+        plugin._run = None
+        sent = self.turn("Good evening.")
+        self.assertEqual([m["type"] for m in sent].count("speech-marks"), 1)
 
     def engineStream(self) -> Any:
         engine = self.link.engine
