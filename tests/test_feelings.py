@@ -12,9 +12,10 @@ from typing import Any
 
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
+from zope.interface.verify import verifyObject
 
 from rpmiddleware.builtin import DEFAULT_CHAIN
-from rpmiddleware.builtin.animation.feelings import CLIENT_TYPE, Feelings, feelings
+from rpmiddleware.builtin.animation.feelings import CLIENT_TYPE, FIELD, Feelings, feelings
 from rpmiddleware.builtin.animation.feelings_lexicon import read
 from rpmiddleware.builtin.animation.feelings_model import PATTERN, RULE, RULE_ID, instruction
 from rpmiddleware.builtin.animation.feelings_mood import Mood
@@ -22,7 +23,13 @@ from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.client.messages import configureChanges
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.middleware import Middleware
-from rpmiddleware.plugin import FEELINGS, MAX_RESPONSE_RULES, TO_CLIENT, sentenceBlocks
+from rpmiddleware.plugin import (
+    FEELINGS,
+    MAX_RESPONSE_RULES,
+    TO_CLIENT,
+    IEnvelopePlugin,
+    sentenceBlocks,
+)
 from rpmiddleware.plugin import meta as metakeys
 from rpmiddleware.protocol.clienterrors import InvalidMessage
 from rpmiddleware.protocol.rules import checkResponseProcessing
@@ -208,6 +215,10 @@ class PluginTests(SynchronousTestCase):
         self.assertEqual(spans, [first[0].strip(), second[0].strip()])
         self.assertEqual([m["sentence"] for m in messages], [0, 1])
         self.assertEqual({m["turnId"] for m in messages}, {"r1"})
+        listed = self.harness.sentToGame[-2][FIELD]  # reply.text.completed, before reply.completed
+        self.assertEqual(
+            listed, [{k: m[k] for k in listed[0]} for m in messages], "the line's feelings, listed"
+        )
         self.assertEqual(messages[0]["speaker"]["characterId"], "c1")
         self.assertEqual(messages[0]["source"], "text")
         self.assertTrue(0 < messages[0]["intensity"] <= 1)
@@ -334,6 +345,7 @@ class PluginTests(SynchronousTestCase):
     def test_serverDefault(self) -> None:
         plugin = feelings.buildPlugin({"default": "text"}, self.services)
         self.assertIsInstance(plugin, Feelings)
+        self.assertTrue(verifyObject(IEnvelopePlugin, plugin))
         harness = PluginHarness(plugin, Clock())
         harness.startSession()
         harness.toEngine(harness.replyRequest("r1", meta={"client": "c1"}))
@@ -433,6 +445,7 @@ class EndToEndTests(SynchronousTestCase):
             ["I am so glad you came!", "The wolves took my sheep, I fear."],
         )
         self.assertFeelingBeforeEachSentencesAudio(sent, 2)
+        self.assertEqual([f["feeling"] for f in llm[FIELD]], ["joy", "fear"])
 
     def test_modelFeelingsThroughRPEnginesResponseProcessing(self) -> None:
         """

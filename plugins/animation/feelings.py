@@ -67,6 +67,10 @@ from rpmiddleware.plugin import meta as metakeys
 NAME = "feelings"
 #: The client message.
 CLIENT_TYPE = "feeling"
+#: The field of reply.text.completed (and so of the client's llm) that lists
+#: the line's feelings, all of them.
+FIELD = "x-feelings"
+_LISTED = ("feeling", "intensity", "start", "end", "sentence", "source")
 NEUTRAL = FEELINGS[0]
 #: Moods kept here for conversations the memory plugin does not keep.
 MAX_MOODS = 4096
@@ -236,6 +240,9 @@ class Feelings(ChainPlugin):
         self._tell(line, sentenceBlocks(line.text, True), context, written)
         self._keep(line)
         envelope.meta[metakeys.MOOD] = line.mood.toJson()
+        # The whole line's feelings, for a Python API caller (its stream
+        # keeps this envelope) and on the client's llm message.
+        envelope[FIELD] = [{k: m[k] for k in _LISTED if k in m} for m in line.sentences]
         return envelope
 
     def _tell(
@@ -317,4 +324,4 @@ feelings = PluginFactory(
     settings=FeelingsSettings,
 )
 
-__all__ = ["CLIENT_TYPE", "Feelings", "FeelingsSettings", "feelings"]
+__all__ = ["CLIENT_TYPE", "FIELD", "Feelings", "FeelingsSettings", "feelings"]
