@@ -19,7 +19,8 @@ from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.client.messages import configureChanges, turnOptions
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.middleware import Middleware
-from rpmiddleware.plugin import InvalidMessage, decodeBase64, encodeBase64, speechmarks
+from rpmiddleware.plugin import Envelope, InvalidMessage, decodeBase64, encodeBase64, speechmarks
+from rpmiddleware.plugin import meta as metakeys
 from rpmiddleware.testing import PluginHarness, exampleCard, pluginServices
 from rpmiddleware.testing.inmemory import connectInMemory
 from rpmiddleware.testing.simoptions import SimulatorOptions
@@ -164,6 +165,58 @@ class MatchingTests(SynchronousTestCase):
         self.assertTrue(match.matched)
         other = line.matchSegment(0.4, spokenText="Stay.")
         self.assertFalse(other.matched)
+
+    def test_spokenTextFindsTheSentence(self) -> None:
+        """
+        With the segment's text (the file mailbox tells it), a tag spoken
+        alone takes no sentence, and the next segment is found by its words.
+        """
+        line = LineText()
+        line.complete("Yes! No. Go.")
+        self.assertEqual(line.matchSegment(0.3, spokenText="Yes!").sentence.text, "Yes!")  # type: ignore[union-attr]
+        laugh = line.matchSegment(0.5, spokenText="<laugh>")
+        self.assertFalse(laugh.matched)
+        self.assertEqual(line.matchSegment(0.3, spokenText="No.").sentence.text, "No.")  # type: ignore[union-attr]
+        self.assertFalse(line.matchSegment(0.3, spokenText="Stop.").matched)
+
+
+class MailboxSpokenTextTests(SynchronousTestCase):
+    def test_firstChunkCarriesTheSpokenText(self) -> None:
+        """
+        A mailbox audio slot's spokenText rides on its segment's first
+        chunk (meta spokenText), for the speech-marks plugin.
+        """
+        from rpmiddleware.engine.mailbox.audioslots import SegmentStream, WavAudio
+
+        segment = Envelope.build(
+            "reply.audio.segment",
+            requestId="r1",
+            segmentSequence=0,
+            spokenText="Ha <laugh> that is rich.",
+        )
+        made = SegmentStream().envelopes(segment, WavAudio(44100, 1, b"\0\0" * 40000), "s1")
+        chunks = [e for e in made if e.type == "reply.audio.chunk"]
+        self.assertEqual(len(chunks), 3)
+        self.assertEqual(chunks[0].meta[metakeys.SPOKEN_TEXT], "Ha <laugh> that is rich.")
+        self.assertNotIn(metakeys.SPOKEN_TEXT, chunks[1].meta)
+
+    def test_pluginMatchesBySpokenText(self) -> None:
+        """
+        A segment whose duration is implausible for its sentence is still
+        matched when the transport said its text.
+        """
+        harness = PluginHarness(SpeechMarks(None))
+        harness.startSession()
+        harness.toEngine(harness.replyRequest("r1", meta={speechmarks.META: ("sentence",)}))
+        harness.toGame("reply.text.completed", requestId="r1", text="Hi. Bye.")
+        for n, fields in enumerate(segmentChunks(0, 20 * RATE)):
+            envelope = harness.envelope("reply.audio.chunk", **fields)
+            if n == 0:
+                envelope.meta[metakeys.SPOKEN_TEXT] = "Hi."
+            harness.toGame(envelope)
+        [marks] = [e for e in harness.sentToGame if e.type == speechmarks.MARKS_ENVELOPE]
+        self.assertEqual(marks["marks"][0]["value"], "Hi.")
+        self.assertTrue(marks["marks"][0]["matched"])
 
 
 class ClientFieldTests(SynchronousTestCase):

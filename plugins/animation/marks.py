@@ -83,6 +83,8 @@ class _Segment:
     #: The marks, once made; C{None} while collecting or aligning.
     marks: list[dict[str, Any]] | None = None
     sent: bool = False
+    #: What it says, when the transport told (RPEngine's file mailbox).
+    spoken: str | None = None
 
 
 _Held = tuple[Deferred[Any], Envelope, "_Segment | None", "_Line"]
@@ -243,6 +245,9 @@ class SpeechMarks(ChainPlugin):
         segment = line.collecting
         if segment is None:
             segment = line.collecting = _Segment(line.samples)
+            spoken = envelope.meta.get(meta.SPOKEN_TEXT)
+            if isinstance(spoken, str):
+                segment.spoken = spoken
         data = fields.get("data")
         if line.kinds & ALIGNED:
             pcm = _pcm(data)
@@ -266,7 +271,7 @@ class SpeechMarks(ChainPlugin):
     def _segmentWhole(self, line: _Line, segment: _Segment) -> None:
         rate = line.rate or 44100
         seconds = segment.samples / rate
-        match = line.text.matchSegment(seconds)
+        match = line.text.matchSegment(seconds, segment.spoken)
         if not match.matched:
             self.log.info(
                 "speech-marks: a segment of {requestId} was not matched to its text: {why}",

@@ -142,8 +142,11 @@ class LineText:
         comes only once its sentence is whole (RPEngine speaks a sentence
         when the text after it has begun), so the text so far is read as
         final.  C{spokenText}: the segment's text, when the transport says it
-        (RPEngine's file mailbox does); a segment is then matched by it.
+        (RPEngine's file mailbox does); the segment is then found by its
+        words, wherever the count stands.
         """
+        if spokenText is not None:
+            return self._matchSpoken(seconds, spokenText)
         index = self._next
         self._next += 1
         if self._lost is not None:
@@ -152,14 +155,25 @@ class LineText:
         if index >= len(sentences):
             return self._lose(f"segment {index} has no sentence in the text shown")
         sentence = sentences[index]
-        if spokenText is not None and not _sameWords(spokenText, sentence.text):
-            return self._lose(f"segment {index} says other words than sentence {index}")
         if not plausible(seconds, len(sentence.text)):
             return self._lose(
                 f"segment {index} lasts {seconds:.2f} s, implausible for "
                 f"{len(sentence.text)} characters"
             )
         return Match(sentence, True)
+
+    def _matchSpoken(self, seconds: float, spokenText: str) -> Match:
+        words = _words(spokenText)
+        if not words:
+            # A tag spoken alone (a laugh): no text shown says it.
+            return Match(None, False, "the segment says no words (an expression tag alone)")
+        for sentence in sentencesOf(self.text, True)[self._next :]:
+            if _words(sentence.text) == words:
+                self._next = sentence.index + 1
+                self._lost = None
+                return Match(sentence, True)
+        self._next += 1
+        return Match(None, False, f"no sentence shown says {spokenText[:60]!r}")
 
     def _lose(self, reason: str) -> Match:
         self._lost = reason
@@ -170,9 +184,9 @@ _TAG = re.compile(r"<[^>]*>")
 _SPACE = re.compile(r"\s+")
 
 
-def _sameWords(spoken: str, shown: str) -> bool:
-    """Whether spoken text (tags kept) and display text say the same."""
-    return _SPACE.sub(" ", _TAG.sub(" ", spoken)).strip() == _SPACE.sub(" ", shown).strip()
+def _words(text: str) -> str:
+    """C{text} without tags, its whitespace runs made one space."""
+    return _SPACE.sub(" ", _TAG.sub(" ", text)).strip()
 
 
 __all__ = ["LineText", "Match", "Sentence", "plausible", "sentencesOf"]

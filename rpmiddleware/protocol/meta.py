@@ -52,6 +52,11 @@ FEELINGS = "feelings"
 #: line leaves (for the memory plugin to keep with the conversation); on a
 #: request, what was kept, given back (the feelings plugin starts from it).
 MOOD = "mood"
+#: On the first C{reply.audio.chunk} of a speech segment that came through
+#: RPEngine's file mailbox: the text the segment speaks (its audio slot's
+#: C{spokenText}, expression tags kept); the WebSocket never says it.  The
+#: speech-marks plugin matches the segment by it.
+SPOKEN_TEXT = "spokenText"
 
 __all__ = [
     "CLIENT",
@@ -62,6 +67,7 @@ __all__ = [
     "PLAYED_LINE",
     "SCENE_TEXT",
     "SPEAKER",
+    "SPOKEN_TEXT",
     "STAGE",
     "TURN",
     "UNCLAIMED",

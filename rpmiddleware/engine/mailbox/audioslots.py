@@ -33,6 +33,7 @@ from rpmiddleware.audio.format import encodeBase64, pcm16Wav
 from rpmiddleware.engine.mailbox.files import FILE_MODE, Refused, readRegularFile
 from rpmiddleware.protocol.envelope import Envelope
 from rpmiddleware.protocol.messages import OUTPUT_SAMPLE_RATE, PCM_CHUNK_BYTES
+from rpmiddleware.protocol.meta import SPOKEN_TEXT
 
 WAV_FORMAT = "wav_pcm_s16le"
 AUDIO_DIRECTORY = "audio"
@@ -280,6 +281,12 @@ class SegmentStream:
                 )
             )
         speech.nextSequence += count
+        # What the segment says, which only this transport tells: for the
+        # speech-marks plugin (meta spokenText on the segment's first chunk).
+        spoken = segment.get("spokenText")
+        chunks = [e for e in made if e.type == "reply.audio.chunk"]
+        if isinstance(spoken, str) and chunks:
+            chunks[0].meta[SPOKEN_TEXT] = spoken
         return made
 
     def passed(self, envelope: Envelope) -> None:
