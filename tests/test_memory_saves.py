@@ -22,6 +22,7 @@ from rpmiddleware.builtin.memory import IConversationMemory, Memory, memory
 from rpmiddleware.builtin.memory import store as memorystore
 from rpmiddleware.builtin.memory.conversation import CHARACTER, COMPLETE, PLAYER, Key
 from rpmiddleware.builtin.memory.saves import BATCH, SAVE_FORMAT, SIZE_EVERY, DamagedSave, unseal
+from rpmiddleware.builtin.memory.summarizer import isSummaryRequest
 from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.console.metrics import MiddlewareMetrics
@@ -38,9 +39,9 @@ GAME = "game"
 DAY = 86400.0
 
 
-def build(path: str, clock: Clock) -> Memory:
+def build(path: str, clock: Clock, **settings: Any) -> Memory:
     services = PluginServices(clock, Settings(), CardHasher(None), Timeline())
-    plugin = memory.buildPlugin({"path": path}, services)
+    plugin = memory.buildPlugin({"path": path, **settings}, services)
     assert isinstance(plugin, Memory)
     return plugin
 
@@ -48,11 +49,11 @@ def build(path: str, clock: Clock) -> Memory:
 class Game:
     """The memory plugin in a harness, and a client that speaks to it."""
 
-    def __init__(self, testCase: SynchronousTestCase) -> None:
+    def __init__(self, testCase: SynchronousTestCase, **settings: Any) -> None:
         self.clock = Clock()
         self.clock.advance(1_000_000)
         self.path = os.path.abspath(testCase.mktemp())
-        self.plugin = build(self.path, self.clock)
+        self.plugin = build(self.path, self.clock, **settings)
         self.harness = PluginHarness(self.plugin, clock=self.clock)
         self.turns = 0
 
@@ -188,6 +189,28 @@ class SaveOpsTests(SynchronousTestCase):
         game.reply(requestId, "Once upon a time.")
         self.assertEqual(len(game.said("mira")), 4, "nothing was restored")
         self.assertEqual(game.ask(op="load-save", saveId="s")["type"], "memory-result")
+        self.assertEqual(game.said("mira"), ["Hello.", "Welcome."])
+
+    def test_aSummaryInFlightIsCancelledAndNotKept(self) -> None:
+        """
+        RPEngine was condensing the conversation when the save is loaded:
+        that request is cancelled, and its answer (of lines the save
+        undoes) never becomes the restored conversation's summary.
+        """
+        game = Game(self, summarize_after_tokens=1, keep_recent_tokens=0, reflections=False)
+        game.ask(op="use", conversationId="world-1")
+        game.harness.startSession()
+        game.turn("mira", "Hello.", "Welcome.")
+        game.ask(op="save", saveId="s")
+        game.turn("mira", "I burned the bridge.", "You did what?")
+        game.clock.advance(game.plugin.settings.idle_seconds)
+        summary = game.harness.sentToEngine[-1]
+        self.assertTrue(isSummaryRequest(summary.requestId), game.harness.typesToEngine())
+        game.ask(op="load-save", saveId="s")
+        cancel = game.harness.sentToEngine[-1]
+        self.assertEqual((cancel.type, cancel.requestId), ("request.cancel", summary.requestId))
+        game.reply(str(summary.requestId), "Alex burned the bridge.")
+        self.assertEqual(game.plugin.read("mira", "world-1", GAME)["summary"], "")
         self.assertEqual(game.said("mira"), ["Hello.", "Welcome."])
 
     def test_aTurnSentRightAfterIsPlannedFromTheSave(self) -> None:

@@ -1095,14 +1095,19 @@ class Memory(ChainPlugin):
     def letGo(self, key: Key) -> None:
         """
         Conversation C{key} is about to be replaced (a save loaded): its
-        summary in flight is cancelled, and a late cut of its last reply or
-        of a line it heard no longer applies to it.
+        summary or reflection in flight is cancelled, and a late cut of its
+        last reply or of a line it heard no longer applies to it.
         """
         current = self.summaries.current
         context = getattr(self, "context", None)
         if current is not None and current.key == key and context is not None:
             self.summaries.stop(context)
         self.summaries.forget(key)
+        # A reflection on what the save undoes must not reach the restored one.
+        reflecting = self.reflections.current
+        if reflecting is not None and reflecting.key == key and context is not None:
+            self.reflections.stop(context)
+        self.reflections.forget(key)
         self._completed.pop(key, None)
         for lineId, heard in list(self._heardLines.items()):
             kept = [h for h in heard if h[0] != key]
