@@ -135,38 +135,22 @@ class Tally:
 
 
 def truth(
-    synthesis: align_espeak.Synthesis, spoken: phonemes.Spoken, lead: float
+    text: str, synthesis: align_espeak.Synthesis, voice: str, lead: float
 ) -> tuple[dict[int, float], list[tuple[float, str]]]:
     """
     Each word's onset (its first phoneme, seconds) and the visemes' starts,
-    from a test synthesis's own events.
+    from a test synthesis's own phoneme events (each phoneme given to its
+    word as prepare() gives a reference's, words espeak-ng joined shared out
+    by their phoneme counts).
     """
     onsets: dict[int, float] = {}
     starts: list[tuple[float, str]] = []
-    plain = spoken.words
-    owner = _owners(spoken, synthesis)
-    for phoneme, word in zip(synthesis.phonemes, owner, strict=True):
-        if phoneme.name.startswith("("):
-            continue
-        at = lead + phoneme.sample / synthesis.rate
-        viseme = visemeOf(phoneme.name) if phoneme.name else "sil"
-        starts.append((at, viseme))
-        if phoneme.name and 0 <= word < len(plain):
+    for sample, name, word in phonemes.attribute(text, synthesis, voice).phonemes:
+        at = lead + sample / synthesis.rate
+        starts.append((at, visemeOf(name) if name else "sil"))
+        if name and word >= 0:
             onsets.setdefault(word, at)
     return onsets, starts
-
-
-def _owners(spoken: phonemes.Spoken, synthesis: align_espeak.Synthesis) -> list[int]:
-    """The word index of each phoneme of C{synthesis} (by text position)."""
-    words = spoken.words
-    owners = []
-    for phoneme in synthesis.phonemes:
-        index = -1
-        for number, word in enumerate(words):
-            if word.start <= phoneme.textPosition:
-                index = number
-        owners.append(index if phoneme.name else -1)
-    return owners
 
 
 def grid(starts: list[tuple[float, str]], seconds: float) -> list[str]:
@@ -407,12 +391,10 @@ def measure(language: str, quick: bool = False) -> Tally:
         assert isinstance(prepared, alignment.Prepared)
         assert prepared.reference is not None, prepared.reason
         tally.referenceSeconds += prepared.reference.duration
-        spoken = phonemes.phonemize(text, language)
-        assert spoken is not None
         for index, condition in enumerate(CONDITIONS):
             pcm, synthesis = testSpeech(text, voice, condition, number * 10 + index)
             seconds = len(pcm) / OUTPUT_RATE
-            onsets, starts = truth(synthesis, spoken, LEAD)
+            onsets, starts = truth(text, synthesis, voice, LEAD)
             started = time.thread_time()
             result = alignment.align(prepared, pcm, OUTPUT_RATE)
             tally.alignCpu += time.thread_time() - started

@@ -135,10 +135,10 @@ def spoken(
     signal = numpy.concatenate([pad, synthesis.samples.astype(numpy.float32)]) / 32768.0
     pcm = numpy.round(soxr.resample(signal, synthesis.rate, rate) * 32767).astype(numpy.int16)
     onsets: dict[int, float] = {}
-    for phoneme in synthesis.phonemes:
-        if phoneme.name and not phoneme.name.startswith("("):
-            onsets.setdefault(phoneme.textPosition, lead + phoneme.sample / synthesis.rate)
-    return pcm, [onsets[position] for position in sorted(onsets)]
+    for sample, name, word in phonemes.attribute(text, synthesis, voice).phonemes:
+        if name:
+            onsets.setdefault(word, lead + sample / synthesis.rate)
+    return pcm, [onsets[word] for word in sorted(onsets)]
 
 
 class ForcedTests(SynchronousTestCase):
@@ -201,6 +201,50 @@ class ForcedTests(SynchronousTestCase):
         for other in prepared.alternatives:
             self.assertEqual(other.visemes, prepared.reference.visemes)
             self.assertNotEqual(other.features.tobytes(), prepared.reference.features.tobytes())
+
+    def test_voiceHint(self) -> None:
+        """
+        Told which RPEngine voice speaks (F1-F5 a woman's, M1-M5 a man's),
+        prepare() makes only the reference of its kind, and the woman's
+        voice is still placed within tolerance.
+        """
+        self.assertEqual(alignment.variantsFor("F4"), ("f3",))
+        self.assertEqual(alignment.variantsFor("m2"), ("",))
+        for unknown in (None, "", "F", "X1", "Fable", 4):
+            self.assertEqual(
+                alignment.variantsFor(unknown),  # type: ignore[arg-type]
+                alignment.REFERENCE_VARIANTS,
+            )
+        text = "Is that blood on your sleeve, or just wine from the tavern?"
+        prepared = alignment.prepare(text, "en", "F4")
+        assert isinstance(prepared, alignment.Prepared)
+        self.assertEqual(prepared.alternatives, ())
+        pcm, truth = spoken(text, "en-us")
+        result = alignment.align(prepared, pcm, 44100)
+        self.assertEqual(result.method, "forced")
+        errors = sorted(
+            abs(word.start - onset) for word, onset in zip(result.words, truth, strict=True)
+        )
+        self.assertLess(errors[len(errors) // 2], 0.04, errors)
+        self.assertLess(errors[-1], 0.15, errors)
+
+    def test_joinedWords(self) -> None:
+        """
+        espeak-ng speaks "from the" as one word (one word event); each of
+        the two still gets its own phonemes, time and visemes.
+        """
+        text = "Just wine from the tavern."
+        spokenText = phonemes.phonemize(text, "en")
+        assert spokenText is not None
+        owners = [owner for _, name, owner in spokenText.phonemes if name]
+        self.assertEqual(sorted(set(owners)), list(range(len(spokenText.words))))
+        self.assertEqual(owners, sorted(owners))
+        self.assertEqual(owners.count(3), 2)  # "the": ð ə
+        result, _ = self.assertOnsets(text, "en", "en-us")
+        the = result.words[3]
+        self.assertEqual(text[the.textStart : the.textEnd], "the")
+        self.assertLess(the.start, the.end)
+        self.assertIn("T", [v.value for v in result.visemes if v.textStart == the.textStart])
 
     def test_german(self) -> None:
         """A second language aligns as well."""

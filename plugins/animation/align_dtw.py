@@ -19,6 +19,7 @@ take a few milliseconds for a sentence of a few seconds.
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass
 
 import numpy
@@ -46,7 +47,7 @@ HIGHEST = 5300.0
 FLOOR = 1e-4
 #: The band the warping path keeps to around the diagonal, in frames, beyond
 #: the difference of the two lengths.
-BAND = 60
+BAND = 40
 
 Floats = NDArray[numpy.float64]
 
@@ -156,7 +157,10 @@ def warp(reference: Floats, target: Floats) -> Warp:
     steps, distance = dtw_ndim.warping_path(
         reference, target, use_c=True, window=window, include_distance=True
     )
-    path = numpy.asarray(steps, dtype=numpy.intp)
+    # A list of (i, j) tuples: flattened without numpy's slow walk of tuples.
+    path = numpy.fromiter(
+        itertools.chain.from_iterable(steps), dtype=numpy.intp, count=2 * len(steps)
+    ).reshape(-1, 2)
     count = len(reference)
     first = numpy.full(count, len(target), dtype=numpy.float64)
     last = numpy.zeros(count, dtype=numpy.float64)

@@ -43,6 +43,8 @@ _PHONEME = 7
 _RATE = 1
 _PITCH = 3
 _RANGE = 4
+# espeak_TextToPhonemes: IPA names, "_" between phonemes (bits 8-23).
+_IPA_SEPARATED = 0x02 | (ord("_") << 8)
 # espeak_POSITION_TYPE, synth flags.
 _POS_CHARACTER = 1
 _CHARS_UTF8 = 1
@@ -117,6 +119,12 @@ class _Library:
             raise EspeakUnavailable(f"cannot load {name}: {error}") from error
         self.lib.espeak_Initialize.restype = ctypes.c_int
         self.lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+        self.lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
+        self.lib.espeak_TextToPhonemes.argtypes = [
+            ctypes.POINTER(ctypes.c_char_p),
+            ctypes.c_int,
+            ctypes.c_int,
+        ]
         self.lib.espeak_Synth.argtypes = [
             ctypes.c_void_p,
             ctypes.c_size_t,
@@ -163,6 +171,21 @@ class _Library:
 
     def hasVoice(self, voice: str) -> bool:
         return self.lib.espeak_SetVoiceByName(voice.encode("ascii")) == 0
+
+    def phonemeCounts(self, words: list[str], voice: str) -> list[int]:
+        if self.lib.espeak_SetVoiceByName(voice.encode("ascii")) != 0:
+            raise ValueError(f"espeak-ng has no voice {voice!r}")
+        counts = []
+        for word in words:
+            buffer = ctypes.c_char_p(word.encode("utf-8"))
+            pointer = ctypes.pointer(buffer)
+            names: list[str] = []
+            # One clause a call; the pointer moves on, and is NULL at the end.
+            while pointer.contents.value:
+                found = self.lib.espeak_TextToPhonemes(pointer, _CHARS_UTF8, _IPA_SEPARATED)
+                names.extend((found or b"").decode("utf-8", "replace").replace(" ", "_").split("_"))
+            counts.append(sum(1 for name in names if name.strip()))
+        return counts
 
     def synthesize(self, text: str, voice: str, rate: int, pitch: int, range: int) -> Synthesis:
         if self.lib.espeak_SetVoiceByName(voice.encode("ascii")) != 0:
@@ -217,6 +240,19 @@ def hasVoice(voice: str) -> bool:
             return _loaded().hasVoice(voice)
         except EspeakUnavailable:
             return False
+
+
+def phonemeCounts(words: list[str], voice: str) -> list[int]:
+    """
+    How many phonemes espeak-ng reads in each word, read alone: to share
+    out the phonemes of words a synthesis joined into one (espeak-ng speaks
+    "from the" as one word, with one word event).
+
+    @raise EspeakUnavailable: the library is not there.
+    @raise ValueError: espeak-ng has no such voice.
+    """
+    with LOCK:
+        return _loaded().phonemeCounts(words, voice)
 
 
 def synthesize(

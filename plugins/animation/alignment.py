@@ -47,6 +47,8 @@ REFERENCE_PAD = 0.2
 #: not read through a man's formants.  Each costs its synthesis in prepare()
 #: and a warping in align().
 REFERENCE_VARIANTS: tuple[str, ...] = ("", "f3")
+#: The reference variant for RPEngine's voices by their first letter.
+VOICE_KINDS: dict[str, str] = {"M": "", "F": "f3"}
 #: How much longer or shorter than the reference the real audio may be and
 #: still be aligned (a voice speaking at a third or three times espeak-ng's
 #: pace is more likely a mismatched segment than speech).
@@ -123,12 +125,31 @@ def languages() -> dict[str, str]:
     return phonemes.languages()
 
 
-def prepare(text: str, language: str) -> object:
+def variantsFor(voice: str | None) -> tuple[str, ...]:
+    """
+    The reference variants worth synthesising for an RPEngine voice: its
+    voices are named C{F1}-C{F5} (women's) and C{M1}-C{M5} (men's), so a
+    known one needs only the reference of its kind; any other (or none)
+    gets every variant, and L{align} chooses.
+    """
+    if isinstance(voice, str) and len(voice) >= 2 and voice[1:].isdigit():
+        kind = VOICE_KINDS.get(voice[0].upper())
+        if kind is not None:
+            return (kind,)
+    return REFERENCE_VARIANTS
+
+
+def prepare(text: str, language: str, voice: str | None = None) -> object:
     """
     Text-only work, done as soon as a sentence's text is known, usually long
     before its audio arrives: phonemes, a reference synthesis and its
     features.  Thread-safe, CPU only; never raises (what cannot be prepared
     is spread evenly by L{align}).
+
+    @param voice: the RPEngine voice that speaks it (the request's
+        C{output.audio.voice}, RPEngine's default C{F4}), if known: a
+        woman's or a man's voice is then given only the reference of its
+        kind, half the work here and in L{align}.
     """
     if not isinstance(text, str):
         text = ""
@@ -137,8 +158,9 @@ def prepare(text: str, language: str) -> object:
     letters = tuple(tuple(letterVisemes(word.text)) for word in words)
     if not words:
         return Prepared(text, language, words, letters, None, "no words")
+    variants = variantsFor(voice)
     try:
-        spoken = phonemes.phonemize(text, language)
+        spoken = phonemes.phonemize(text, language, variants[0])
     except Exception as error:
         log.failure(
             "phonemizing a sentence failed ({language})",
@@ -151,7 +173,7 @@ def prepare(text: str, language: str) -> object:
         )
     reference = _reference(spoken)
     alternatives = []
-    for variant in REFERENCE_VARIANTS[1:]:
+    for variant in variants[1:]:
         try:
             other = phonemes.phonemize(text, language, variant)
         except Exception:

@@ -104,8 +104,18 @@ def phonemize(text: str, language: str, variant: str = "") -> Spoken | None:
     words = tuple(wordsOf(text))
     if voice is None or not words:
         return None
+    synthesis = align_espeak.synthesize(blankTags(text), f"{voice}+{variant}" if variant else voice)
+    return attribute(text, synthesis, voice)
+
+
+def attribute(text: str, synthesis: align_espeak.Synthesis, voice: str) -> Spoken:
+    """
+    The words of C{text} and a synthesis of it, each phoneme given to its
+    word (C{voice}: the language's espeak-ng voice, for reading words
+    alone).  Also how the benchmark reads its test speech.
+    """
+    words = tuple(wordsOf(text))
     plain = blankTags(text)
-    synthesis = align_espeak.synthesize(plain, f"{voice}+{variant}" if variant else voice)
     # Every code point -> the word it is in or last followed (a symbol
     # espeak-ng speaks, such as "%", belongs to the word before it).
     owner = [-1] * (len(plain) + 1)
@@ -125,4 +135,35 @@ def phonemize(text: str, language: str, variant: str = "") -> Spoken | None:
         if word < 0 and name:
             word = 0
         phonemes.append((phoneme.sample, name, word if name else -1))
-    return Spoken(words, synthesis, tuple(phonemes))
+    return Spoken(words, synthesis, tuple(_shareJoined(phonemes, words, voice)))
+
+
+def _shareJoined(
+    phonemes: list[tuple[int, str, int]], words: tuple[Word, ...], voice: str
+) -> list[tuple[int, str, int]]:
+    """
+    espeak-ng joins some words into one (C{"from the"}: one word event, so
+    every phoneme is the first word's and the next has none).  Share such a
+    run's phonemes out in order, by how many phonemes each word has read
+    alone, so that every word spoken has its own.
+    """
+    spoken = {owner for _, name, owner in phonemes if name}
+    index = 0
+    while index < len(words):
+        joined = index + 1
+        while joined < len(words) and joined not in spoken:
+            joined += 1
+        if index in spoken and joined > index + 1:
+            group = [n for n, (_, name, owner) in enumerate(phonemes) if name and owner == index]
+            counts = align_espeak.phonemeCounts([word.text for word in words[index:joined]], voice)
+            total = max(sum(counts), 1)
+            share = 0
+            for offset, count in enumerate(counts):
+                first = round(len(group) * share / total)
+                share += count
+                last = round(len(group) * share / total)
+                for n in group[first:last]:
+                    sample, name, _ = phonemes[n]
+                    phonemes[n] = (sample, name, index + offset)
+        index = joined
+    return phonemes
