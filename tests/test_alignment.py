@@ -110,6 +110,19 @@ class TextTests(SynchronousTestCase):
         for viseme in result.visemes:
             self.assertIn(text[viseme.textStart : viseme.textEnd], ["Café", "naïve", "señor"])
 
+    def test_ideographs(self) -> None:
+        """
+        Chinese and Japanese, written without spaces and without phonemes
+        here, get a word mark for every character, spread evenly.
+        """
+        text = "你好，今天好吗？"
+        result = alignment.align(alignment.prepare(text, "zh"), silence(1.0) + 500, 22050)
+        self.assertEqual(result.method, "even")
+        self.assertEqual(
+            [text[word.textStart : word.textEnd] for word in result.words],
+            ["你", "好", "今", "天", "好", "吗"],
+        )
+
     def test_visemesAreNamed(self) -> None:
         """Every viseme is one of Polly's, with its jaw opening."""
         result = alignment.align(

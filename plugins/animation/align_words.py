@@ -16,9 +16,16 @@ from dataclasses import dataclass
 #: An expression tag, as RPEngine writes them: C{<laugh>}, C{</emotion>}.
 TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?>")
 
-#: A word: letters, digits and marks, joined by inner apostrophes, hyphens,
-#: or the point or comma inside a number (C{3.50}, C{don't}, C{well-known}).
-WORD = re.compile(r"[^\W_]+(?:(?:['’\-]|(?<=\d)[.,](?=\d))[^\W_]+)*")
+#: Chinese characters and Japanese kana: written without spaces, each is a
+#: word of its own (a syllable), so that word marks move through the line.
+_IDEOGRAPHS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+#: A word: one ideograph or kana, or letters, digits and marks joined by
+#: inner apostrophes, hyphens, or the point or comma inside a number
+#: (C{3.50}, C{don't}, C{well-known}).
+WORD = re.compile(
+    f"[{_IDEOGRAPHS}]"
+    f"|[^\\W_{_IDEOGRAPHS}]+(?:(?:['’\\-]|(?<=\\d)[.,](?=\\d))[^\\W_{_IDEOGRAPHS}]+)*"
+)
 
 
 @dataclass(frozen=True)
