@@ -120,6 +120,7 @@ EXPECTED = {
     "decodeBase64",
     "encodeBase64",
     "endsSegment",
+    "exactLength",
     "base64Bytes",
     "pcm",
     # The reactor and the collector.

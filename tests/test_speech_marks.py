@@ -19,7 +19,14 @@ from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.client.messages import configureChanges, turnOptions
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.middleware import Middleware
-from rpmiddleware.plugin import Envelope, InvalidMessage, decodeBase64, encodeBase64, speechmarks
+from rpmiddleware.plugin import (
+    Envelope,
+    InvalidMessage,
+    decodeBase64,
+    encodeBase64,
+    exactLength,
+    speechmarks,
+)
 from rpmiddleware.plugin import meta as metakeys
 from rpmiddleware.testing import PluginHarness, exampleCard, pluginServices
 from rpmiddleware.testing.inmemory import connectInMemory
@@ -406,6 +413,38 @@ class SpeechMarksPluginTests(SynchronousTestCase):
         self.assertNotIn("value", marks[0])
         self.assertEqual(marks[1]["sample"], 40 * RATE)
 
+    def test_countedAtTheClientsRate(self) -> None:
+        """
+        Further from the game than audio-resample the plugin sees RPEngine's
+        44.1 kHz; its marks count the client's samples (the request's
+        outputSampleRate), each segment converted to exactly its length.
+        """
+        meta = {speechmarks.META: ("sentence",), "outputSampleRate": 24000}
+        self.harness.toEngine(self.harness.replyRequest("r1", meta=meta))
+        self.harness.toGame(
+            "reply.audio.start", requestId="r1", format="pcm_s16le", sampleRate=44100, channels=1
+        )
+        self.text("Hello there, traveller. The road is long. ")
+        first, second = 23 * 44100 // 15 + 7, 17 * 44100 // 15 + 3
+        for segment, samples in ((0, first), (1, second)):
+            for fields in segmentChunks(segment, samples, rate=44100):
+                del fields["sampleRate"]
+                self.harness.toGame("reply.audio.chunk", **fields)
+        marks = self.marks()
+        self.assertEqual([m["sample"] for m in marks], [0, exactLength(first, 44100, 24000)])
+        self.assertEqual(
+            [m["samples"] for m in marks],
+            [exactLength(first, 44100, 24000), exactLength(second, 44100, 24000)],
+        )
+        self.assertEqual(
+            {
+                e["sampleRate"]
+                for e in self.harness.sentToGame
+                if e.type == speechmarks.MARKS_ENVELOPE
+            },
+            {24000},
+        )
+
     def test_eachLineItsOwnTimeBase(self) -> None:
         self.ask(("sentence",), "a")
         self.ask(("sentence",), "b")
@@ -467,7 +506,7 @@ class EndToEndTests(SynchronousTestCase):
         self.clock = Clock()
         settings = Settings()
         settings.plugins["memory"] = {"path": ":memory:", "summaries": False}
-        settings.chain = {"speech-marks": 150}
+        settings.chain = {"speech-marks": 250}
         self.middleware = Middleware.fromSettings(self.clock, settings)
         self.streams: list[Any] = []
         self.link = connectInMemory(

@@ -22,8 +22,10 @@ the request's meta.  For such a request this plugin:
   3. drops what it holds of a request the game cancels.
 
 Times are in milliseconds from the line's first audio sample, counted in
-the samples the client gets (this plugin sits nearer the game than
-audio-resample, so it counts the client's rate), offsets are code points of
+the samples the client gets: the plugin sits further from the game than
+audio-resample, so it aligns RPEngine's 44.1 kHz speech (the alignment's
+cheapest rate), and counts each segment as audio-resample converts it to
+the request's C{outputSampleRate}, exactly; offsets are code points of
 the line's display text.  A request that asked for nothing costs one dict
 lookup per envelope; no thread pool starts until a request asks for words
 or visemes.  See docs/animation.md.
@@ -46,6 +48,7 @@ from twisted.python.threadpool import ThreadPool
 from rpmiddleware.builtin.animation.kinds import ALIGNED, SENTENCE, VISEME, WORD, requested
 from rpmiddleware.builtin.animation.matching import LineText, Match, Sentence
 from rpmiddleware.plugin import (
+    OUTPUT_SAMPLE_RATE,
     TERMINAL,
     ChainPlugin,
     Envelope,
@@ -55,6 +58,7 @@ from rpmiddleware.plugin import (
     base64Bytes,
     decodeBase64,
     endsSegment,
+    exactLength,
     meta,
     rejectUnknownSettings,
     speechmarks,
@@ -76,9 +80,11 @@ _OPENING = ("reply.request", "voice.capture.start")
 class _Segment:
     """One speech segment of a line, held until its marks are sent."""
 
-    #: Its first sample, counted from the line's first, at L{_Line.rate}.
+    #: Its first sample, counted from the line's first, at the client's rate.
     first: int
+    #: Its samples as they came, and at the client's rate.
     samples: int = 0
+    out: int = 0
     pcm: list[bytes] = field(default_factory=list)
     #: The marks, once made; C{None} while collecting or aligning.
     marks: list[dict[str, Any]] | None = None
@@ -136,13 +142,21 @@ class _Line:
     #: The request named its speaker (a scene's line, meta SPEAKER).
     scene: bool = False
     text: LineText = field(default_factory=LineText)
+    #: The rate the client gets the speech at (the request's meta
+    #: outputSampleRate, which audio-resample converts to); 0: as it comes.
     rate: int = 0
-    #: Samples of the segments before the one collecting.
+    #: The rate the speech comes at (RPEngine's 44.1 kHz).
+    inRate: int = OUTPUT_SAMPLE_RATE
+    #: Samples, at the client's rate, of the segments before the one collecting.
     samples: int = 0
     collecting: _Segment | None = None
     #: Sentence index -> the work preparing it.
     prepared: dict[int, _Prepare] = field(default_factory=dict)
     cancelled: bool = False
+
+    @property
+    def outRate(self) -> int:
+        return self.rate or self.inRate
 
 
 class SpeechMarks(ChainPlugin):
@@ -189,6 +203,7 @@ class SpeechMarks(ChainPlugin):
                     _speaker(envelope),
                     turn,
                     isinstance(envelope.meta.get(meta.SPEAKER), dict),
+                    rate=_rate(envelope.meta.get("outputSampleRate")),
                 )
         elif kind in ("request.cancel", "voice.capture.cancel"):
             line = self._lines.get(envelope.requestId or "")
@@ -219,6 +234,8 @@ class SpeechMarks(ChainPlugin):
             self._prepareReady(line)
         elif kind == "reply.audio.chunk":
             return self._chunk(line, envelope)
+        elif kind == "reply.audio.start":
+            line.inRate = _rate(envelope.get("sampleRate")) or line.inRate
         if line.turn.held:
             return self._hold(line, envelope, None)
         return envelope
@@ -239,9 +256,7 @@ class SpeechMarks(ChainPlugin):
 
     def _chunk(self, line: _Line, envelope: Envelope) -> Any:
         fields = envelope.fields
-        rate = fields.get("sampleRate")
-        if type(rate) is int and rate > 0:
-            line.rate = rate
+        line.inRate = _rate(fields.get("sampleRate")) or line.inRate
         segment = line.collecting
         if segment is None:
             segment = line.collecting = _Segment(line.samples)
@@ -258,7 +273,10 @@ class SpeechMarks(ChainPlugin):
         d = self._hold(line, envelope, segment)
         if endsSegment(fields):
             line.collecting = None
-            line.samples += segment.samples
+            # What the client gets of it: audio-resample (and the client
+            # endpoint without it) converts each segment to exactly this.
+            segment.out = exactLength(segment.samples, line.inRate, line.outRate)
+            line.samples += segment.out
             self._segmentWhole(line, segment)
         if d.called:
             # Released at once (sentence marks only, nothing before it): go on
@@ -269,7 +287,7 @@ class SpeechMarks(ChainPlugin):
     # Making the marks.
 
     def _segmentWhole(self, line: _Line, segment: _Segment) -> None:
-        rate = line.rate or 44100
+        rate = line.inRate
         seconds = segment.samples / rate
         match = line.text.matchSegment(seconds, segment.spoken)
         if not match.matched:
@@ -369,7 +387,7 @@ class SpeechMarks(ChainPlugin):
         message = Envelope.build(
             speechmarks.MARKS_ENVELOPE,
             requestId=line.requestId,
-            sampleRate=line.rate or 44100,
+            sampleRate=line.outRate,
             marks=marks,
         )
         if line.speaker is not None:
@@ -453,22 +471,26 @@ def _ms(sample: float, rate: int) -> int:
     return round(sample * 1000 / rate)
 
 
+def _rate(value: Any) -> int:
+    return value if type(value) is int and value > 0 else 0
+
+
 def _sentenceMarks(line: _Line, segment: _Segment, match: Match) -> list[dict[str, Any]]:
     if match.matched and SENTENCE not in line.kinds:
         return []
-    rate = line.rate or 44100
+    rate = line.outRate
     mark: dict[str, Any] = {"time": _ms(segment.first, rate), "type": SENTENCE}
     sentence = match.sentence
     if sentence is not None and match.matched:
         mark.update(start=sentence.start, end=sentence.end, value=sentence.text)
-    mark.update(sample=segment.first, samples=segment.samples, matched=match.matched)
+    mark.update(sample=segment.first, samples=segment.out, matched=match.matched)
     return [mark]
 
 
 def _alignedMarks(
     line: _Line, segment: _Segment, sentence: Sentence, result: Alignment
 ) -> list[dict[str, Any]]:
-    rate = line.rate or 44100
+    rate = line.outRate
     marks: list[dict[str, Any]] = []
     kinds = ((WORD, result.words), (VISEME, result.visemes))
     timed = [
@@ -479,9 +501,8 @@ def _alignedMarks(
     ]
     timed.sort(key=lambda item: (item[0], item[1]))
     for _, _, kind, t in timed:
-        at = segment.first + t.start * rate
         mark: dict[str, Any] = {
-            "time": _ms(at, rate),
+            "time": round((segment.first / rate + t.start) * 1000),
             "type": kind,
             "start": sentence.start + t.textStart,
             "end": sentence.start + t.textEnd,

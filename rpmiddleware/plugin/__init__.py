@@ -60,6 +60,7 @@ from rpmiddleware.audio.format import (
     decodeBase64,
     encodeBase64,
     endsSegment,
+    exactLength,
 )
 from rpmiddleware.cards.canonical import knownPlainJson
 from rpmiddleware.cards.diff import applyPatch, diff
@@ -248,6 +249,7 @@ __all__ = [
     "diff",
     "encodeBase64",
     "endsSegment",
+    "exactLength",
     "errorMessage",
     "estimateTokens",
     "eventTokens",
