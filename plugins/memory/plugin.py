@@ -239,8 +239,12 @@ class Memory(ChainPlugin):
             attitudeOf=lambda conversation: Attitude.fromState(conversation.state),
             counts=self.counts,
             log=self.log,
+            personaOf=lambda key: self._personas.get(key, ""),
         )
         self.summaries.then = self.reflections.kick
+        #: A few lines of each conversation's character card (its
+        #: description and personality), for its reflections.
+        self._personas: OrderedDict[Key, str] = OrderedDict()
         #: The client session that last played or changed each conversation:
         #: the one told when its character's attitude changes level.
         self._clientOf: OrderedDict[Key, str] = OrderedDict()
@@ -694,6 +698,10 @@ class Memory(ChainPlugin):
         # A new turn: the last one's reply can no longer be cut.
         self._completed.pop(key, None)
         self._playedBy(key, str(meta.get("client") or "api"))
+        self._personas[key] = _persona(data, character, player)
+        self._personas.move_to_end(key)
+        while len(self._personas) > self.settings.cached:
+            self._personas.popitem(last=False)
         made = self._plan(fields, card, conversation, spoken, meta, recalled)
         self.timeline.note(requestId, memory={**made.report, "conversation": key.asDict()})
         if made.card is None:
@@ -1398,6 +1406,17 @@ def _eventText(fields: Mapping[str, Any]) -> str:
     event = fields.get("event")
     text = event.get("text") if isinstance(event, Mapping) else None
     return text if isinstance(text, str) else ""
+
+
+#: What a reflection is told of who its character is, in characters.
+MAX_PERSONA = 600
+
+
+def _persona(data: Mapping[str, Any], character: str, player: str) -> str:
+    """The card's description and personality, macros rendered, clipped."""
+    text = " ".join(trimmed(data.get(f)) for f in ("description", "personality"))
+    text = " ".join(renderMacros(text, character, player).split())
+    return text if len(text) <= MAX_PERSONA else text[: MAX_PERSONA - 1] + "…"
 
 
 def _hasAudio(fields: Mapping[str, Any]) -> bool:
