@@ -18,10 +18,11 @@ from typing import Any
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.builtin.memory import IConversationMemory, Memory, memory
+from rpmiddleware.builtin.memory import IConversationMemory, Memory, memory, saves
 from rpmiddleware.builtin.memory import store as memorystore
 from rpmiddleware.builtin.memory.conversation import CHARACTER, COMPLETE, PLAYER, Key
 from rpmiddleware.builtin.memory.saves import BATCH, SAVE_FORMAT, SIZE_EVERY, DamagedSave, unseal
+from rpmiddleware.builtin.memory.store import parseExport
 from rpmiddleware.builtin.memory.summarizer import isSummaryRequest
 from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.config.settings import Settings
@@ -212,6 +213,41 @@ class SaveOpsTests(SynchronousTestCase):
         game.reply(str(summary.requestId), "Alex burned the bridge.")
         self.assertEqual(game.plugin.read("mira", "world-1", GAME)["summary"], "")
         self.assertEqual(game.said("mira"), ["Hello.", "Welcome."])
+
+    def test_exportedAndReadOnTheStoresThread(self) -> None:
+        """
+        The op's call only copies: a save is exported and sealed, and a
+        loaded save read and checked, in the work given to the store's
+        writer thread, never in the reactor's call.
+        """
+        game = self.game
+        game.turn("mira", "Hello.", "Welcome.")
+        store = game.plugin.store
+        exported: list[Any] = []
+        parsed: list[Any] = []
+        export = store.export
+
+        lane = HeldLane()
+
+        def exporting(conversation: Any) -> dict[str, Any]:
+            exported.append(lane.running)
+            return export(conversation)
+
+        def parsing(key: Key, document: Any) -> Any:
+            parsed.append(lane.running)
+            return parseExport(key, document)
+
+        self.patch(store, "export", exporting)
+        self.patch(saves, "parseExport", parsing)
+        store._writer = lane  # type: ignore[assignment]
+        saved = game.plugin.save("s", "world-1", GAME)
+        lane.release()
+        self.assertEqual(self.successResultOf(saved)["entries"], 2)
+        self.assertEqual(exported, [True], "exported in the writer's work")
+        loaded = game.plugin.loadSave("s", "world-1", GAME)
+        lane.release()
+        self.assertEqual(self.successResultOf(loaded)["restored"], ["mira"])
+        self.assertEqual(parsed, [True], "read in the writer's work")
 
     def test_aTurnSentRightAfterIsPlannedFromTheSave(self) -> None:
         """

@@ -22,6 +22,9 @@ class HeldLane:
 
     def __init__(self) -> None:
         self.held: list[tuple[Callable[[], Any], Deferred[Any]]] = []
+        #: True while a piece of work given to it runs (what a thread of its
+        #: own would run), not while the results' callbacks do.
+        self.running = False
 
     @property
     def waiting(self) -> int:
@@ -36,7 +39,12 @@ class HeldLane:
         """Run everything given so far, and what that gives in turn."""
         while self.held:
             work, d = self.held.pop(0)
-            maybeDeferred(work).chainDeferred(d)
+            self.running = True
+            try:
+                done = maybeDeferred(work)
+            finally:
+                self.running = False
+            done.chainDeferred(d)
 
     def stop(self) -> None:
         self.release()
