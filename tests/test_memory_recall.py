@@ -428,7 +428,8 @@ class MeasuredTests(SynchronousTestCase):
                 "text": "The summary so far of the conversation between Alex and Mira:\n"
                 "They talked. Remember this: my dog is Rex.\n\nWhat was said since:\n"
                 "Alex: Remember this: my horse is Ash. The rain falls.\n"
-                "Mira: Fine.\nAlex: Remember this: my sister is Jo.\n\n"
+                'Mira: You said "Remember this: my horse is Ash."\n'
+                "Alex: Remember this: my sister is Jo.\n\n"
                 "Write the updated summary in at most 250 words."
             }
         }

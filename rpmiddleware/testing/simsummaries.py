@@ -56,7 +56,10 @@ def lossySummary(request: dict[str, Any], keep: int, pattern: str = DETAIL_PATTE
     for line in lines:
         for sentence in _SENTENCE.findall(line):
             sentence = " ".join(sentence.split())
-            if detail.search(sentence) and sentence not in found:
-                found.append(sentence)
+            marked = detail.search(sentence)
+            # Counted once from its mark on: a reply quoting it ("You said
+            # "Remember this: ...") is the same detail.
+            if marked and sentence[marked.start() :] not in found:
+                found.append(sentence[marked.start() :])
     kept = found[-keep:] if keep else []
     return " ".join([FILLER, *kept])
