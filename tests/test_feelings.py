@@ -477,12 +477,38 @@ class EndToEndTests(SynchronousTestCase):
         told = [m for m in sent if m["type"] == CLIENT_TYPE]
         self.assertEqual([m["feeling"] for m in told], ["anger"])
 
+    def test_sceneLinesEachWithTheirSpeaker(self) -> None:
+        """
+        In a scene, the answer and the reaction (the scene plugin's own
+        request, which keeps the turn's meta feelings) each get their
+        feelings, with their speaker and the player's turn.
+        """
+        lines = {"garrick": "Halt, stranger. I hate liars.", "mara": "Oh, I am so glad you are back."}
+        self.reply = ""
+        self.link.engine.options.replyText = lambda request: lines[request["characterId"]]
+        cast = [
+            {"characterId": characterId, "card": _card(name), "voice": voice}
+            for characterId, name, voice in (("garrick", "Garrick", "M2"), ("mara", "Mara", "F3"))
+        ]
+        self.clients.say(self.connection, type="configure", feelings="text")
+        self.clients.say(self.connection, type="scene", op="open", sceneId="gate", cast=cast)
+        sent = self.turn("Garrick, may I pass?")
+        told = [m for m in sent if m["type"] == CLIENT_TYPE]
+        self.assertEqual(
+            [(m["speaker"]["characterId"], m["feeling"]) for m in told],
+            [("garrick", "neutral"), ("garrick", "anger"), ("mara", "joy")],
+        )
+        done = next(m for m in sent if m["type"] == "reply-complete")
+        self.assertEqual({m["turnId"] for m in told}, {done["turnId"]})
+
     def test_noFeelingsUnlessAsked(self) -> None:
         sent = self.turn("I am so glad you came!")
         self.assertNotIn(CLIENT_TYPE, [m["type"] for m in sent])
 
 
-def _card() -> dict[str, Any]:
+def _card(name: str | None = None) -> dict[str, Any]:
     from rpmiddleware.testing.kit import exampleCard
 
-    return exampleCard()
+    if name is None:
+        return exampleCard()
+    return exampleCard(name=name, mes_example="", first_mes="")
