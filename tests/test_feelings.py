@@ -483,7 +483,10 @@ class EndToEndTests(SynchronousTestCase):
         request, which keeps the turn's meta feelings) each get their
         feelings, with their speaker and the player's turn.
         """
-        lines = {"garrick": "Halt, stranger. I hate liars.", "mara": "Oh, I am so glad you are back."}
+        lines = {
+            "garrick": "Halt, stranger. I hate liars.",
+            "mara": "Oh, I am so glad you are back.",
+        }
         self.reply = ""
         self.link.engine.options.replyText = lambda request: lines[request["characterId"]]
         cast = [
