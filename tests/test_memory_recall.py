@@ -18,8 +18,25 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from bench.recall import measure
 from rpmiddleware.builtin.memory import IConversationMemory, Memory
-from rpmiddleware.builtin.memory.conversation import CHARACTER, COMPLETE, PLAYER, Key
-from rpmiddleware.builtin.memory.recall import queryOf, queryWords
+from rpmiddleware.builtin.memory.conversation import (
+    CHARACTER,
+    COMPLETE,
+    PLAYER,
+    Conversation,
+    Entry,
+    Key,
+    MemoryItem,
+)
+from rpmiddleware.builtin.memory.recall import (
+    ENTRY,
+    MEMORY,
+    Found,
+    block,
+    chosen,
+    queryOf,
+    queryWords,
+    rank,
+)
 from rpmiddleware.builtin.memory.store import RECALL_SPAN, InvalidDocument, MemoryStore
 from rpmiddleware.builtin.memory.summarizer import SUMMARIZER_ID
 from rpmiddleware.client.clientext import ExtensionBridge
@@ -440,3 +457,44 @@ class MeasuredTests(SynchronousTestCase):
             "Remember this: my sister is Jo.",
         )
         self.assertFalse(isSummaryRequest({"event": {"text": "Hello"}}))
+
+
+class RankTests(SynchronousTestCase):
+    def conversation(self) -> Conversation:
+        conversation = Conversation(KEY)
+        for seq in range(1, 401):
+            conversation.entries.append(Entry(seq, PLAYER, f"line {seq}", speaker="Alex", at=seq))
+        conversation.memories.append(MemoryItem(1, "Alex fears the sea.", 1.0, at=10.5))
+        return conversation
+
+    def test_relevanceFirstThenRecencyAndImportance(self) -> None:
+        conversation = self.conversation()
+        found = [
+            Found(ENTRY, 5, -2.0),  # old, a quarter as relevant as the best
+            Found(ENTRY, 300, -2.0),  # as relevant, recent
+            Found(ENTRY, 2, -8.0),  # the oldest, the most relevant
+            Found(ENTRY, 350, -2.5),  # a little more relevant, more recent
+            Found(ENTRY, 351, -7.9),  # in the history: never recalled
+            Found(ENTRY, 352, -1.9),  # under a quarter of the best: dropped
+            Found(MEMORY, 1, -2.0),  # old, as relevant as 5, more important
+        ]
+        moments = rank(conversation, found, 351, "Mira", "Alex")
+        # 1.0 x relevance + 0.5 x recency (halving every 200 entries back
+        # from 400) + 0.5 x importance (0.6 for the player's lines).
+        self.assertEqual(
+            [m.text for m in moments],
+            [
+                '- Alex said: "line 2"',  # 1 + 0.13 + 0.3
+                '- Alex said: "line 350"',  # 0.31 + 0.42 + 0.3
+                '- Alex said: "line 300"',  # 0.25 + 0.35 + 0.3
+                "- Alex fears the sea.",  # 0.25 + 0.13 + 0.5
+                '- Alex said: "line 5"',  # 0.25 + 0.13 + 0.3
+            ],
+        )
+        # The block reads in the order things happened; the budget keeps the best.
+        kept = chosen(moments, tokens=100, count=3)
+        self.assertEqual(
+            block(kept).splitlines(),
+            ['- Alex said: "line 2"', '- Alex said: "line 300"', '- Alex said: "line 350"'],
+        )
+        self.assertEqual(len(chosen(moments, tokens=moments[0].tokens, count=9)), 1)

@@ -13,13 +13,16 @@ and the card's text fields as the system prompt
     user message, as RPEngine's core always has it;
   - the summary, the pinned facts and the knowledge placed after the
     character are added to the card's C{scenario}; knowledge placed
-    C{before_char}, before its C{description}.
+    C{before_char}, before its C{description};
+  - the past moments recall found (L{rpmiddleware.builtin.memory.recall}),
+    none of them in the history, end the C{scenario}, after the summary.
 
 RPEngine keeps chat messages only while its running estimate stays within
 its limit, and refuses the request when the mandatory blocks alone do not
 fit.  So the plan is made with the same estimate, and everything it adds fits
 in full: the mandatory part never grows past the limit because of memory
-(knowledge, then the summary, then facts give way first), the newest
+(recalled moments, then knowledge, then the summary, then facts give way
+first), the newest
 exchange is always kept, and history is kept newest first as a contiguous
 run back from the present, never cut from the middle.  What does not fit is
 left for the summarizer to condense.  A turn whose words come as audio has
@@ -443,7 +446,8 @@ def _fitMandatory(
 ) -> _Mandatory:
     """
     Memory's additions to the mandatory blocks, made to fit in C{room}:
-    knowledge gives way first (the least important), then the summary is
+    recalled moments give way first (the least relevant first), then
+    knowledge (the least important), then the summary is
     shortened, then facts go, then the attitude line.  When nothing is left to give, what remains is
     returned even if it does not fit.
     """
