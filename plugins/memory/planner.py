@@ -22,9 +22,8 @@ its limit, and refuses the request when the mandatory blocks alone do not
 fit.  So the plan is made with the same estimate, and everything it adds fits
 in full: the mandatory part never grows past the limit because of memory
 (recalled moments, then knowledge, then the summary, then facts give way
-first), the newest
-exchange is always kept, and history is kept newest first as a contiguous
-run back from the present, never cut from the middle.  What does not fit is
+first), the newest exchange is always kept, and history is kept newest first
+as a contiguous run back from the present, never cut from the middle.  What does not fit is
 left for the summarizer to condense.  A turn whose words come as audio has
 its transcript counted at L{Limits.spokenReserve} tokens, since its length is
 unknown until RPEngine hears it.
