@@ -295,6 +295,38 @@ class SaveOpsTests(SynchronousTestCase):
         answer = game.ask(op="save", saveId="s")
         self.assertIn("no game conversation id", answer["message"])
 
+    def test_loadingIsOneTransaction(self) -> None:
+        """
+        Every character of a save is replaced in one transaction: when the
+        write fails on the second, the file keeps the first as it was too
+        (a kill leaves the world before the load, or the save's).
+        """
+        game = self.game
+        game.turn("garrick", "Sharpen my sword.", "Two coins.")
+        game.turn("mira", "Hello.", "Welcome.")
+        game.ask(op="save", saveId="s")
+        game.turn("garrick", "Later.", "Aye.")
+        game.turn("mira", "Later.", "Indeed.")
+        store = game.plugin.store
+        rowid = store._rowid
+
+        def failing(db: sqlite3.Connection, key: Key, *rest: Any) -> int:
+            if key.characterId == "mira":
+                raise sqlite3.OperationalError("disk I/O error")
+            return rowid(db, key, *rest)
+
+        self.patch(store, "_rowid", failing)
+        answer = game.ask(op="load-save", saveId="s")
+        self.assertEqual((answer["type"], answer["code"]), ("error", "INTERNAL_ERROR"))
+        self.assertIn("not kept: SQLite: disk I/O error", answer["message"])
+        self.flushLoggedErrors()
+        db = sqlite3.connect(game.path)
+        texts = [
+            row[0] for row in db.execute("SELECT text FROM entries ORDER BY conversation, seq")
+        ]
+        db.close()
+        self.assertEqual(texts.count("Later."), 2, "garrick's was rolled back with mira's")
+
     def test_aDamagedSaveIsRefusedWhole(self) -> None:
         game = self.game
         game.turn("mira", "Hello.", "Welcome.")

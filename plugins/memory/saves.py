@@ -324,16 +324,14 @@ class Saves:
                 and _holdsSomething(self.store.cached(k))
             } | set(stored)
             forgotten = sorted(present - set(restored))
-            self.store.collect()
-            try:
-                for conversation in conversations:
-                    self.memory.letGo(conversation.key)
-                    self.store.replace(conversation.key, conversation)
-                for characterId in forgotten:
-                    self.memory.letGo(Key(integrationId, characterId, conversationId))
-                    self.memory.forget(characterId, conversationId, integrationId)
-            finally:
-                writes = self.store.collected()
+            for conversation in conversations:
+                self.memory.letGo(conversation.key)
+            gone = [Key(integrationId, c, conversationId) for c in forgotten]
+            for key in gone:
+                self.memory.letGo(key)
+            # One transaction: a kill leaves the world before the load, or
+            # the save's.
+            kept = self.store.replaceAll(conversations, gone)
             answer = {
                 "saveId": saveId,
                 "conversationId": conversationId,
@@ -341,7 +339,7 @@ class Saves:
                 "restored": restored,
                 "forgotten": forgotten,
             }
-            return _allKept(writes, answer)
+            return _allKept([kept], answer)
 
         d = self.store.transaction("load-save", read, write=False)
         return d.addCallback(restore)

@@ -1209,6 +1209,60 @@ class MemoryStore:
         on the store's thread), in one change: a kill leaves the old one or
         the new.  Its write is in L{collect}'s list.
         """
+        write = self._replacing(key, conversation)
+        if write is not None:
+            self._write(key, "import", write)
+        return conversation
+
+    def replaceAll(
+        self, conversations: Sequence[Conversation], forgotten: Sequence[Key]
+    ) -> Deferred[str | None]:
+        """
+        Replace each of C{conversations} (under its own key) and forget each
+        of C{forgotten}, in memory now and in the file in one transaction: a
+        kill leaves all of them as they were, or all as they are now (a
+        save loaded).  The Deferred fires with C{None} once written, or why
+        it was not; it is in L{collect}'s list.
+        """
+        writes = [self._replacing(c.key, c) for c in conversations]
+        for key in forgotten:
+            # An empty one stands for it until the delete is written.
+            self._loaded.pop(key, None)
+            self._keep(key, Conversation(key, updated=self._now()))
+            self._stored.discard(key)
+        keys = [c.key for c in conversations if c.key.persistent]
+        gone = [k for k in forgotten if k.persistent]
+        for key in (*keys, *gone):
+            # Kept loaded until written, as any conversation with a write.
+            self._pending[key] = self._pending.get(key, 0) + 1
+
+        def work(db: sqlite3.Connection) -> None:
+            for key in gone:
+                self._delete(db, key)
+            for write in writes:
+                if write is not None:
+                    write(db)
+
+        def done(why: str | None) -> str | None:
+            for key in (*keys, *gone):
+                left = self._pending.get(key, 1) - 1
+                if left:
+                    self._pending[key] = left
+                else:
+                    self._pending.pop(key, None)
+            if why is None:
+                self._stored.update(keys)
+            return why
+
+        return self._write(None, "load-save", work).addCallback(done)
+
+    def _replacing(
+        self, key: Key, conversation: Conversation
+    ) -> Callable[[sqlite3.Connection], None] | None:
+        """
+        L{replace} in memory now; what writes it (a game's conversation),
+        for the writer's thread.
+        """
         conversation.key = key
         conversation.updated = self._now()
         if key.persistent:
@@ -1222,9 +1276,10 @@ class MemoryStore:
         self._loaded.pop(key, None)
         self._keep(key, conversation)
         if key.persistent:
-            rows = [
-                (e.seq, e.role, e.speaker, e.text, e.status, e.at) for e in conversation.entries
-            ]
+            # Its rows are made on the writer's thread (a long one's are
+            # many): the entries are replaced, never changed in place, so a
+            # copy of the list is what it holds now.
+            entries = list(conversation.entries)
             facts = [(f.id, f.text) for f in conversation.facts]
             states = [(name, json.dumps(value)) for name, value in conversation.state.items()]
             memories = [(m.id, m.text, m.importance, m.at, m.source) for m in conversation.memories]
@@ -1237,7 +1292,7 @@ class MemoryStore:
                 db.executemany(
                     "INSERT INTO entries (conversation, seq, role, speaker, text, status, at) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [(rowid, *row) for row in rows],
+                    [(rowid, e.seq, e.role, e.speaker, e.text, e.status, e.at) for e in entries],
                 )
                 db.executemany(
                     "INSERT INTO facts (id, conversation, text) VALUES (?, ?, ?)",
@@ -1253,8 +1308,8 @@ class MemoryStore:
                     [(i, rowid, *rest) for i, *rest in memories],
                 )
 
-            self._write(key, "import", write)
-        return conversation
+            return write
+        return None
 
     # The game's knowledge, kept wholly in memory.
 
