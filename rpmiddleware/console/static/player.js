@@ -112,6 +112,9 @@ export class SpeechPlayer {
     for (const [turnId, stats] of this.turns) {
       if (stats.stopped) continue;
       stats.lines.forEach((line, index) => {
+        const last = line.chunks[line.chunks.length - 1];
+        // A line long over (most of the kept ones) is not walked.
+        if (!last || last.when + last.count / last.rate < time - 0.05) return;
         for (const chunk of line.chunks) {
           if (chunk.when > time) break;
           const into = Math.min(chunk.count, (time - chunk.when) * chunk.rate);
