@@ -28,12 +28,17 @@ from rpmiddleware.plugin import (
     MAX_RESPONSE_RULES,
     TO_CLIENT,
     IEnvelopePlugin,
+    eventTokens,
+    limitOf,
+    mandatoryBlocks,
+    promptRequest,
     sentenceBlocks,
+    snapshotTransfer,
 )
 from rpmiddleware.plugin import meta as metakeys
 from rpmiddleware.protocol.clienterrors import InvalidMessage
 from rpmiddleware.protocol.rules import checkResponseProcessing
-from rpmiddleware.testing import PluginHarness, exampleResponseRule, pluginServices
+from rpmiddleware.testing import PluginHarness, exampleCard, exampleResponseRule, pluginServices
 from rpmiddleware.testing.inmemory import connectInMemory
 from rpmiddleware.testing.simoptions import SimulatorOptions
 from tests.support.client import clockedEndpoint
@@ -327,6 +332,46 @@ class PluginTests(SynchronousTestCase):
         self.complete("r1", "I hate you!", extractedContent={r["id"]: [] for r in rules})
         self.assertEqual([m["source"] for m in told(self.harness)], ["text"])
 
+    def fullPrompt(self, room: int) -> Any:
+        """
+        A request whose card's example messages (where the memory plugin puts
+        the conversation) leave C{room} tokens of RPEngine's limit, by
+        RPEngine's estimate.
+        """
+        cards = self.harness.cards
+
+        def request(mes: str) -> Any:
+            card = cards.canonicalNow(cards.adopt(exampleCard(mes_example=mes)))
+            return self.harness.replyRequest(
+                "r1",
+                card=snapshotTransfer(card.document, card.hash),
+                meta={"client": "c1", "feelings": "model"},
+                output={"modalities": ["text"], "language": "en"},
+            )
+
+        bare = request("")
+        prompt = promptRequest(bare.fields, bare["card"]["snapshot"])
+        used = sum(b.tokens for b in mandatoryBlocks(prompt)) + eventTokens(prompt)
+        name = prompt["card"]["data"]["name"]
+        filler = limitOf(prompt) - used - room
+        return request(f"<START>\n{name}: " + "a" * (4 * filler))
+
+    def test_fullPromptReadsTheText(self) -> None:
+        """
+        With the prompt full to RPEngine's limit (the memory plugin fills it
+        with the conversation), the instruction would push the newest
+        history out: the line's feelings are read from the text instead.
+        """
+        self.harness.toEngine(self.fullPrompt(room=0))
+        self.assertNotIn("responseProcessing", self.harness.sentToEngine[-1]["output"])
+        self.complete("r1", "I hate you!")
+        self.assertEqual([m["source"] for m in told(self.harness)], ["text"])
+
+    def test_roomForTheInstruction(self) -> None:
+        self.harness.toEngine(self.fullPrompt(room=80))
+        rules = self.harness.sentToEngine[-1]["output"]["responseProcessing"]["rules"]
+        self.assertEqual(rules, [RULE])
+
     def test_modelWroteNoTagCarriesTheMood(self) -> None:
         self.ask(feelings="model", mood={"weights": {"joy": 0.9}})
         self.complete("r1", "Well met.", extractedContent={RULE_ID: []})
@@ -510,8 +555,6 @@ class EndToEndTests(SynchronousTestCase):
 
 
 def _card(name: str | None = None) -> dict[str, Any]:
-    from rpmiddleware.testing.kit import exampleCard
-
     if name is None:
         return exampleCard()
     return exampleCard(name=name, mes_example="", first_mes="")

@@ -57,6 +57,12 @@ from rpmiddleware.plugin import (
     PluginFactory,
     PluginSettings,
     addSceneText,
+    estimateTokens,
+    eventTokens,
+    exampleMessages,
+    limitOf,
+    mandatoryBlocks,
+    promptRequest,
     sentenceBlocks,
     textOfDelta,
     toClient,
@@ -190,7 +196,19 @@ class Feelings(ChainPlugin):
             line.ruled = True  # Sent again: taught already.
             line.ownRules = len(rules) > 1
             return
-        if not addSceneText(envelope, instruction(line.speaker["name"], line.mood.feeling)):
+        taught = instruction(line.speaker["name"], line.mood.feeling)
+        if not _fits(envelope.fields, taught):
+            # The memory plugin, nearer the game, filled the prompt to
+            # RPEngine's limit: one more line would push its newest history
+            # out (or the request over the limit).
+            self.log.info(
+                "feelings read from the text for {requestId}: its prompt has no room for "
+                "the feeling instruction",
+                requestId=envelope.requestId,
+            )
+            line.source = "text"
+            return
+        if not addSceneText(envelope, taught):
             line.source = "text"
             return
         envelope["output"] = {
@@ -311,6 +329,39 @@ class Feelings(ChainPlugin):
         id when it chose none), as kept: C{{feeling, intensity, weights}}.
         """
         return self._moodOf((integrationId, characterId, conversation)).toJson()
+
+
+#: What a spoken turn's transcript is counted as, unknown when the request
+#: leaves (the memory plugin's C{spoken_reserve_tokens} default).
+SPOKEN_RESERVE_TOKENS = 300
+
+
+def _fits(fields: Mapping[str, Any], text: str) -> bool:
+    """
+    Whether the request's prompt, with C{text} added to its scene context,
+    stays within RPEngine's limit by RPEngine's own estimate (its system
+    blocks, the event, and the card's example messages, where the memory
+    plugin puts the conversation); a request whose card is not given whole
+    is taken to fit.
+    """
+    card = fields.get("card")
+    snapshot = card.get("snapshot") if isinstance(card, Mapping) else None
+    if not isinstance(snapshot, Mapping) or not isinstance(snapshot.get("data"), Mapping):
+        return True
+    taught = dict(fields)
+    if not addSceneText(taught, text):
+        return False
+    event = fields.get("event")
+    spoken = isinstance(event, Mapping) and event.get("audio") is not None
+    transcript = "w" * (4 * SPOKEN_RESERVE_TOKENS) if spoken else None
+    request = promptRequest(taught, snapshot, transcript)
+    data = request["card"]["data"]
+    character = trimmed(data.get("name"))
+    player = trimmed(request.get("playerDisplayName")) or "Player"
+    examples = exampleMessages(str(data.get("mes_example") or ""), character, player)
+    used = sum(b.tokens for b in mandatoryBlocks(request)) + eventTokens(request)
+    used += sum(estimateTokens(said) for _, said in examples)
+    return used <= limitOf(request)
 
 
 def build(settings: FeelingsSettings, services: IPluginServices) -> Feelings:
