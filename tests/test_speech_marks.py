@@ -486,6 +486,21 @@ class SpeechMarksPluginTests(SynchronousTestCase):
         self.assertEqual(marksEnvelope["speaker"], {"characterId": "c1"})
         self.assertNotIn("speaker", marksEnvelope.meta)
 
+    def test_soonestNeededSentencePreparedFirst(self) -> None:
+        """
+        The prepare thread takes the sentence due first, whatever order the
+        sentences were queued in (a new line's first before another's fifth).
+        """
+        from rpmiddleware.builtin.animation.marks import _Ordered, _Prepare
+
+        done: list[str] = []
+        ordered = _Ordered()
+        for due, text in ((9.0, "fifth"), (1.0, "first"), (5.0, "third")):
+            ordered.push(due, _Prepare(text, lambda t, _: done.append(t), "en"))
+        for _ in range(3):
+            _Prepare.finished(ordered.runNext())
+        self.assertEqual(done, ["first", "third", "fifth"])
+
     def test_factory(self) -> None:
         plugin = speechMarks.buildPlugin({"threads": 3}, pluginServices(None))
         self.assertIsInstance(plugin, SpeechMarks)

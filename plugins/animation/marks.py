@@ -33,6 +33,10 @@ or visemes.  See docs/animation.md.
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -71,6 +75,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 #: Worker threads for alignment (CPU work; numpy releases the GIL).
 DEFAULT_THREADS = 2
+#: About how long RPEngine's voice takes to say a character: orders the
+#: sentences waiting to be prepared by when their audio may come.
+SECONDS_PER_CHAR = 0.067
 #: Run C{work} off the reactor; its result on the reactor's thread.
 Runner = Callable[[Callable[[], Any]], "Deferred[Any]"]
 _OPENING = ("reply.request", "voice.capture.start")
@@ -117,17 +124,54 @@ class _Prepare:
     """Preparing one sentence on the prepare thread."""
 
     text: str
+    prepare: Callable[[str, str], Any]
+    language: str
+    #: Fires with the prepared sentence (on the reactor's thread).
     result: Deferred[Any] = field(default_factory=Deferred)
     #: The thread has begun it (reads and writes of a bool are atomic).
     started: bool = False
     #: Still needed (else the thread skips it).
     wanted: bool = True
 
-    def run(self, prepare: Callable[[str, str], Any], text: str, language: str) -> Any:
+    def run(self) -> tuple[_Prepare, Any]:
         self.started = True
         if not self.wanted:
-            return None
-        return prepare(text, language)
+            return self, None
+        try:
+            return self, self.prepare(self.text, self.language)
+        except Exception:
+            return self, Failure()
+
+    @staticmethod
+    def finished(outcome: tuple[_Prepare, Any]) -> None:
+        job, value = outcome
+        if isinstance(value, Failure):
+            job.result.errback(value)
+        else:
+            job.result.callback(value)
+
+
+class _Ordered:
+    """
+    Sentences waiting to be prepared, soonest needed first: the prepare
+    thread is given one task per sentence, and each task takes whichever
+    sentence is due first when it runs (so a new line's first sentence goes
+    before another line's fifth).
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Prepare]] = []
+        self._lock = threading.Lock()
+        self._count = itertools.count()
+
+    def push(self, due: float, job: _Prepare) -> None:
+        with self._lock:
+            heapq.heappush(self._heap, (due, next(self._count), job))
+
+    def runNext(self) -> tuple[_Prepare, Any]:
+        with self._lock:
+            _, _, job = heapq.heappop(self._heap)
+        return job.run()
 
 
 @dataclass(eq=False)
@@ -183,6 +227,7 @@ class SpeechMarks(ChainPlugin):
         self._lines: dict[str, _Line] = {}
         self._turns: dict[str, _Turn] = {}
         self._context: IChainContext | None = None
+        self._ordered = _Ordered()
 
     # Toward RPEngine: who asked, and cancels.
 
@@ -333,8 +378,12 @@ class SpeechMarks(ChainPlugin):
         for sentence in line.text.readySentences():
             known = line.prepared.get(sentence.index)
             if known is None or known.text != sentence.text:
-                job = _Prepare(sentence.text)
-                job.result = self._submit(job.run, alignment.prepare, sentence.text, line.language)
+                job = _Prepare(sentence.text, alignment.prepare, line.language)
+                # Soonest needed first: the speech before the sentence (about
+                # SECONDS_PER_CHAR a character) from when its text came.
+                due = time.monotonic() + sentence.start * SECONDS_PER_CHAR
+                self._ordered.push(due, job)
+                self._submit(self._ordered.runNext).addCallback(_Prepare.finished)
                 line.prepared[sentence.index] = job
 
     def _prepared(self, line: _Line, sentence: Sentence) -> Deferred[Any]:
