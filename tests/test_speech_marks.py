@@ -508,13 +508,15 @@ class SpeechMarksPluginTests(SynchronousTestCase):
             speechMarks.buildPlugin({"threads": 0}, pluginServices(None))
 
 
-class EndToEndTests(SynchronousTestCase):
+class MarksRig(SynchronousTestCase):
     """
-    A client of the endpoint, the chain with speech-marks, and the simulated
-    RPEngine speaking words whose times are known (speech="words"), on a
-    Clock: the client gets each sentence's marks before its audio, timed by
-    its samples, with the words the simulator spoke.
+    A client of the endpoint, the chain with speech-marks (and the default
+    plugins), and the simulated RPEngine speaking words whose times are
+    known (speech="words"), on a Clock.
     """
+
+    #: Words the moderation plugin masks in the character's text.
+    maskedWords: tuple[str, ...] = ()
 
     def setUp(self) -> None:
         self.reply = ""
@@ -522,6 +524,8 @@ class EndToEndTests(SynchronousTestCase):
         settings = Settings()
         settings.plugins["memory"] = {"path": ":memory:", "summaries": False}
         settings.chain = {"speech-marks": 250}
+        if self.maskedWords:
+            settings.plugins["moderation"] = {"words": list(self.maskedWords)}
         self.middleware = Middleware.fromSettings(self.clock, settings)
         self.streams: list[Any] = []
         self.link = connectInMemory(
@@ -542,6 +546,13 @@ class EndToEndTests(SynchronousTestCase):
         self.clients.say(self.connection, type="text", text="Hello?", **options)
         settle(self.clock, 30.0)
         return self.writer.sent[before:]
+
+
+class EndToEndTests(MarksRig):
+    """
+    The client gets each sentence's marks before its audio, timed by its
+    samples, with the words the simulator spoke.
+    """
 
     def test_marksOfKnownSpeech(self) -> None:
         self.clients.say(
@@ -672,3 +683,23 @@ class EndToEndTests(SynchronousTestCase):
     def engineStream(self) -> Any:
         engine = self.link.engine
         return engine.knownSpeech[engine.completed[-1]]
+
+
+class MaskedTextTests(MarksRig):
+    """
+    With moderation masking a word of the character's text, the marks show
+    the text as the client was shown it.
+    """
+
+    maskedWords = ("fire",)
+
+    def test_marksShowTheMaskedText(self) -> None:
+        self.clients.say(self.connection, type="configure", speechMarks=["sentence", "word"])
+        sent = self.turn("Stay by the fire. The road is long.")
+        llm = next(m for m in sent if m["type"] == "llm")["text"]
+        self.assertEqual(llm, "Stay by the ****. The road is long.")
+        marks = [k for m in sent if m["type"] == "speech-marks" for k in m["marks"]]
+        values = [k["value"] for k in marks]
+        self.assertIn("Stay by the ****.", values)
+        self.assertIn("****", values)
+        self.assertNotIn("fire", " ".join(values))

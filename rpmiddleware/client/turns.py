@@ -63,6 +63,8 @@ from rpmiddleware.protocol.clienterrors import (
     errorMessage,
 )
 from rpmiddleware.protocol.envelope import ENVELOPE_FIELDS, Envelope
+from rpmiddleware.protocol.feelings import CLIENT_TYPE as FEELING_CLIENT_TYPE
+from rpmiddleware.protocol.feelings import FEELING_ENVELOPE, FEELING_FIELDS
 from rpmiddleware.protocol.messages import textOfDelta
 from rpmiddleware.protocol.meta import PLAYED, PLAYED_LINE, SPEAKER
 from rpmiddleware.protocol.speechmarks import CLIENT_TYPE as MARKS_CLIENT_TYPE
@@ -568,12 +570,42 @@ class Turn:
                 self.id,
                 speaker=speaker,
                 sampleRate=fields.get("sampleRate"),
-                marks=marks,
+                marks=self._shownMarks(marks),
             )
         )
 
+    def _shownMarks(self, marks: list[Any]) -> list[Any]:
+        """
+        The marks with each sentence's and word's C{value} as this client
+        was shown it: the line's text at the mark's offsets (the C{llm} text,
+        which a plugin nearer the game, moderation, may have masked), so a
+        mark never shows a word the text did not.
+        """
+        shown = self.replyText.lstrip()
+        result = []
+        for mark in marks:
+            if isinstance(mark, dict) and mark.get("type") in ("sentence", "word"):
+                start, end = mark.get("start"), mark.get("end")
+                if type(start) is int and type(end) is int and 0 <= start <= end <= len(shown):
+                    mark = {**mark, "value": shown[start:end]}
+                elif "value" in mark:
+                    mark = {k: v for k, v in mark.items() if k != "value"}
+            result.append(mark)
+        return result
+
+    def _feeling(self, fields: Mapping[str, Any]) -> None:
+        """
+        One sentence's feeling, from the feelings plugin
+        (L{rpmiddleware.protocol.feelings}), sent before that sentence's
+        audio; with the speaker the plugin named (in a scene, the line's,
+        which may not have begun here yet).
+        """
+        told = {k: fields[k] for k in FEELING_FIELDS if k in fields}
+        self._send(turnMessage(FEELING_CLIENT_TYPE, self.id, **told))
+
     _HANDLERS: dict[str, Callable[[Turn, Mapping[str, Any]], None]] = {
         MARKS_ENVELOPE: _speechMarks,
+        FEELING_ENVELOPE: _feeling,
         "reply.accepted": _accepted,
         "reply.text.delta": _delta,
         "reply.text.completed": _textCompleted,
