@@ -24,9 +24,9 @@ from rpmiddleware.client.messages import configureChanges
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.plugin import (
+    FEELING_ENVELOPE,
     FEELINGS,
     MAX_RESPONSE_RULES,
-    TO_CLIENT,
     IEnvelopePlugin,
     eventTokens,
     limitOf,
@@ -149,11 +149,14 @@ class ModelRuleTests(SynchronousTestCase):
 
 
 def told(harness: PluginHarness) -> list[dict[str, Any]]:
-    """The feeling messages sent toward the client, in order."""
+    """
+    The feelings sent toward the game, in order, as the client's turn tells
+    them (its turnId is the request's here: no scene plugin re-ids them).
+    """
     return [
-        e["message"]
+        {"type": CLIENT_TYPE, "turnId": e.requestId, **e.fields}
         for e in harness.sentToGame
-        if e.type == TO_CLIENT and e["message"]["type"] == CLIENT_TYPE
+        if e.type == FEELING_ENVELOPE
     ]
 
 
@@ -377,15 +380,15 @@ class PluginTests(SynchronousTestCase):
         self.complete("r1", "Well met.", extractedContent={RULE_ID: []})
         self.assertEqual(told(self.harness)[-1]["feeling"], "joy")
 
-    def test_sceneSpeakerAndTurn(self) -> None:
+    def test_sceneSpeaker(self) -> None:
         """
-        A scene's line is told with its speaker and the player's turn.
+        A scene's line is told with its speaker (the scene plugin, nearer
+        the game, gives it the player's turn: EndToEndTests).
         """
         speaker = {"characterId": "mara", "name": "Mara", "voice": "F3"}
         self.ask(feelings="text", speaker=speaker, turn="player-turn")
         self.complete("r1", "Oh, wonderful!")
-        message = told(self.harness)[-1]
-        self.assertEqual((message["speaker"], message["turnId"]), (speaker, "player-turn"))
+        self.assertEqual(told(self.harness)[-1]["speaker"], speaker)
 
     def test_serverDefault(self) -> None:
         plugin = feelings.buildPlugin({"default": "text"}, self.services)
@@ -548,6 +551,29 @@ class EndToEndTests(SynchronousTestCase):
         )
         done = next(m for m in sent if m["type"] == "reply-complete")
         self.assertEqual({m["turnId"] for m in told}, {done["turnId"]})
+
+    def test_nothingAfterTheTurnIsCancelled(self) -> None:
+        """
+        A turn cancelled while its text streams tells no feeling after its
+        tts-cancelled (the client's turn, which writes them, drops what
+        comes of a cancelled turn).
+        """
+        self.link.engine.options.tokensPerSecond = 10.0
+        self.clients.say(self.connection, type="configure", feelings="text")
+        self.reply = "I am so glad! The wolves came. I fear them. They took my sheep. Stay."
+        before = len(self.writer.sent)
+        self.clients.say(self.connection, type="text", text="Hello?")
+        for _ in range(200):
+            if any(m["type"] == CLIENT_TYPE for m in self.writer.sent[before:]):
+                break
+            self.clock.advance(0.05)
+        self.clients.say(self.connection, type="cancel")
+        settle(self.clock, 30.0)
+        sent = [m["type"] for m in self.writer.sent[before:]]
+        self.assertIn(CLIENT_TYPE, sent)
+        cancelled = sent.index("tts-cancelled")
+        self.assertLess(sent.count(CLIENT_TYPE), 5, "the turn was cut before its end")
+        self.assertNotIn(CLIENT_TYPE, sent[cancelled:])
 
     def test_noFeelingsUnlessAsked(self) -> None:
         sent = self.turn("I am so glad you came!")

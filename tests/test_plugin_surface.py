@@ -98,6 +98,8 @@ EXPECTED = {
     "Speech",
     "heardText",
     "FEELINGS",
+    "FEELING_ENVELOPE",
+    "FEELING_FIELDS",
     "FEELING_SOURCES",
     # Cards.
     "CARD_FORMAT",

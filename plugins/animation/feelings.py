@@ -46,6 +46,8 @@ from rpmiddleware.builtin.animation.feelings_model import (
 )
 from rpmiddleware.builtin.animation.feelings_mood import Mood
 from rpmiddleware.plugin import (
+    FEELING_ENVELOPE,
+    FEELING_FIELDS,
     FEELINGS,
     MAX_RESPONSE_RULES,
     OPENING,
@@ -65,7 +67,6 @@ from rpmiddleware.plugin import (
     promptRequest,
     sentenceBlocks,
     textOfDelta,
-    toClient,
     trimmed,
 )
 from rpmiddleware.plugin import meta as metakeys
@@ -98,8 +99,7 @@ class FeelingsSettings(PluginSettings):
 class _Line:
     """A request whose reply's feelings are told."""
 
-    turnId: str
-    client: str
+    requestId: str
     source: str
     speaker: dict[str, Any]
     moodKey: tuple[str, str, str]
@@ -146,8 +146,7 @@ class Feelings(ChainPlugin):
         kept = meta.get(metakeys.MOOD)
         mood = Mood.fromJson(kept) if kept is not None else self._moodOf(key)
         line = _Line(
-            str(meta.get(metakeys.TURN) or envelope.requestId),
-            client,
+            str(envelope.requestId),
             source,
             self._speakerOf(fields, meta, characterId),
             key,
@@ -297,7 +296,6 @@ class Feelings(ChainPlugin):
                 line.mood.felt(reading.feeling, reading.intensity)
             message: dict[str, Any] = {
                 "type": CLIENT_TYPE,
-                "turnId": line.turnId,
                 "speaker": line.speaker,
                 "feeling": feeling,
                 "start": max(0, start - lead),
@@ -309,7 +307,11 @@ class Feelings(ChainPlugin):
             if intensity is not None:
                 message["intensity"] = intensity
             line.sentences.append(message)
-            context.sendToGame(toClient(line.client, message))
+            # Through the client's turn (which drops it once the turn is
+            # cancelled), and to a Python API caller's stream.
+            told = Envelope.build(FEELING_ENVELOPE, requestId=line.requestId)
+            told.fields.update({k: message[k] for k in FEELING_FIELDS if k in message})
+            context.sendToGame(told)
         line.told = max(line.told, len(blocks))
 
     def _keep(self, line: _Line) -> None:

@@ -35,7 +35,8 @@ The names, by what they are for:
     what a game asks of speech marks and how they travel (L{speechmarks}), and
     what of a reply the player heard from how much of its speech was
     played (L{Speech}, L{heardText}); the feelings a line may carry and
-    where a game asks them from (L{FEELINGS}, L{FEELING_SOURCES}).
+    where a game asks them from (L{FEELINGS}, L{FEELING_SOURCES}), and the
+    envelope that tells a client one (L{FEELING_ENVELOPE}, L{FEELING_FIELDS}).
   - B{Cards}: L{validateCard}, L{CardHasher} (L{CardHasher.withData} is the
     sanctioned way to change what the model is told of a character),
     L{canonicalHash}, transfers and diffs.
@@ -123,7 +124,12 @@ from rpmiddleware.protocol.clienterrors import (
     errorMessage,
 )
 from rpmiddleware.protocol.envelope import Direction, Envelope, isoTimestamp
-from rpmiddleware.protocol.feelings import FEELING_SOURCES, FEELINGS
+from rpmiddleware.protocol.feelings import (
+    FEELING_ENVELOPE,
+    FEELING_FIELDS,
+    FEELING_SOURCES,
+    FEELINGS,
+)
 from rpmiddleware.protocol.messages import (
     CANCELLING,
     INPUT_AUDIO_FORMATS,
@@ -186,6 +192,8 @@ __all__ = [
     "CARD_FORMAT",
     "CLIENT_CODES",
     "FEELINGS",
+    "FEELING_ENVELOPE",
+    "FEELING_FIELDS",
     "FEELING_SOURCES",
     "FROM_CLIENT",
     "INPUT_AUDIO_FORMATS",

@@ -23,4 +23,15 @@ FEELINGS: tuple[str, ...] = ("neutral", "joy", "sadness", "anger", "fear", "disg
 #: RPEngine's response processing; C{"off"}, none.
 FEELING_SOURCES: tuple[str, ...] = ("text", "model", "off")
 
-__all__ = ["FEELINGS", "FEELING_SOURCES"]
+#: The envelope type that carries one sentence's feeling toward the game
+#: (C{requestId}, C{speaker}, C{feeling}, C{intensity?}, C{start}, C{end},
+#: C{sentence}, C{source}, C{mood}); the client's turn writes it as the
+#: C{feeling} message (L{CLIENT_TYPE}) with the turn's id, unless the turn was
+#: cancelled.  The engine end never sees one.
+FEELING_ENVELOPE = "x-feelings.feeling"
+#: The client message.
+CLIENT_TYPE = "feeling"
+#: The fields of a feeling the client is told, beside C{type} and C{turnId}.
+FEELING_FIELDS = ("speaker", "feeling", "intensity", "start", "end", "sentence", "source", "mood")
+
+__all__ = ["CLIENT_TYPE", "FEELINGS", "FEELING_ENVELOPE", "FEELING_FIELDS", "FEELING_SOURCES"]
