@@ -110,6 +110,20 @@ class TextTests(SynchronousTestCase):
         for viseme in result.visemes:
             self.assertIn(text[viseme.textStart : viseme.textEnd], ["Café", "naïve", "señor"])
 
+    def test_combiningMarks(self) -> None:
+        """
+        A word goes on through combining marks (an accent typed apart, Arabic
+        vowel marks, Thai vowels above the line), which are no letters to
+        Python's regular expressions.
+        """
+        for text, words in (
+            ("Cafe\u0301 naive", ["Cafe\u0301", "naive"]),
+            ("مَرْحَبًا كَيْفَ", ["مَرْحَبًا", "كَيْفَ"]),
+            ("สวัสดีครับ วันนี้", ["สวัสดีครับ", "วันนี้"]),
+        ):
+            result = alignment.align(alignment.prepare(text, "xx"), silence(1.0) + 500, 22050)
+            self.assertEqual([text[word.textStart : word.textEnd] for word in result.words], words)
+
     def test_ideographs(self) -> None:
         """
         Chinese and Japanese, written without spaces and without phonemes

@@ -19,13 +19,19 @@ TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?>")
 #: Chinese characters and Japanese kana: written without spaces, each is a
 #: word of its own (a syllable), so that word marks move through the line.
 _IDEOGRAPHS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+#: Combining marks, which Python's \w leaves out: accents typed apart
+#: (e + U+0301), Hebrew points, Arabic vowel marks, Thai vowels and tones
+#: written above or below.  A word goes on through them.
+_MARKS = (
+    "\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670"
+    "\u06d6-\u06ed\u0e31\u0e34-\u0e3a\u0e47-\u0e4e\u1ab0-\u1aff\u1dc0-\u1dff"
+    "\u20d0-\u20ff\ufe20-\ufe2f"
+)
+_LETTER = f"(?:[^\\W_{_IDEOGRAPHS}]|[{_MARKS}])"
 #: A word: one ideograph or kana, or letters, digits and marks joined by
 #: inner apostrophes, hyphens, or the point or comma inside a number
 #: (C{3.50}, C{don't}, C{well-known}).
-WORD = re.compile(
-    f"[{_IDEOGRAPHS}]"
-    f"|[^\\W_{_IDEOGRAPHS}]+(?:(?:['’\\-]|(?<=\\d)[.,](?=\\d))[^\\W_{_IDEOGRAPHS}]+)*"
-)
+WORD = re.compile(f"[{_IDEOGRAPHS}]|{_LETTER}+(?:(?:['’\\-]|(?<=\\d)[.,](?=\\d)){_LETTER}+)*")
 
 
 @dataclass(frozen=True)
