@@ -17,9 +17,12 @@ C{default} when it says nothing):
     (L{feelings_model}); RPEngine then buffers the reply, so every
     sentence's feeling goes out with the complete text, before any audio.
 
-Each sentence gets a C{feeling} client message: C{{turnId, speaker,
-feeling, intensity, start, end, sentence, source, mood}}, C{start}/C{end}
-in Unicode code points of the line's display text (the C{llm} text).  The
+Each sentence's feeling goes toward the game as an C{x-feelings.feeling}
+envelope with the request's id (L{rpmiddleware.plugin.FEELING_ENVELOPE}),
+which the client's turn writes as the C{feeling} client message C{{turnId,
+speaker, feeling, intensity?, start, end, sentence, source, mood}} (and drops
+once the turn is cancelled); C{start}/C{end} are Unicode code points of the
+line's display text (the C{llm} text).  The
 character's mood (L{feelings_mood}) follows the sentences, carries into a
 sentence with no cue of its own, and is kept per conversation: the plugin
 writes it on the reply's C{reply.text.completed} (meta
