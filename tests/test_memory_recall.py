@@ -27,12 +27,15 @@ from rpmiddleware.builtin.memory.conversation import (
     Key,
     MemoryItem,
 )
+from rpmiddleware.builtin.memory.planner import Limits, lineOf, plan
 from rpmiddleware.builtin.memory.recall import (
     ENTRY,
     MEMORY,
     Found,
+    Recalled,
     block,
     chosen,
+    entryLine,
     queryOf,
     queryWords,
     rank,
@@ -43,7 +46,8 @@ from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.core.replystream import ReplyStream
-from rpmiddleware.protocol.prompt import AssembledPrompt
+from rpmiddleware.plugin import renderMacros
+from rpmiddleware.protocol.prompt import AssembledPrompt, assemble, promptRequest
 from rpmiddleware.testing.inmemory import connectInMemory
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText
@@ -498,3 +502,93 @@ class RankTests(SynchronousTestCase):
             ['- Alex said: "line 2"', '- Alex said: "line 300"', '- Alex said: "line 350"'],
         )
         self.assertEqual(len(chosen(moments, tokens=moments[0].tokens, count=9)), 1)
+
+
+_line = st.text(alphabet="ab cdé.\n{}<>", max_size=300)
+
+
+class RecallPlanHoldsProperties(SynchronousTestCase):
+    """
+    With recalled moments, what the plugin plans RPEngine's assembly still
+    takes whole: no C{prompt_too_large}, no chat message left out, the same
+    estimate, the newest entry last; recall stays in its budget and never
+    repeats a line of the history.
+    """
+
+    @settings(max_examples=50, deadline=None, derandomize=True)
+    @given(
+        lines=st.lists(_line, min_size=10, max_size=40),
+        found=st.lists(st.tuples(st.integers(1, 20), st.floats(-20.0, -0.01)), max_size=30),
+        memories=st.lists(_line.filter(lambda t: t.strip() != ""), max_size=4),
+        limit=st.integers(300, 3000),
+        budget=st.integers(0, 3000),
+        count=st.integers(0, 10),
+        summary=_line,
+    )
+    def test_planWithRecallFitsRPEngine(
+        self,
+        lines: list[str],
+        found: list[tuple[int, float]],
+        memories: list[str],
+        limit: int,
+        budget: int,
+        count: int,
+        summary: str,
+    ) -> None:
+        store = MemoryStore(":memory:", lambda: 0.0)
+        conversation = Conversation(KEY)
+        store.append(
+            conversation,
+            *(
+                # Long lines, so that the history leaves the older ones out.
+                (PLAYER if i % 2 == 0 else CHARACTER, "Alex", t + " w" * 100, COMPLETE)
+                for i, t in enumerate(lines)
+            ),
+        )
+        conversation.summary = summary
+        for text in memories:
+            store.remember(conversation, text, 0.5)
+        matches = [Found(ENTRY, seq, score) for seq, score in found]
+        matches += [Found(MEMORY, m.id, -1.0) for m in conversation.memories]
+        card = exampleCard()
+        request = {
+            "event": {"text": "What of the bees?"},
+            "output": {"modalities": ["text"], "language": "en"},
+            "player": {"displayName": "Alex"},
+        }
+        made = plan(
+            request,
+            card,
+            conversation,
+            [],
+            Limits(limit),
+            False,
+            4,
+            None,
+            False,
+            recalled=Recalled(matches, budget, count),
+        )
+        if made.card is None:
+            return
+        prompt = promptRequest(request, made.card)
+        prompt["maxInputTokens"] = limit
+        result = assemble(prompt)
+        self.assertEqual(result.droppedExamples, 0)
+        self.assertEqual(result.tokens, made.report["estimatedTokens"])
+        self.assertLessEqual(result.tokens, limit)
+        recall = made.report["recall"]
+        self.assertLessEqual(recall["moments"], count)
+        self.assertLessEqual(recall["estimatedTokens"], budget)
+        kept = made.report["history"]["kept"]
+        if kept:
+            newest = lineOf(conversation.entries[-1], ("x", "y"))
+            if newest is not None:
+                self.assertEqual(
+                    result.history[-1][1], renderMacros(newest[1], "Mira the Innkeeper", "Alex")
+                )
+        # Nothing recalled is in the history: every recalled entry is older.
+        first = len(conversation.entries) - kept + 1
+        block = made.card["data"].get("scenario", "").split("remembers]\n")[-1]
+        shown = set(block.split("\n"))
+        for entry in conversation.entries[first - 1 :]:
+            self.assertNotIn(entryLine(entry, "Mira the Innkeeper", "Alex"), shown)
