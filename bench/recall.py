@@ -360,6 +360,13 @@ with the simulated RPEngine, which assembles each prompt as RPEngine's core does
 {timing}
 
 {growth}
+
+How it grows: the search counts each word of the line in at most 301 of the conversation's rows
+and ranks at most 600 rows' worth of words, so it costs what the line's distinctive words cost,
+not what the conversation holds; the reactor's part reads back only as far as RPEngine's limit
+and ranks at most `4 x recall_moments + 200 + 2 x recall_moments` matches. The index keeps no
+copy of the text (external content: it reads the entries' own), so the file grows by its word
+lists alone.
 """
     goals = [
         (
