@@ -46,24 +46,6 @@ class SavingPlugin(Protocol):
     store: MemoryStore
     now: Callable[[], float]
 
-    def export(
-        self, characterId: str, conversationId: str, integrationId: str | None = None
-    ) -> dict[str, Any]: ...
-
-    def restore(
-        self,
-        characterId: str,
-        conversationId: str,
-        document: Any,
-        integrationId: str | None = None,
-        empty: bool = False,
-        unverified: bool = False,
-    ) -> int: ...
-
-    def forget(
-        self, characterId: str, conversationId: str, integrationId: str | None = None
-    ) -> bool: ...
-
     def letGo(self, key: Key) -> None: ...
 
     def turnsInFlight(self) -> list[tuple[str, Key]]: ...
