@@ -5,7 +5,7 @@ No package fits the job: the NRC Emotion Lexicon (and C{nrclex}, which
 ships it) may be used for non-commercial research only; VADER (MIT) knows
 how positive a sentence is, not which feeling; the classifiers that do know
 download a model at run time.  So this is a small lexicon written for
-rpmiddleware (the project's own, under its licence): about five hundred
+rpmiddleware (the project's own, under its licence): about 440
 English words and interjections a character in a game says when it feels
 one of Ekman's six (L{rpmiddleware.plugin.FEELINGS}), each with a weight,
 plus the few rules that matter most in dialogue: a negation just before a
