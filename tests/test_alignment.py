@@ -372,6 +372,17 @@ class ForcedTests(SynchronousTestCase):
         self.assertEqual(result.method, "even")
         self.assertIn("times the reference", result.reason)
 
+    def test_regionalVoices(self) -> None:
+        """
+        A language code with a region reads with espeak-ng's voice for it
+        where there is one (its British English is plain "en", its
+        American the default for "en"), else the language's.
+        """
+        self.assertEqual(
+            [phonemes.voiceFor(code) for code in ("en", "en-GB", "pt_BR", "de-AT", "zh-CN")],
+            ["en-us", "en", "pt-br", "de", None],
+        )
+
     def test_languages(self) -> None:
         """
         English and German get phonemes; Chinese and Japanese, which

@@ -56,17 +56,26 @@ SPEECH_LANGUAGES: tuple[str, ...] = (
 #: as tone digits in English and kanji as "Chinese letter", so a synthesis
 #: of them is no reference; they fall back.
 VOICES: dict[str, str | None] = {"en": "en-us", "zh": None, "ja": None}
+#: Regional codes whose espeak-ng voice is named otherwise (its British
+#: English is plain "en").
+REGIONS: dict[str, str] = {"en-gb": "en", "en-uk": "en"}
 
 
 def voiceFor(language: str) -> str | None:
     """
     The espeak-ng voice that phonemizes C{language} (a code such as C{"en"}
-    or C{"pt-BR"}: its first part decides), or L{None} when it has none.
+    or C{"pt-BR"}: the region's voice if espeak-ng has one, else the
+    language's), or L{None} when it has none.
     """
-    primary = language.replace("_", "-").split("-", 1)[0].lower()
+    full = language.replace("_", "-").lower()
+    primary = full.split("-", 1)[0]
     voice = VOICES.get(primary, primary)
     if voice is None or not primary.isalpha():
         return None
+    # A regional code espeak-ng has a voice for (pt-BR, en-GB) is read so.
+    regional = REGIONS.get(full, full)
+    if full != primary and regional.replace("-", "").isalnum() and align_espeak.hasVoice(regional):
+        return regional
     return voice if align_espeak.hasVoice(voice) else None
 
 
