@@ -592,3 +592,44 @@ class RecallPlanHoldsProperties(SynchronousTestCase):
         shown = set(block.split("\n"))
         for entry in conversation.entries[first - 1 :]:
             self.assertNotIn(entryLine(entry, "Mira the Innkeeper", "Alex"), shown)
+
+
+class RememberOpTests(SynchronousTestCase):
+    def test_aGameKeepsAMemoryOverTheClientProtocol(self) -> None:
+        clock = Clock()
+        config = Settings()
+        config.plugins["memory"] = {"path": ":memory:"}
+        middleware = Middleware.fromSettings(clock, config)
+        connectInMemory(middleware, clock)
+        endpoint = clockedEndpoint(middleware, config, clock)
+        clients = OpenConnections(endpoint, clock)
+        middleware.router.observe(ExtensionBridge(clients))
+        settle(clock, 0.1)
+        connection, writer = clients.connect()
+        plugin = middleware.plugin(IConversationMemory)
+        assert isinstance(plugin, Memory)
+
+        def ask(**message: Any) -> dict[str, Any]:
+            clients.say(connection, type="memory", **message)
+            settle(clock, 0.1)
+            return writer.sent[-1]
+
+        ask(op="use", conversationId="save-1")
+        said = ask(
+            op="remember", id=7, characterId="mira", text="Alex fears the sea.", importance=0.9
+        )
+        self.assertEqual((said["type"], said["op"], said["id"]), ("memory-result", "remember", 7))
+        stored = plugin.store.conversation(Key("rpmiddleware", "mira", "save-1"))
+        self.assertEqual(
+            [(m.text, m.importance, m.source) for m in stored.memories],
+            [("Alex fears the sea.", 0.9, "game")],
+        )
+        for wrong, named in (
+            ({"text": "x", "importance": 2}, "importance"),
+            ({"text": "x", "source": ""}, "source"),
+            ({"text": ""}, "text"),
+        ):
+            error = ask(op="remember", id=8, characterId="mira", **wrong)
+            self.assertEqual((error["type"], error["code"]), ("error", "INVALID_MESSAGE"))
+            self.assertIn(named, error["message"])
+        self.assertEqual(len(stored.memories), 1)

@@ -20,6 +20,9 @@ one the client's C{character} named, else the configured one.  The ops, and what
   - C{list} C{{characterId?}}; C{read}, C{export}, C{forget} C{{characterId}};
   - C{edit} C{{characterId, seq, text | remove: true}}; C{summary} C{{characterId, summary}};
   - C{pin} C{{characterId, fact}}; C{unpin} C{{characterId, factId}};
+  - C{remember} C{{characterId, text, importance?, source?}}: a moment kept
+    in a line of its own (importance 0 to 1, 0.5 if not said; source a
+    short word, "game" if not said), recalled when a later line is about it;
   - C{import} C{{characterId, document, empty?, unverified?}} (what C{export} gave;
     C{empty: true} to import one with no entries, C{unverified: true} to
     import an export of the older, unsealed format as it is);
@@ -223,6 +226,22 @@ def _pin(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
     return {"fact": m.pin(t.characterId, t.conversationId, fact, t.integrationId)}
 
 
+def _remember(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
+    text = _string(msg, "text")
+    importance = msg.get("importance", 0.5)
+    if (
+        isinstance(importance, bool)
+        or not isinstance(importance, int | float)
+        or not 0 <= importance <= 1
+    ):
+        raise OpError("importance must be a number from 0 to 1")
+    source = msg.get("source", "game")
+    if not isinstance(source, str) or not source.strip() or len(source) > 40:
+        raise OpError('source must be a short word (at most 40 characters, e.g. "game")')
+    m.remember(t.characterId, t.conversationId, text, importance, source, t.integrationId)
+    return {}
+
+
 def _unpin(m: Memory, t: _Target, msg: dict[str, Any]) -> dict[str, Any]:
     m.unpin(t.characterId, t.conversationId, _whole(msg, "factId"), t.integrationId)
     return {}
@@ -363,6 +382,7 @@ OPS: dict[str, Op] = {
     "summary": _target(_summary),
     "pin": _target(_pin),
     "unpin": _target(_unpin),
+    "remember": _target(_remember),
     "know": _know,
     "unknow": _unknow,
     "save": _save,
