@@ -355,6 +355,26 @@ class ForcedTests(SynchronousTestCase):
                     self.assertLess(abs(word.start - single.start), 0.03)
                     self.assertLess(abs(word.end - single.end), 0.15)
 
+    def test_oddText(self) -> None:
+        """
+        Text espeak-ng may choke on (a lone surrogate, a NUL, control and
+        direction marks, one very long word, symbols only) never raises:
+        it is aligned or spread evenly, its words pointing into the text.
+        """
+        noise = numpy.random.default_rng(7).integers(-3000, 3000, 22050, dtype=numpy.int16)
+        for text in (
+            "bad \ud800 surrogate",
+            "nul\x00inside",
+            "tab\tand\u200fmarks\u202e here",
+            "a" * 400,
+            "$%& *** ###",
+            "<emotion>angry</emotion> Fine.",
+        ):
+            result = alignment.align(alignment.prepare(text, "en"), noise, 22050)
+            self.assertIn(result.method, ("forced", "even"))
+            for word in result.words:
+                self.assertEqual(text[word.textStart : word.textEnd], word.value)
+
     def test_silenceForAWord(self) -> None:
         """Silence where speech was expected falls back and says why."""
         result = alignment.align(alignment.prepare("Who goes there?", "en"), silence(1.0), 22050)

@@ -177,7 +177,7 @@ class _Library:
             raise ValueError(f"espeak-ng has no voice {voice!r}")
         counts = []
         for word in words:
-            buffer = ctypes.c_char_p(word.encode("utf-8"))
+            buffer = ctypes.c_char_p(_encoded(word))
             pointer = ctypes.pointer(buffer)
             names: list[str] = []
             # One clause a call; the pointer moves on, and is NULL at the end.
@@ -196,13 +196,23 @@ class _Library:
         self.chunks = []
         self.phonemes = []
         self.word = -1
-        encoded = text.encode("utf-8")
+        encoded = _encoded(text)
         buffer = ctypes.create_string_buffer(encoded)
         self.lib.espeak_Synth(
             buffer, len(encoded) + 1, 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None
         )
         samples = numpy.frombuffer(b"".join(self.chunks), dtype=numpy.int16).copy()
         return Synthesis(samples, self.rate, tuple(self.phonemes))
+
+
+def _encoded(text: str) -> bytes:
+    """
+    C{text} as the library takes it: UTF-8, one character for one, so that
+    its events' character positions stay the text's (a lone surrogate, which
+    UTF-8 cannot carry, becomes "?"; a NUL, which would end the C string, a
+    space).
+    """
+    return text.replace("\x00", " ").encode("utf-8", "replace")
 
 
 _library: _Library | None = None

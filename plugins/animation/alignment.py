@@ -171,19 +171,27 @@ def prepare(text: str, language: str, voice: str | None = None) -> object:
         return Prepared(
             text, language, words, letters, None, f"no phonemes for language {language!r}"
         )
-    reference = _reference(spoken)
+    if not any(name for _, name, _ in spoken.phonemes):
+        return Prepared(text, language, words, letters, None, "espeak-ng spoke no phonemes")
+    try:
+        reference = _reference(spoken)
+    except Exception as error:
+        log.failure("describing a reference synthesis failed")
+        return Prepared(text, language, words, letters, None, f"no reference: {error}")
     alternatives = []
     for variant in variants[1:]:
         try:
             other = phonemes.phonemize(text, language, variant)
+            candidate = None if other is None else _reference(other)
         except Exception:
             log.failure("synthesising a sentence in variant {variant} failed", variant=variant)
             continue
-        if other is not None:
-            candidate = _reference(other)
-            # Only the same phonemes line up with the first reference's words.
-            if (candidate.visemes, candidate.owners) == (reference.visemes, reference.owners):
-                alternatives.append(candidate)
+        # Only the same phonemes line up with the first reference's words.
+        if candidate is not None and (candidate.visemes, candidate.owners) == (
+            reference.visemes,
+            reference.owners,
+        ):
+            alternatives.append(candidate)
     shapes = tuple(
         tuple(
             viseme
