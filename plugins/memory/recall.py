@@ -197,10 +197,10 @@ def _entryAt(conversation: Conversation, seq: int) -> Entry | None:
 
 
 def _memoryAt(conversation: Conversation, memoryId: int) -> MemoryItem | None:
-    for item in conversation.memories:
-        if item.id == memoryId:
-            return item
-    return None
+    """The memory C{memoryId} (memories are in id order: a binary search)."""
+    memories = conversation.memories
+    i = bisect.bisect_left(memories, memoryId, key=lambda m: m.id)
+    return memories[i] if i < len(memories) and memories[i].id == memoryId else None
 
 
 def _positionOf(conversation: Conversation, at: float) -> float:
