@@ -40,7 +40,9 @@ from rpmiddleware.builtin.memory.recall import (
     queryWords,
     rank,
 )
-from rpmiddleware.builtin.memory.store import RECALL_SPAN, InvalidDocument, MemoryStore
+from rpmiddleware.builtin.memory.search import RECALL_SPAN
+from rpmiddleware.builtin.memory.sessionindex import SessionIndex
+from rpmiddleware.builtin.memory.store import InvalidDocument, MemoryStore
 from rpmiddleware.builtin.memory.summarizer import SUMMARIZER_ID
 from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.config.settings import Settings
@@ -57,6 +59,8 @@ from tests.support.connections import OpenConnections
 from tests.support.memory import settle
 
 KEY = Key("game", "mira", "save-1")
+KEY_A = Key("game", "mira", "session:a")
+KEY_B = Key("game", "mira", "session:b")
 
 
 def indexed(path: str, words: str) -> list[int]:
@@ -262,9 +266,9 @@ class Rig:
         settle(self.clock, wait)
         return stream
 
-    def pad(self, turns: int) -> None:
+    def pad(self, turns: int, **meta: Any) -> None:
         for i in range(turns):
-            self.say(f"Line {i}. {PADDING}")
+            self.say(f"Line {i}. {PADDING}", **meta)
 
     def remembered(self) -> str:
         """The "What ... remembers" block of the last invocation, or ""."""
@@ -633,3 +637,48 @@ class RememberOpTests(SynchronousTestCase):
             self.assertEqual((error["type"], error["code"]), ("error", "INVALID_MESSAGE"))
             self.assertIn(named, error["message"])
         self.assertEqual(len(stored.memories), 1)
+
+
+class SessionRecallTests(SynchronousTestCase):
+    def test_aSessionsConversationIsRecalledToo(self) -> None:
+        """
+        A client that names no conversation (its session's own, never
+        written) is recalled from the session index.
+        """
+        rig = Rig()
+        rig.say("My sister Jolene keeps bees on the cliffs of Tarn.", conversation=None)
+        rig.pad(12, conversation=None)
+        self.assertNotIn("Jolene", rig.last.system + str(rig.last.history))
+        rig.say("Do you remember my sister?", conversation=None)
+        self.assertIn('Alex said: "My sister Jolene keeps bees', rig.remembered())
+        key = Key("rpmiddleware", "mira", "session:c1")
+        self.assertEqual(len(rig.memory.sessions.conversation(key).entries), 28)
+        self.assertIsNone(rig.memory.store.cached(Key("rpmiddleware", "mira", "save-1")))
+
+    def test_indexFollowsTheConversation(self) -> None:
+        kept = {KEY_A, KEY_B}
+        index = SessionIndex(Clock(), lambda key: key in kept)
+        store = MemoryStore(":memory:", lambda: 0.0)
+        a, b = Conversation(KEY_A), Conversation(KEY_B)
+        store.append(a, (PLAYER, "Alex", "My sister keeps bees.", COMPLETE))
+        store.append(a, (CHARACTER, "Mira", "Bees, in winter?", COMPLETE))
+        store.append(b, (PLAYER, "Alex", "My sister sails.", COMPLETE))
+
+        def found(conversation: Conversation, *words: str) -> list[tuple[str, int]]:
+            d = index.searchLater(conversation, list(words), 99, 10, 10, 10)
+            return sorted((f.kind, f.ref) for f in self.successResultOf(d))
+
+        self.assertEqual(found(a, "sister", "bees"), [(ENTRY, 1), (ENTRY, 2)])
+        self.assertEqual(found(b, "sister"), [(ENTRY, 1)], "only its own conversation")
+        store.cut(a, 1, "My brother")
+        self.assertEqual(found(a, "sister"), [])
+        self.assertEqual(found(a, "brother"), [(ENTRY, 1)])
+        store.edit(a, 2, None)
+        store.remember(a, "Alex fears bees.", 0.9)
+        self.assertEqual(found(a, "bees"), [(MEMORY, 1)])
+        # A session over: its rows go; one no longer kept goes at the next search.
+        index.forget([KEY_A])
+        kept.discard(KEY_B)
+        self.assertEqual(found(Conversation(KEY_A), "bees", "brother"), [])
+        db = index._open()
+        self.assertEqual(db.execute("SELECT count(*) FROM recall").fetchone()[0], 0)

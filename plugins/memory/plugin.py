@@ -63,6 +63,7 @@ from rpmiddleware.builtin.memory.recall import Found, Recalled, queryWords
 from rpmiddleware.builtin.memory.reflection import STATE as REFLECTION_STATE
 from rpmiddleware.builtin.memory.reflection import Reflection, Reflections, isReflectionRequest
 from rpmiddleware.builtin.memory.saves import Saves
+from rpmiddleware.builtin.memory.sessionindex import SessionIndex
 from rpmiddleware.builtin.memory.settings import MemorySettings
 from rpmiddleware.builtin.memory.store import MemoryStore, describe
 from rpmiddleware.builtin.memory.summarizer import Summaries, isSummaryRequest
@@ -183,6 +184,8 @@ class Memory(ChainPlugin):
         self._holding = 0
         self.store.onLost = self._lost
         self.sessions = MemoryStore(":memory:", now, settings.cached)
+        #: Recall's index of the sessions' conversations (never written).
+        self.sessionIndex = SessionIndex(reactor, self.sessions.isLoaded)
         #: Envelopes toward RPEngine held, in order, behind a conversation
         #: being read (L{envelopeToEngine}); C{None} while none is.
         self._held: deque[tuple[Envelope, IChainContext, Deferred[Any]]] | None = None
@@ -302,6 +305,7 @@ class Memory(ChainPlugin):
         self.summaries.close()
         self.reflections.close()
         self.sessions.close()
+        self.sessionIndex.close()
         return self.store.close()
 
     # Finding a conversation.
@@ -346,13 +350,19 @@ class Memory(ChainPlugin):
         return held
 
     def _toRead(self, envelope: Envelope) -> Key | None:
-        """The game's conversation C{envelope} needs that is not loaded yet."""
+        """
+        The conversation C{envelope} needs before it can go: a game's not
+        loaded yet, or any whose recall is not searched yet.
+        """
         kind = envelope.type
         if not (kind in OPENING or kind == HEARD) or envelope.meta.get("origin") == NAME:
             return None
         key = self.keyOf(envelope.fields, envelope.meta)
-        if not key.persistent or key in self._unreadable:
+        if key in self._unreadable:
             return None
+        if not key.persistent:
+            # A session's conversation is in memory: only its recall waits.
+            return key if self._toRecall(envelope) else None
         if self.store.cached(key) is not None and not self._toRecall(envelope):
             return None
         return key
@@ -377,12 +387,15 @@ class Memory(ChainPlugin):
         envelope = self._held[0][0]
         requestId = envelope.requestId or ""
         self._recalled[requestId] = None
-        conversation = self.store.cached(key)
+        conversation = self.storeFor(key).cached(key)
         search = None if conversation is None else self.recallQuery(envelope, conversation)
-        if search is None:
+        if conversation is None or search is None:
             self._release()
             return
-        searched = self.store.searchLater(key, *search)
+        if key.persistent:
+            searched = self.store.searchLater(key, *search)
+        else:
+            searched = self.sessionIndex.searchLater(conversation, *search)
 
         def found(matches: list[Found]) -> None:
             self._recalled[requestId] = self.recalledOf(matches)
@@ -438,7 +451,7 @@ class Memory(ChainPlugin):
         return texts
 
     def _read(self, key: Key) -> None:
-        if self.store.cached(key) is not None:
+        if not key.persistent or self.store.cached(key) is not None:
             self._recall(key)
             return
 
@@ -808,6 +821,7 @@ class Memory(ChainPlugin):
         self.chosen.pop(client, None)
         self.where.pop(client, None)
         dropped = self.sessions.dropConversations(SESSION_PREFIX + client)
+        self.sessionIndex.forget(dropped)
         for key in dropped:
             self.summaries.forget(key)
             self.reflections.forget(key)

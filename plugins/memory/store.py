@@ -55,7 +55,8 @@ from rpmiddleware.builtin.memory.conversation import (
     Key,
     MemoryItem,
 )
-from rpmiddleware.builtin.memory.recall import ENTRY, MEMORY, Found, matchOf
+from rpmiddleware.builtin.memory.recall import Found
+from rpmiddleware.builtin.memory.search import searchIndex
 from rpmiddleware.builtin.memory.writer import Lane
 
 SCHEMA_VERSION = 1
@@ -137,10 +138,9 @@ CREATE INDEX IF NOT EXISTS memories_conversation ON memories (conversation);
 #: triggers, so that every writer (this one, a restore, a cascade of a
 #: forget) keeps it right.  Its row ids are our own and stable (an entry's
 #: implicit rowid may change with VACUUM): an entry's is its conversation's
-#: row id times L{RECALL_SPAN} plus its seq, a memory's the same with its
+#: row id times L{search.RECALL_SPAN} plus its seq, a memory's the same with its
 #: id, negated; so one conversation's entries are one range of ids and its
 #: memories another, which FTS5 searches without reading the rest.
-RECALL_SPAN = 1 << 32
 _RECALL_SCHEMA = (
     """
 CREATE VIEW IF NOT EXISTS recall_source (rid, text) AS
@@ -188,13 +188,6 @@ _RECALL_TABLE = (
     "CREATE VIRTUAL TABLE recall USING fts5 (text, content='recall_source', "
     "content_rowid='rid', tokenize='porter unicode61 remove_diacritics 2')"
 )
-
-
-#: A word in more than this many of a conversation's rows is too common to
-#: search for; a search looks at this many rows' worth of words at most
-#: (L{MemoryStore._distinctive}).
-COMMON_ROWS = 300
-SEARCH_ROWS = 600
 
 
 def _indexForRecall(db: sqlite3.Connection) -> None:
@@ -816,7 +809,7 @@ class MemoryStore:
         of them, so that the rest are never crowded out), and its best
         C{memories}.  Only this conversation's rows are searched (its range
         of the index's row ids), and only with its rarer words
-        (L{_distinctive}).  Nothing for a session's conversation (not in the
+        (L{searchIndex}).  Nothing for a session's conversation (not in the
         file).
         """
         if not key.persistent or not self._exists() or not words:
@@ -831,70 +824,9 @@ class MemoryStore:
             ).fetchone()
             if row is None:
                 return []
-            base = int(row[0]) * RECALL_SPAN
-            ranges = [(base + 1, base + RECALL_SPAN - 1), (-(base + RECALL_SPAN - 1), -base)]
-            match = matchOf(self._distinctive(db, list(words), ranges))
-            if match is None:
-                return []
-            query = (
-                "SELECT rowid, bm25(recall) FROM recall WHERE recall MATCH ? "
-                "AND rowid BETWEEN ? AND ? ORDER BY rank LIMIT ?"
-            )
-            found: list[Found] = []
-            split = max(1, min(recentFrom, RECALL_SPAN - 1))
-            for low, high, limit in (
-                (base + 1, base + split - 1, older),
-                (base + split, base + RECALL_SPAN - 1, recent),
-            ):
-                if limit and low <= high:
-                    found.extend(
-                        Found(ENTRY, rid - base, score)
-                        for rid, score in db.execute(query, (match, low, high, limit))
-                    )
-            if memories:
-                found.extend(
-                    Found(MEMORY, -rid - base, score)
-                    for rid, score in db.execute(
-                        query, (match, -(base + RECALL_SPAN - 1), -base, memories)
-                    )
-                )
-            return found
+            return searchIndex(db, int(row[0]), words, recentFrom, older, recent, memories)
 
         return self._reader.run(read)
-
-    def _distinctive(
-        self, db: sqlite3.Connection, words: list[str], ranges: list[tuple[int, int]]
-    ) -> list[str]:
-        """
-        The rarer of C{words} in this conversation (C{ranges}: its rows in
-        the index), rarest first (the reader's thread): a word in more than
-        L{COMMON_ROWS} of its rows says nothing of a topic and is left out,
-        as is one in none; the rest are taken while the rows they are in
-        stay within L{SEARCH_ROWS}.  Counting stops at L{COMMON_ROWS} rows a
-        word, so a search costs what its distinctive words cost, however
-        long the conversation: a line of common words ("the rain keeps
-        falling") looks at little, and a common word never swamps a rare one.
-        """
-        counted: list[tuple[int, int]] = []
-        for i, word in enumerate(words):
-            match = matchOf([word])
-            rows = 0
-            for low, high in ranges:
-                rows += db.execute(
-                    "SELECT count(*) FROM (SELECT rowid FROM recall WHERE recall MATCH ? "
-                    "AND rowid BETWEEN ? AND ? LIMIT ?)",
-                    (match, low, high, COMMON_ROWS + 1),
-                ).fetchone()[0]
-            if 0 < rows <= COMMON_ROWS:
-                counted.append((rows, i))
-        chosen: list[str] = []
-        spent = 0
-        for rows, i in sorted(counted):
-            if spent + rows > SEARCH_ROWS:
-                break
-            chosen.append(words[i])
-            spent += rows
-        return chosen
 
     def append(
         self, conversation: Conversation, *entries: tuple[str, str, str, str]
@@ -1110,6 +1042,10 @@ class MemoryStore:
             "AND conversation = ?",
             (key.integrationId, key.characterId, key.conversationId),
         )
+
+    def isLoaded(self, key: Key) -> bool:
+        """Whether conversation C{key} is kept in memory now."""
+        return key in self._loaded
 
     def dropConversations(self, conversationId: str) -> list[Key]:
         """
