@@ -23,8 +23,8 @@ the request's meta.  For such a request this plugin:
 
 Times are in milliseconds from the line's first audio sample, counted in
 the samples the client gets: the plugin sits further from the game than
-audio-resample, so it aligns RPEngine's 44.1 kHz speech (the alignment's
-cheapest rate), and counts each segment as audio-resample converts it to
+audio-resample, so it aligns RPEngine's own 44.1 kHz speech whatever the
+client's rate, and counts each segment as audio-resample converts it to
 the request's C{outputSampleRate}, exactly; offsets are code points of
 the line's display text.  A request that asked for nothing costs one dict
 lookup per envelope; no thread pool starts until a request asks for words
