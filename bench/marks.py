@@ -327,8 +327,8 @@ of 1.2-5.2 s): the part of the added delay that is work; the rest is the hand-ov
 and back, and waiting for a CPU, which this host shares with other work (most when pinned to
 one). With no marks asked the plugin holds nothing and starts
 no thread: its cost per envelope is one dict lookup. For scale, the bare relay of benchmark 3
-spends about 2.4 ms of CPU per second of a stream (24% of a core for 100 streams) and the
-middleware about 3 ms.
+spent 2.4 ms of CPU per second of a stream on 2026-12-06 (another host), and 4.5-7.4 ms on this
+host on 2026-12-07 (benchmarks/load-marks-off.md), the middleware 1.3-1.6x that.
 """
     goals = [
         (
