@@ -63,6 +63,10 @@ FACTORIES: list[IPluginFactory] = [
 #: Feelings sits between memory and moderation: it reads the text as the
 #: client gets it (masked), and writes the mood on the reply before memory
 #: keeps it; it does nothing for a client that asks for no feelings.
+#: Speech marks sit between audio-resample and the capacity gate: they align
+#: RPEngine's own 44.1 kHz speech, whatever rate each client asked for, and
+#: count each segment at the client's rate as audio-resample converts it; a
+#: request that asked for no marks costs a dict lookup, and no thread starts.
 DEFAULT_CHAIN: dict[str, int] = {
     "playbook": 50,
     "scene": 60,
@@ -71,6 +75,7 @@ DEFAULT_CHAIN: dict[str, int] = {
     "feelings": 90,
     "moderation": 100,
     "audio-resample": 200,
+    "speech-marks": 250,
     "capacity-gate": 300,
     "card-cache": 400,
 }

@@ -591,10 +591,10 @@ def run(screenshots: Path | None, report: Callable[[dict[str, Any]], None]) -> N
 
     with tempfile.TemporaryDirectory() as temp:
         fixtures = makeFixtures(Path(temp))
-        from tests.face_browser import ASTRAL, CONFIG, PLAIN, FaceChecks
+        from tests.face_browser import ASTRAL, PLAIN, FaceChecks
 
-        # With the speech-marks plugin, for the face's checks.
-        daemon = Daemon(CONFIG)
+        # The default chain, as a user runs it: speech-marks and feelings in it.
+        daemon = Daemon()
         other = OtherOrigin()
         try:
             if not daemon.listening.wait(30) or daemon.port is None:

@@ -1,7 +1,7 @@
 """
 The console's face in a real browser (issue 35, part 4): checks run in the
-console's browser session (C{tests/console_browser.py}, whose daemon has the
-speech-marks plugin in its chain, L{CONFIG}); C{python -m
+console's browser session (C{tests/console_browser.py}, whose daemon runs the
+default chain, speech-marks and feelings included); C{python -m
 tests.console_browser --screenshots docs} remakes docs/console-face.png.
 
 The checks:
@@ -35,7 +35,6 @@ from typing import Any
 WAIT_MS = 20_000
 
 #: The daemon's chain: the default one and the speech-marks plugin.
-CONFIG = "[chain]\nplugins = { speech-marks = 150 }\n"
 RATE = 24000
 #: The lines the checks play: two sentences, two feelings; in the second, a
 #: character outside the BMP (so code points and UTF-16 differ) before a
