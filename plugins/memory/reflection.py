@@ -19,18 +19,23 @@ from __future__ import annotations
 
 import functools
 import json
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from rpmiddleware.builtin.memory.attitude import AXES, MAX_STANCE, Attitude
-from rpmiddleware.builtin.memory.conversation import CHARACTER, PLAYER, Conversation, Entry, Key
-from rpmiddleware.builtin.memory.planner import flatten, wordsOf
+from rpmiddleware.builtin.memory.conversation import Conversation, Entry, Key
+from rpmiddleware.builtin.memory.pauses import (
+    PauseRequests,
+    Pending,
+    namesIn,
+    ownRequest,
+    saidLines,
+)
+from rpmiddleware.builtin.memory.planner import flatten
 from rpmiddleware.builtin.memory.settings import MemorySettings
 from rpmiddleware.builtin.memory.store import MemoryStore
 from rpmiddleware.builtin.memory.writer import Lane
@@ -39,7 +44,6 @@ from rpmiddleware.plugin import (
     CardHasher,
     Envelope,
     IChainContext,
-    snapshotTransfer,
 )
 
 REFLECTOR_ID = "rpmiddleware-memory-reflector"
@@ -202,12 +206,7 @@ def eventText(
     the attitude so far, and the answer's shape.
     """
     character, player = character or "the character", player or "the player"
-    lines = []
-    for entry in entries:
-        said = wordsOf(entry, named=False)
-        if said is not None:
-            speaker = entry.speaker or (character if entry.role == CHARACTER else player)
-            lines.append(f"{flatten(speaker)}: {said}")
+    lines = saidLines(entries, character, player)
     summary = conversation.summary.strip()
     before = f"Earlier: {flatten(summary)}\n\n" if summary else ""
     who = f"Who you are: {flatten(persona)}\n\n" if persona.strip() else ""
@@ -242,45 +241,33 @@ def reflectionRequest(
     persona: str = "",
 ) -> Envelope:
     """The request that asks RPEngine for a reflection (C{card}: the reflector's)."""
-    key = conversation.key
-    envelope = Envelope.build(
-        "reply.request",
-        requestId=REQUEST_PREFIX + uuid.uuid4().hex,
-        eventId=uuid.uuid4().hex,
-        integrationId=key.integrationId,
-        characterId=REFLECTOR_ID,
-        event={
-            "text": eventText(conversation, entries, attitude, character, player, step, persona)
-        },
-        output={
+    return ownRequest(
+        REQUEST_PREFIX,
+        REFLECTOR_ID,
+        conversation,
+        eventText(conversation, entries, attitude, character, player, step, persona),
+        {
             "modalities": ["text"],
             "language": language,
             "responseProcessing": {"mode": "buffered", "rules": [RULE]},
         },
-        player={"displayName": "Game"},
-        card=card,
+        card,
     )
-    envelope.meta["client"] = "memory"
-    return envelope
 
 
 @dataclass
-class _Reflecting:
-    requestId: str
-    key: Key
-    through: int
+class _Reflecting(Pending):
     captured: list[str] = field(default_factory=list)
     completed: bool = False
-    cancelled: bool = False
-    timer: IDelayedCall | None = None
 
 
-class Reflections:
+class Reflections(PauseRequests[_Reflecting]):
     """
     The memory plugin's reflection scheduling: which conversations are due
     (L{MemorySettings.reflection_every_entries} entries since the last),
     the pause it waits for (after the summaries'), each conversation's
-    cool-down and back-off, the one request in flight and its answer.
+    cool-down and back-off, the one request in flight and its answer (the
+    rest is L{PauseRequests}').
 
     C{busy} tells whether a player's turn is in flight; C{summarizing}
     whether summaries are still to be asked or answered (they go first);
@@ -305,25 +292,23 @@ class Reflections:
         log: Logger,
         personaOf: Callable[[Key], str] = lambda key: "",
     ) -> None:
-        self.reactor = reactor
-        self.settings = settings
-        self.cards = cards
-        self.busy = busy
+        super().__init__(
+            reactor=reactor,
+            settings=settings,
+            cards=cards,
+            ownCard=REFLECTOR_CARD,
+            busy=busy,
+            storeFor=storeFor,
+            counts=counts,
+            context=context,
+            log=log,
+        )
         self.summarizing = summarizing
         self.personaOf = personaOf
-        self.storeFor = storeFor
-        self.context = context
         self.reflected = reflected
         self.attitudeOf = attitudeOf
-        self.counts = counts
-        self.log = log
-        self.current: _Reflecting | None = None
-        self.due: dict[Key, None] = {}
         #: When each conversation may be asked again (cool-down, back-off).
         self.notBefore: dict[Key, float] = {}
-        self.failures: dict[Key, int] = {}
-        self.idle: IDelayedCall | None = None
-        self.card: dict[str, Any] | None = None
         #: Where answers are read and checked: a thread of its own, since
         #: the first check imports jsonschema (tens of milliseconds) and none
         #: of it is the reactor's to wait for.
@@ -352,19 +337,16 @@ class Reflections:
 
     def kick(self) -> None:
         """Once no player's turn waits, wait for a pause, then reflect."""
-        if self.idle is not None and self.idle.active():
-            self.idle.cancel()
-        self.idle = None
-        if self.due and not self.busy() and self.current is None:
+        self.cancelIdle()
+        if self.mayAsk():
             now = self.reactor.seconds()
             ready = min(self.notBefore.get(k, now) for k in self.due)
             wait = max(self.settings.reflection_idle_seconds, ready - now)
             self.idle = self.reactor.callLater(wait, self.reflectNext)
 
     def reflectNext(self) -> None:
-        self.idle = None
-        context = self.context()
-        if self.busy() or self.current is not None or context.session is None:
+        context = self.askingContext()
+        if context is None:
             return
         if self.summarizing():
             return  # summaries first: kicked again when they are done
@@ -383,11 +365,7 @@ class Reflections:
         self.kick()  # some wait for their cool-down
 
     def send(self, context: IChainContext, conversation: Conversation, chosen: list[Entry]) -> None:
-        if self.card is None:
-            owned = self.cards.canonicalNow(REFLECTOR_CARD)
-            self.card = snapshotTransfer(owned.document, owned.hash)
-        character = next((e.speaker for e in chosen if e.role == CHARACTER and e.speaker), "")
-        player = next((e.speaker for e in chosen if e.role == PLAYER and e.speaker), "")
+        character, player = namesIn(chosen)
         envelope = reflectionRequest(
             conversation,
             chosen,
@@ -395,38 +373,31 @@ class Reflections:
             character or conversation.key.characterId,
             player,
             self.settings.reflection_step,
-            dict(self.card),
+            self.cardTransfer(),
             persona=self.personaOf(conversation.key),
         )
-        requestId = envelope.requestId or ""
-        reflecting = _Reflecting(requestId, conversation.key, chosen[-1].seq)
-        reflecting.timer = self.reactor.callLater(
-            self.settings.reflection_timeout, self.timedOut, reflecting
-        )
-        self.current = reflecting
+        reflecting = _Reflecting(envelope.requestId or "", conversation.key, chosen[-1].seq)
         self.notBefore[conversation.key] = (
             self.reactor.seconds() + self.settings.reflection_cooldown_seconds
         )
-        self.log.info(
-            "asking RPEngine to reflect on {count} entries of {key}",
-            count=len(chosen),
-            key=conversation.key.asDict(),
-            requestId=requestId,
+        self.ask(
+            context,
+            envelope,
+            reflecting,
+            self.settings.reflection_timeout,
+            self.timedOut,
+            "reflect on",
+            len(chosen),
         )
-        context.sendToEngine(envelope)
 
     def stop(self, context: IChainContext) -> None:
         """A player's turn needs RPEngine: the reflection in flight is cancelled now."""
-        if self.idle is not None and self.idle.active():
-            self.idle.cancel()
-        self.idle = None
+        self.cancelIdle()
         reflecting = self.current
         if reflecting is not None and not reflecting.cancelled:
-            reflecting.cancelled = True
-            self.due[reflecting.key] = None
             # Not its fault: asked again at the next pause.
             self.notBefore.pop(reflecting.key, None)
-            context.sendToEngine(Envelope.build("request.cancel", requestId=reflecting.requestId))
+            self.cancel(context, reflecting)
 
     def timedOut(self, reflecting: _Reflecting) -> None:
         reflecting.timer = None
@@ -453,9 +424,7 @@ class Reflections:
             if isinstance(found, list):
                 reflecting.captured = [str(c) for c in found]
         elif kind in TERMINAL:
-            self.current = None
-            if reflecting.timer is not None and reflecting.timer.active():
-                reflecting.timer.cancel()
+            self.finished(reflecting)
             if not reflecting.cancelled:
                 self.ended(reflecting, kind, envelope)
             self.kick()
@@ -512,17 +481,6 @@ class Reflections:
                 lambda f: self.log.failure("making the reflection schema's validator", f)
             )
 
-    def sessionEnded(self) -> None:
-        reflecting = self.current
-        if reflecting is not None:
-            # Its request ends with the session; asked again later.
-            self.due[reflecting.key] = None
-
     def close(self) -> None:
-        if self.idle is not None and self.idle.active():
-            self.idle.cancel()
-        self.idle = None
-        reflecting = self.current
-        if reflecting is not None and reflecting.timer is not None and reflecting.timer.active():
-            reflecting.timer.cancel()
+        super().close()
         self.lane.stop()

@@ -11,16 +11,20 @@ that it never meets C{prompt_too_large}.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 
-from rpmiddleware.builtin.memory.conversation import CHARACTER, PLAYER, Conversation, Entry, Key
-from rpmiddleware.builtin.memory.planner import flatten, wordsOf
+from rpmiddleware.builtin.memory.conversation import CHARACTER, Conversation, Entry, Key
+from rpmiddleware.builtin.memory.pauses import (
+    PauseRequests,
+    Pending,
+    namesIn,
+    ownRequest,
+    saidLines,
+)
 from rpmiddleware.builtin.memory.settings import MemorySettings
 from rpmiddleware.builtin.memory.store import MemoryStore
 from rpmiddleware.plugin import (
@@ -28,7 +32,6 @@ from rpmiddleware.plugin import (
     CardHasher,
     Envelope,
     IChainContext,
-    snapshotTransfer,
     textOfDelta,
 )
 
@@ -102,12 +105,7 @@ def eventText(
     with who said each, and how long the new one may be.
     """
     character, player = character or "Character", player or "Player"
-    lines = []
-    for entry in entries:
-        said = wordsOf(entry, named=False)
-        if said is not None:
-            speaker = entry.speaker or (character if entry.role == CHARACTER else player)
-            lines.append(f"{flatten(speaker)}: {said}")
+    lines = saidLines(entries, character, player)
     summary = conversation.summary.strip() or "(nothing yet)"
     return (
         f"The summary so far of the conversation between {player} and {character}:\n"
@@ -130,43 +128,30 @@ def summaryRequest(
     The request that asks RPEngine for the new summary (C{card}: the
     summarizer's card transfer).
     """
-    key = conversation.key
-    envelope = Envelope.build(
-        "reply.request",
-        requestId=REQUEST_PREFIX + uuid.uuid4().hex,
-        eventId=uuid.uuid4().hex,
-        integrationId=key.integrationId,
-        characterId=SUMMARIZER_ID,
-        event={"text": eventText(conversation, entries, words, character, player)},
-        output={"modalities": ["text"], "language": language},
-        player={"displayName": "Game"},
-        card=card,
+    return ownRequest(
+        REQUEST_PREFIX,
+        SUMMARIZER_ID,
+        conversation,
+        eventText(conversation, entries, words, character, player),
+        {"modalities": ["text"], "language": language},
+        card,
     )
-    envelope.meta["client"] = "memory"
-    return envelope
 
 
 @dataclass
-class _Summary:
-    requestId: str
-    key: Key
-    through: int
+class _Summary(Pending):
     parts: list[str] = field(default_factory=list)
     completed: str | None = None
-    cancelled: bool = False
-    timer: IDelayedCall | None = None
 
 
-class Summaries:
+class Summaries(PauseRequests[_Summary]):
     """
     The memory plugin's summary scheduling: which conversations are due to
     be condensed, the pause it waits for, the one summary request in
-    flight, and what comes back of it.
+    flight, and what comes back of it (the rest is L{PauseRequests}').
 
-    What it needs of the plugin is given to it: C{busy} tells whether a
-    player's turn is in flight, C{storeFor} the store of a conversation,
-    C{context} the plugin's chain context; C{counts} is the plugin's
-    counts (C{summaries}, C{summaryFailures}), C{log} its logger.
+    What it needs of the plugin is given to it as to L{PauseRequests};
+    C{counts} is the plugin's counts (C{summaries}, C{summaryFailures}).
     """
 
     def __init__(
@@ -181,22 +166,17 @@ class Summaries:
         context: Callable[[], IChainContext],
         log: Logger,
     ) -> None:
-        self.reactor = reactor
-        self.settings = settings
-        self.cards = cards
-        self.busy = busy
-        self.storeFor = storeFor
-        self.counts = counts
-        self.context = context
-        self.log = log
-        #: The summary request in flight, if any.
-        self.current: _Summary | None = None
-        #: Conversations due to be condensed, in order.
-        self.due: dict[Key, None] = {}
-        #: Summaries of a conversation that failed in a row.
-        self.failures: dict[Key, int] = {}
-        self.idle: IDelayedCall | None = None
-        self.card: dict[str, Any] | None = None
+        super().__init__(
+            reactor=reactor,
+            settings=settings,
+            cards=cards,
+            ownCard=SUMMARIZER_CARD,
+            busy=busy,
+            storeFor=storeFor,
+            counts=counts,
+            context=context,
+            log=log,
+        )
         #: Called after every kick: what waits for the summaries' turn in the
         #: pauses (reflections) is scheduled then.
         self.then: Callable[[], None] = lambda: None
@@ -222,17 +202,14 @@ class Summaries:
         """
         Once no player's turn waits, wait for a pause, then condense.
         """
-        if self.idle is not None and self.idle.active():
-            self.idle.cancel()
-        self.idle = None
-        if self.due and not self.busy() and self.current is None:
+        self.cancelIdle()
+        if self.mayAsk():
             self.idle = self.reactor.callLater(self.settings.idle_seconds, self.summarizeNext)
         self.then()
 
     def summarizeNext(self) -> None:
-        self.idle = None
-        context = self.context()
-        if self.busy() or self.current is not None or context.session is None:
+        context = self.askingContext()
+        if context is None:
             return
         while self.due:
             key = next(iter(self.due))
@@ -249,39 +226,30 @@ class Summaries:
         self.then()  # nothing to condense: the pause is the reflections'
 
     def send(self, context: IChainContext, conversation: Conversation, chosen: list[Any]) -> None:
-        if self.card is None:
-            owned = self.cards.canonicalNow(SUMMARIZER_CARD)
-            self.card = snapshotTransfer(owned.document, owned.hash)
-        character = next((e.speaker for e in chosen if e.role == CHARACTER and e.speaker), "")
-        player = next((e.speaker for e in chosen if e.role == PLAYER and e.speaker), "")
+        character, player = namesIn(chosen)
         envelope = summaryRequest(
             conversation,
             chosen,
             self.settings.summary_words,
             character or conversation.key.characterId,
             player,
-            dict(self.card),
+            self.cardTransfer(),
         )
-        requestId = envelope.requestId or ""
-        summary = _Summary(requestId, conversation.key, chosen[-1].seq)
-        summary.timer = self.reactor.callLater(
-            self.settings.summary_timeout, self.timedOut, summary
+        summary = _Summary(envelope.requestId or "", conversation.key, chosen[-1].seq)
+        self.ask(
+            context,
+            envelope,
+            summary,
+            self.settings.summary_timeout,
+            self.timedOut,
+            "condense",
+            len(chosen),
         )
-        self.current = summary
-        self.log.info(
-            "asking RPEngine to condense {count} entries of {key}",
-            count=len(chosen),
-            key=conversation.key.asDict(),
-            requestId=requestId,
-        )
-        context.sendToEngine(envelope)
 
     def stop(self, context: IChainContext) -> None:
         summary = self.current
         if summary is not None and not summary.cancelled:
-            summary.cancelled = True
-            self.due[summary.key] = None
-            context.sendToEngine(Envelope.build("request.cancel", requestId=summary.requestId))
+            self.cancel(context, summary)
 
     def timedOut(self, summary: _Summary) -> None:
         summary.timer = None
@@ -299,9 +267,7 @@ class Summaries:
         elif kind == "reply.text.completed" and isinstance(envelope.get("text"), str):
             summary.completed = envelope["text"]
         elif kind in TERMINAL:
-            self.current = None
-            if summary.timer is not None and summary.timer.active():
-                summary.timer.cancel()
+            self.finished(summary)
             text = (
                 summary.completed if summary.completed is not None else "".join(summary.parts)
             ).strip()
@@ -321,19 +287,3 @@ class Summaries:
         self.failures[summary.key] = self.failures.get(summary.key, 0) + 1
         self.dueFor(summary.key)
         self.log.warn("RPEngine did not condense {key}: {why}", key=summary.key.asDict(), why=why)
-
-    def sessionEnded(self) -> None:
-        """The engine session ended: the request in flight ends with it."""
-        summary = self.current
-        if summary is not None:
-            # Its request ends with the session (engine_disconnected).
-            self.due[summary.key] = None
-
-    def close(self) -> None:
-        """The daemon is stopping: no summary is asked any more."""
-        if self.idle is not None and self.idle.active():
-            self.idle.cancel()
-        self.idle = None
-        summary = self.current
-        if summary is not None and summary.timer is not None and summary.timer.active():
-            summary.timer.cancel()
