@@ -15,7 +15,7 @@ silently change nothing.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Annotated, Any
 
 import msgspec
@@ -315,66 +315,55 @@ def played(message: Mapping[str, Any]) -> dict[str, int | float] | None:
 
 
 def settingsChanges(fields: Mapping[str, Any], where: str, keys: frozenset[str]) -> dict[str, Any]:
-    unknown = sorted(k for k in fields if k not in keys)
-    if unknown:
-        raise InvalidMessage(
-            f"{where} has unknown field {unknown[0]!r} (known: {', '.join(sorted(keys))})"
-        )
+    _checkKnown(fields, keys, where)
     changes: dict[str, Any] = {}
     output = fields.get("output")
     if output is not None:
         if not isinstance(output, dict):
             raise InvalidMessage(f"{where}.output must be an object, got {jsonName(output)}")
-        unknown = sorted(k for k in output if k not in OUTPUT_KEYS)
-        if unknown:
-            raise InvalidMessage(
-                f"{where}.output has unknown field {unknown[0]!r} "
-                f"(known: {', '.join(sorted(OUTPUT_KEYS))})"
-            )
-        changes.update(_outputChanges(output, f"{where}.output"))
-    if "player" in fields:
-        changes["player"] = _player(fields["player"], f"{where}.player")
-    for name in ("promptScene", "promptDirective"):
-        if name in fields:
-            value = fields[name]
-            if value is not None and not isinstance(value, dict):
-                raise InvalidMessage(f"{where}.{name} must be an object or null")
-            changes[name] = value
-    if "interactionMode" in fields:
-        changes["interactionMode"] = _named(
-            fields["interactionMode"],
-            INTERACTION_MODES,
-            f"{where}.interactionMode",
-            "an interaction mode of RPEngine",
-        )
-    if "inputLanguage" in fields:
-        changes["inputLanguage"] = _named(
-            fields["inputLanguage"],
-            AUDIO_INPUT_LANGUAGES,
-            f"{where}.inputLanguage",
-            "a language RPEngine understands in audio",
-        )
-    if "silenceBehavior" in fields:
-        changes["silenceBehavior"] = _silenceBehavior(
-            fields["silenceBehavior"], f"{where}.silenceBehavior"
-        )
-    if "bargeIn" in fields:
-        value = fields["bargeIn"]
-        if value is not None and not isinstance(value, bool):
-            raise InvalidMessage(f"{where}.bargeIn must be true, false or null")
-        changes["bargeIn"] = value
-    if "feelings" in fields:
-        # Read by the feelings plugin (meta "feelings" on the request).
-        changes["feelings"] = _named(
-            fields["feelings"],
-            FEELING_SOURCES,
-            f"{where}.feelings",
-            "where feelings come from",
-        )
-    if "speechMarks" in fields:
-        # Read by the speech-marks plugin (meta "speechMarks" on the request).
-        changes["speechMarks"] = markKinds(fields["speechMarks"], f"{where}.speechMarks")
+        _checkKnown(output, OUTPUT_KEYS, f"{where}.output")
+        changes.update(_checked(output, _OUTPUT_FIELDS, f"{where}.output"))
+    changes.update(_checked(fields, _SETTINGS_FIELDS, where))
     return changes
+
+
+def _checkKnown(fields: Mapping[str, Any], keys: Collection[str], where: str) -> None:
+    """
+    Refuse a key not in C{keys}: in settings an unknown key is almost always
+    a typo that would silently change nothing.
+    """
+    unknown = sorted(k for k in fields if k not in keys)
+    if unknown:
+        raise InvalidMessage(
+            f"{where} has unknown field {unknown[0]!r} (known: {', '.join(sorted(keys))})"
+        )
+
+
+def _checked(
+    fields: Mapping[str, Any],
+    checks: tuple[tuple[str, Callable[[Any, str], Any]], ...],
+    where: str,
+) -> dict[str, Any]:
+    """
+    Each field of C{fields} that C{checks} names, checked in C{checks}'
+    order (so the first problem reported stays the same) and returned as
+    its checker gives it back.
+    """
+    return {
+        name: check(fields[name], f"{where}.{name}") for name, check in checks if name in fields
+    }
+
+
+def _objectOrNull(value: Any, where: str) -> Any:
+    if value is not None and not isinstance(value, dict):
+        raise InvalidMessage(f"{where} must be an object or null")
+    return value
+
+
+def _boolOrNull(value: Any, where: str) -> Any:
+    if value is not None and not isinstance(value, bool):
+        raise InvalidMessage(f"{where} must be true, false or null")
+    return value
 
 
 def _player(value: Any, where: str) -> dict[str, Any] | None:
@@ -394,16 +383,6 @@ def _player(value: Any, where: str) -> dict[str, Any] | None:
     return value
 
 
-def _silenceBehavior(value: Any, where: str) -> Any:
-    return _named(
-        value,
-        SILENCE_BEHAVIORS,
-        where,
-        'what RPEngine does after a silent capture ("error": empty_speech; '
-        '"restart": listen again)',
-    )
-
-
 def _named(value: Any, choices: Collection[str], where: str, what: str) -> Any:
     """
     C{value} if it is null or one of C{choices} (a list or object never is,
@@ -416,60 +395,84 @@ def _named(value: Any, choices: Collection[str], where: str, what: str) -> Any:
     )
 
 
+def _oneOf(choices: Collection[str], what: str) -> Callable[[Any, str], Any]:
+    """
+    A checker for L{_checked}: L{_named} with these C{choices}.
+    """
+    return lambda value, where: _named(value, choices, where, what)
+
+
 def _shown(value: Any) -> str:
     return repr(value[:32]) if isinstance(value, str) else jsonName(value)
 
 
-def _outputChanges(output: Mapping[str, Any], where: str) -> dict[str, Any]:
-    changes: dict[str, Any] = {}
-    if "modalities" in output:
-        value = output["modalities"]
-        if value is not None and value not in MODALITY_CHOICES:
-            raise InvalidMessage(f'{where}.modalities must be ["text"] or ["text", "audio"]')
-        changes["modalities"] = list(value) if value is not None else None
-    if "language" in output:
-        changes["language"] = _named(
-            output["language"],
-            SPEECH_OUTPUT_LANGUAGES,
-            f"{where}.language",
-            "a speech-output language of RPEngine",
+def _silenceBehavior(value: Any, where: str) -> Any:
+    return _named(
+        value,
+        SILENCE_BEHAVIORS,
+        where,
+        'what RPEngine does after a silent capture ("error": empty_speech; '
+        '"restart": listen again)',
+    )
+
+
+def _modalities(value: Any, where: str) -> list[str] | None:
+    if value is not None and value not in MODALITY_CHOICES:
+        raise InvalidMessage(f'{where} must be ["text"] or ["text", "audio"]')
+    return list(value) if value is not None else None
+
+
+def _sampleRate(value: Any, where: str) -> Any:
+    if value is not None and (
+        type(value) is not int or not MIN_SAMPLE_RATE <= value <= MAX_SAMPLE_RATE
+    ):
+        raise InvalidMessage(
+            f"{where} must be a whole number from {MIN_SAMPLE_RATE} "
+            f"to {MAX_SAMPLE_RATE}, got {jsonName(value) if type(value) is not int else value}"
         )
-    if "voice" in output:
-        changes["voice"] = _named(output["voice"], VOICES, f"{where}.voice", "a voice of RPEngine")
-    if "sampleRate" in output:
-        value = output["sampleRate"]
-        if value is not None and (
-            type(value) is not int or not MIN_SAMPLE_RATE <= value <= MAX_SAMPLE_RATE
-        ):
-            raise InvalidMessage(
-                f"{where}.sampleRate must be a whole number from {MIN_SAMPLE_RATE} "
-                f"to {MAX_SAMPLE_RATE}, got {jsonName(value) if type(value) is not int else value}"
-            )
-        changes["sampleRate"] = value
-    if "streaming" in output:
-        value = output["streaming"]
-        if value is not None and not isinstance(value, bool):
-            raise InvalidMessage(f"{where}.streaming must be true, false or null")
-        changes["streaming"] = value
-    if "audioProcessing" in output:
-        # RPEngine's output.audio.processing.profile.
-        changes["audioProcessing"] = _named(
-            output["audioProcessing"],
-            AUDIO_PROCESSING_PROFILES,
-            f"{where}.audioProcessing",
-            "an audio processing profile of RPEngine",
-        )
-    if "responseProcessing" in output:
-        value = output["responseProcessing"]
-        if value is not None:
-            try:
-                checkResponseProcessing(value)
-            except EngineRefusal as e:
-                # e.field is RPEngine's path: output.responseProcessing...
-                field = e.field.removeprefix("output")
-                raise InvalidMessage(f"{where}{field} {e.problem}") from None
-        changes["responseProcessing"] = value
-    return changes
+    return value
+
+
+def _responseProcessing(value: Any, where: str) -> Any:
+    if value is not None:
+        try:
+            checkResponseProcessing(value)
+        except EngineRefusal as e:
+            # e.field is RPEngine's path, which always starts with
+            # output.responseProcessing (where ends with it).
+            field = e.field.removeprefix("output.responseProcessing")
+            raise InvalidMessage(f"{where}{field} {e.problem}") from None
+    return value
+
+
+# The fields of C{output} and of the settings around it, in the order they
+# are checked.
+_OUTPUT_FIELDS: tuple[tuple[str, Callable[[Any, str], Any]], ...] = (
+    ("modalities", _modalities),
+    ("language", _oneOf(SPEECH_OUTPUT_LANGUAGES, "a speech-output language of RPEngine")),
+    ("voice", _oneOf(VOICES, "a voice of RPEngine")),
+    ("sampleRate", _sampleRate),
+    ("streaming", _boolOrNull),
+    # RPEngine's output.audio.processing.profile.
+    (
+        "audioProcessing",
+        _oneOf(AUDIO_PROCESSING_PROFILES, "an audio processing profile of RPEngine"),
+    ),
+    ("responseProcessing", _responseProcessing),
+)
+_SETTINGS_FIELDS: tuple[tuple[str, Callable[[Any, str], Any]], ...] = (
+    ("player", _player),
+    ("promptScene", _objectOrNull),
+    ("promptDirective", _objectOrNull),
+    ("interactionMode", _oneOf(INTERACTION_MODES, "an interaction mode of RPEngine")),
+    ("inputLanguage", _oneOf(AUDIO_INPUT_LANGUAGES, "a language RPEngine understands in audio")),
+    ("silenceBehavior", _silenceBehavior),
+    ("bargeIn", _boolOrNull),
+    # Read by the feelings plugin (meta "feelings" on the request).
+    ("feelings", _oneOf(FEELING_SOURCES, "where feelings come from")),
+    # Read by the speech-marks plugin (meta "speechMarks" on the request).
+    ("speechMarks", markKinds),
+)
 
 
 # Writing.
