@@ -338,14 +338,7 @@ def measureFestival(name: str, voice: str, quick: bool = False) -> Tally | None:
         signal = signal + noise * 32768.0 * 10 ** (NOISE_DBFS / 20)
         resampled = soxr.resample(signal / 32768.0, speech.rate, OUTPUT_RATE)
         pcm = numpy.clip(numpy.round(resampled * 32767.0), -32768, 32767).astype(numpy.int16)
-        seconds = len(pcm) / OUTPUT_RATE
-        started = time.thread_time()
-        result = alignment.align(prepared, pcm, OUTPUT_RATE)
-        tally.alignCpu += time.thread_time() - started
-        tally.audioSeconds += seconds
-        tally.runs += 1
-        tally.forced += result.method == "forced"
-        even = alignment.spreadEvenly(prepared, seconds)
+        result, even, seconds = _aligned(tally, prepared, pcm)
         # festival's tokens are the text's words, punctuation stripped.
         names = [token for token, _ in speech.tokens]
         if [word.text.lower() for word in prepared.words] == [n.lower() for n in names]:
@@ -357,6 +350,24 @@ def measureFestival(name: str, voice: str, quick: bool = False) -> Tally | None:
         starts = [(LEAD + start, viseme) for start, viseme in speech.visemes]
         _countFrames(tally, grid(starts, seconds), result, even, seconds)
     return tally
+
+
+def _aligned(
+    tally: Tally, prepared: alignment.Prepared, pcm: numpy.ndarray
+) -> tuple[alignment.Alignment, alignment.Alignment, float]:
+    """
+    The alignment of one recording, its even spread and its length in
+    seconds, with the alignment's CPU time, the audio and the run counted in
+    C{tally}: both corpora (festival's and espeak-ng's) are measured alike.
+    """
+    seconds = len(pcm) / OUTPUT_RATE
+    started = time.thread_time()
+    result = alignment.align(prepared, pcm, OUTPUT_RATE)
+    tally.alignCpu += time.thread_time() - started
+    tally.audioSeconds += seconds
+    tally.runs += 1
+    tally.forced += result.method == "forced"
+    return result, alignment.spreadEvenly(prepared, seconds), seconds
 
 
 def _countFrames(
@@ -393,15 +404,8 @@ def measure(language: str, quick: bool = False) -> Tally:
         tally.referenceSeconds += prepared.reference.duration
         for index, condition in enumerate(CONDITIONS):
             pcm, synthesis = testSpeech(text, voice, condition, number * 10 + index)
-            seconds = len(pcm) / OUTPUT_RATE
             onsets, starts = truth(text, synthesis, voice, LEAD)
-            started = time.thread_time()
-            result = alignment.align(prepared, pcm, OUTPUT_RATE)
-            tally.alignCpu += time.thread_time() - started
-            tally.audioSeconds += seconds
-            tally.runs += 1
-            tally.forced += result.method == "forced"
-            even = alignment.spreadEvenly(prepared, seconds)
+            result, even, seconds = _aligned(tally, prepared, pcm)
             for word, onset in onsets.items():
                 tally.onsets.append(abs(result.words[word].start - onset) * 1000)
                 tally.evenOnsets.append(abs(even.words[word].start - onset) * 1000)
