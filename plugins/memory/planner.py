@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rpmiddleware.builtin.memory.clip import clip
 from rpmiddleware.builtin.memory.conversation import (
     CHARACTER,
     EVENT,
@@ -181,16 +182,6 @@ def _tokens(content: str, character: str, player: str) -> int:
     return estimateTokens(content)
 
 
-def _clip(text: str, tokens: int) -> str:
-    """C{text} cut to about C{tokens} tokens, at a word where it can."""
-    limit = tokens * 4
-    if len(text) <= limit:
-        return text
-    cut = text[: max(0, limit - 1)]
-    space = cut.rfind(" ")
-    return (cut[:space] if space > limit // 2 else cut) + "…"
-
-
 def _section(title: str, body: str) -> str:
     return f"[{title}]\n{body}" if body else ""
 
@@ -289,7 +280,7 @@ def plan(
     newest = min(available, sum(line.tokens for line in lines[-2:]))
     # The mandatory additions, within what the newest exchange leaves.
     factText = _pinnedFacts(conversation, limits.factsTokens)
-    summary = _clip(conversation.summary.strip(), limits.summaryTokens)
+    summary = clip(conversation.summary.strip(), limits.summaryTokens)
     recent = [line.content for line in lines[-scanDepth:]] if scanDepth else []
     scanned = [trimmed(_eventText(fields)), *recent]
     loreTokens = min(loreBudget or limits.loreTokens, max(0, available - newest))
@@ -392,7 +383,7 @@ def _pinnedFacts(conversation: Conversation, factsTokens: int) -> str:
     factText = ""
     used = 0
     for f in conversation.facts:
-        fact = f"- {_clip(flatten(f.text), FACT_TOKENS)}"
+        fact = f"- {clip(flatten(f.text), FACT_TOKENS)}"
         cost = estimateTokens("\n" + fact)
         if used + cost > factsTokens:
             break
@@ -465,7 +456,7 @@ def _fitMandatory(
             left.append(kept.pop(worst))
         elif summary:
             # Halved each time, then gone.
-            summary = _clip(summary, estimateTokens(summary) // 2) if len(summary) > 64 else ""
+            summary = clip(summary, estimateTokens(summary) // 2) if len(summary) > 64 else ""
         elif factText:
             factText = "\n".join(factText.split("\n")[:-1])
         elif attitude:

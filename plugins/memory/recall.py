@@ -23,6 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rpmiddleware.builtin.memory.clip import clip
 from rpmiddleware.builtin.memory.conversation import (
     CHARACTER,
     EVENT,
@@ -151,15 +152,6 @@ class Recalled:
     count: int
 
 
-def _clip(text: str, tokens: int) -> str:
-    limit = tokens * 4
-    if len(text) <= limit:
-        return text
-    cut = text[: max(0, limit - 1)]
-    space = cut.rfind(" ")
-    return (cut[:space] if space > limit // 2 else cut) + "…"
-
-
 def _flat(text: str) -> str:
     return " ".join(text.split()).replace("<START>", "(START)")
 
@@ -173,7 +165,7 @@ def entryLine(entry: Entry, character: str, player: str) -> str | None:
     words = _flat(entry.text)
     if not words:
         return None
-    words = _clip(words, MOMENT_TOKENS)
+    words = clip(words, MOMENT_TOKENS)
     if entry.role == EVENT:
         return f"- (happened) {words}"
     if entry.role == CHARACTER:
@@ -186,7 +178,7 @@ def entryLine(entry: Entry, character: str, player: str) -> str | None:
 
 
 def memoryLine(item: MemoryItem) -> str:
-    return f"- {_clip(_flat(item.text), MOMENT_TOKENS)}"
+    return f"- {clip(_flat(item.text), MOMENT_TOKENS)}"
 
 
 def _entryAt(conversation: Conversation, seq: int) -> Entry | None:
