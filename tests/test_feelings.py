@@ -184,6 +184,27 @@ class PluginTests(SynchronousTestCase):
             counts.append(len(told(self.harness)))
         return counts
 
+    def askModelWithRules(self, rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """
+        Ask for C{"model"} feelings in a request that brings the client's
+        own response rules; the rules RPEngine is sent.
+        """
+        self.harness.toEngine(
+            self.harness.replyRequest(
+                "r1",
+                meta={"client": "c1", "feelings": "model"},
+                output={
+                    "modalities": ["text"],
+                    "language": "en",
+                    "responseProcessing": {"mode": "buffered", "rules": rules},
+                },
+            )
+        )
+        sent: list[dict[str, Any]] = self.harness.sentToEngine[-1]["output"]["responseProcessing"][
+            "rules"
+        ]
+        return sent
+
     def complete(self, requestId: str, text: str, **fields: Any) -> Any:
         self.harness.toGame(
             "reply.text.completed", requestId=requestId, text=text, tokenCount=9, **fields
@@ -299,18 +320,7 @@ class PluginTests(SynchronousTestCase):
         self.assertNotIn("intensity", messages[0])
 
     def test_clientsOwnRulesKept(self) -> None:
-        self.harness.toEngine(
-            self.harness.replyRequest(
-                "r1",
-                meta={"client": "c1", "feelings": "model"},
-                output={
-                    "modalities": ["text"],
-                    "language": "en",
-                    "responseProcessing": {"mode": "buffered", "rules": [exampleResponseRule()]},
-                },
-            )
-        )
-        rules = self.harness.sentToEngine[-1]["output"]["responseProcessing"]["rules"]
+        rules = self.askModelWithRules([exampleResponseRule()])
         self.assertEqual([r["id"] for r in rules], [exampleResponseRule()["id"], RULE_ID])
         own = exampleResponseRule()["id"]
         completed = self.complete("r1", "Hm.", extractedContent={own: ["x"], RULE_ID: ["joy"]})
@@ -319,18 +329,7 @@ class PluginTests(SynchronousTestCase):
 
     def test_noRoomForTheRuleReadsTheText(self) -> None:
         rules = [exampleResponseRule(id=f"rule{i}") for i in range(MAX_RESPONSE_RULES)]
-        self.harness.toEngine(
-            self.harness.replyRequest(
-                "r1",
-                meta={"client": "c1", "feelings": "model"},
-                output={
-                    "modalities": ["text"],
-                    "language": "en",
-                    "responseProcessing": {"mode": "buffered", "rules": rules},
-                },
-            )
-        )
-        sent = self.harness.sentToEngine[-1]["output"]["responseProcessing"]["rules"]
+        sent = self.askModelWithRules(rules)
         self.assertEqual(len(sent), MAX_RESPONSE_RULES)
         self.complete("r1", "I hate you!", extractedContent={r["id"]: [] for r in rules})
         self.assertEqual([m["source"] for m in told(self.harness)], ["text"])
