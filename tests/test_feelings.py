@@ -19,10 +19,7 @@ from rpmiddleware.builtin.animation.feelings import CLIENT_TYPE, FIELD, Feelings
 from rpmiddleware.builtin.animation.feelings_lexicon import read
 from rpmiddleware.builtin.animation.feelings_model import PATTERN, RULE, RULE_ID, instruction
 from rpmiddleware.builtin.animation.feelings_mood import Mood
-from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.client.messages import configureChanges
-from rpmiddleware.config.settings import Settings
-from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.plugin import (
     FEELING_ENVELOPE,
     FEELINGS,
@@ -39,10 +36,8 @@ from rpmiddleware.plugin import meta as metakeys
 from rpmiddleware.protocol.clienterrors import InvalidMessage
 from rpmiddleware.protocol.rules import checkResponseProcessing
 from rpmiddleware.testing import PluginHarness, exampleCard, exampleResponseRule, pluginServices
-from rpmiddleware.testing.inmemory import connectInMemory
 from rpmiddleware.testing.simoptions import SimulatorOptions
-from tests.support.client import clockedEndpoint
-from tests.support.connections import OpenConnections
+from tests.support.chainclients import ChainClientRig, memorySettings
 from tests.support.memory import settle
 
 #: Sentences a person reads as one feeling each (labelled by hand, not by the code).
@@ -427,7 +422,7 @@ class ConfigureTests(SynchronousTestCase):
         self.assertLess(DEFAULT_CHAIN["feelings"], DEFAULT_CHAIN["moderation"])
 
 
-class EndToEndTests(SynchronousTestCase):
+class EndToEndTests(ChainClientRig, SynchronousTestCase):
     """
     A client of the endpoint, the default chain and the simulated RPEngine
     on a Clock: the feelings reach the client before the audio of their
@@ -437,18 +432,9 @@ class EndToEndTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.reply = ""
         self.clock = Clock()
-        settings = Settings()
-        settings.plugins["memory"] = {"path": ":memory:", "summaries": False}
-        self.middleware = Middleware.fromSettings(self.clock, settings)
-        self.link = connectInMemory(
-            self.middleware, self.clock, SimulatorOptions(replyText=lambda request: self.reply)
+        self.startClients(
+            memorySettings(), SimulatorOptions(replyText=lambda request: self.reply), _card()
         )
-        endpoint = clockedEndpoint(self.middleware, settings, self.clock)
-        self.clients = OpenConnections(endpoint, self.clock)
-        self.middleware.router.observe(ExtensionBridge(self.clients))
-        settle(self.clock, 0.1)
-        self.connection, self.writer = self.clients.connect()
-        self.clients.say(self.connection, type="character", characterId="mira", card=_card())
 
     def turn(self, reply: str, **options: Any) -> list[dict[str, Any]]:
         self.reply = reply

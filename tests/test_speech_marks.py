@@ -15,10 +15,7 @@ from twisted.trial.unittest import SkipTest, SynchronousTestCase
 from rpmiddleware.builtin.animation import alignment
 from rpmiddleware.builtin.animation.marks import SpeechMarks, speechMarks
 from rpmiddleware.builtin.animation.matching import LineText, plausible, sentencesOf
-from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.client.messages import configureChanges, turnOptions
-from rpmiddleware.config.settings import Settings
-from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.plugin import (
     Envelope,
     InvalidMessage,
@@ -29,11 +26,9 @@ from rpmiddleware.plugin import (
 )
 from rpmiddleware.plugin import meta as metakeys
 from rpmiddleware.testing import PluginHarness, exampleCard, pluginServices
-from rpmiddleware.testing.inmemory import connectInMemory
 from rpmiddleware.testing.simoptions import SimulatorOptions
 from rpmiddleware.testing.simspeech import knownWordMarks
-from tests.support.client import clockedEndpoint
-from tests.support.connections import OpenConnections
+from tests.support.chainclients import ChainClientRig, memorySettings
 from tests.support.memory import settle
 from tests.support.webrtc import missingExtra
 
@@ -508,7 +503,7 @@ class SpeechMarksPluginTests(SynchronousTestCase):
             speechMarks.buildPlugin({"threads": 0}, pluginServices(None))
 
 
-class MarksRig(SynchronousTestCase):
+class MarksRig(ChainClientRig, SynchronousTestCase):
     """
     A client of the endpoint, the chain with speech-marks (and the default
     plugins), and the simulated RPEngine speaking words whose times are
@@ -521,24 +516,16 @@ class MarksRig(SynchronousTestCase):
     def setUp(self) -> None:
         self.reply = ""
         self.clock = Clock()
-        settings = Settings()
-        settings.plugins["memory"] = {"path": ":memory:", "summaries": False}
+        settings = memorySettings()
         settings.chain = {"speech-marks": 250}
         if self.maskedWords:
             settings.plugins["moderation"] = {"words": list(self.maskedWords)}
-        self.middleware = Middleware.fromSettings(self.clock, settings)
         self.streams: list[Any] = []
-        self.link = connectInMemory(
-            self.middleware,
-            self.clock,
+        self.startClients(
+            settings,
             SimulatorOptions(replyText=lambda request: self.reply, speech="words"),
+            exampleCard(),
         )
-        endpoint = clockedEndpoint(self.middleware, settings, self.clock)
-        self.clients = OpenConnections(endpoint, self.clock)
-        self.middleware.router.observe(ExtensionBridge(self.clients))
-        settle(self.clock, 0.1)
-        self.connection, self.writer = self.clients.connect()
-        self.clients.say(self.connection, type="character", characterId="mira", card=exampleCard())
 
     def turn(self, reply: str, **options: Any) -> list[dict[str, Any]]:
         self.reply = reply
