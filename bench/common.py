@@ -54,6 +54,13 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[rank]
 
 
+def percentileMs(values: Sequence[float], p: float) -> float:
+    """
+    L{percentile} of C{values} in seconds, in milliseconds.
+    """
+    return percentile(values, p) * 1000
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 

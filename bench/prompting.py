@@ -19,19 +19,14 @@ import tempfile
 import time
 from typing import Any
 
-from twisted.internet.task import Clock
-
-from bench.common import Section, percentile, table
-from rpmiddleware.builtin.memory import Memory, MemorySettings
+from bench.common import Section, percentileMs, table
+from bench.memorybench import memoryBench
 from rpmiddleware.builtin.memory.conversation import CHARACTER, COMPLETE, PLAYER, Key
 from rpmiddleware.builtin.memory.lorebook import bookOf
 from rpmiddleware.builtin.memory.planner import Limits, plan
 from rpmiddleware.builtin.memory.store import MemoryStore
-from rpmiddleware.cards.hasher import CardHasher
-from rpmiddleware.cards.validation import snapshotTransfer
 from rpmiddleware.protocol.prompt import assemble, promptRequest
-from rpmiddleware.protocol.timeline import Timeline
-from rpmiddleware.testing.kit import PluginHarness, exampleCard
+from rpmiddleware.testing.kit import exampleCard
 
 TURNS = 500
 ENTRIES = 200
@@ -69,10 +64,6 @@ def _timed(call: Any, runs: int) -> list[float]:
     return times
 
 
-def _ms(values: list[float], p: float) -> float:
-    return percentile(values, p) * 1000
-
-
 async def run(reactor: Any, quick: bool) -> Section:
     runs = 100 if quick else 400
     card = _card()
@@ -103,24 +94,11 @@ async def run(reactor: Any, quick: bool) -> Section:
 
     # The whole plugin step, as the chain runs it: the card's lorebook (read
     # once for an owned card), the game's knowledge, the plan, the hash.
-    clock = Clock()
-    hasher = CardHasher(None)
-    plugin = Memory(MemorySettings(path=":memory:"), clock, hasher, Timeline())
-    harness = PluginHarness(plugin, clock=clock)
-    owned = hasher.canonicalNow(card)
-    plugin.sessions.restore(Key("bench", "mira", "session:c1"), store.export(conversation))
+    bench = memoryBench(":memory:", card)
+    bench.plugin.sessions.restore(Key("bench", "mira", "session:c1"), store.export(conversation))
 
     def step(i: int) -> Any:
-        envelope = harness.envelope(
-            "reply.request",
-            requestId=f"r{i}",
-            integrationId="bench",
-            characterId="mira",
-            card=snapshotTransfer(owned.document, owned.hash),
-            **_fields(i),
-        )
-        envelope.meta["client"] = "c1"
-        return harness.toEngine(envelope)
+        return bench.harness.toEngine(bench.request(f"r{i}", **_fields(i)))
 
     rounds: dict[str, list[float]] = {"floor": [], "plan": [], "step": []}
     for _ in range(3):  # interleaved, so a noisy moment hits all three
@@ -159,17 +137,17 @@ async def run(reactor: Any, quick: bool) -> Section:
     disk.close()
     bare.close()
 
-    p50 = {k: _ms(v, 50) for k, v in rounds.items()}
+    p50 = {k: percentileMs(v, 50) for k, v in rounds.items()}
     worst = max(max(v) for v in rounds.values()) * 1000
-    w50 = {k: _ms(v, 50) for k, v in writes.items()}
+    w50 = {k: percentileMs(v, 50) for k, v in writes.items()}
 
     def row(name: str, values: list[float], floor: float) -> list[str]:
         return [
             name,
-            f"{_ms(values, 50):.3f} ms",
-            f"{_ms(values, 99):.3f} ms",
+            f"{percentileMs(values, 50):.3f} ms",
+            f"{percentileMs(values, 99):.3f} ms",
             f"{max(values) * 1000:.2f} ms",
-            f"{_ms(values, 50) / floor:.2f}x",
+            f"{percentileMs(values, 50) / floor:.2f}x",
         ]
 
     planning = table(

@@ -31,19 +31,17 @@ from typing import Any
 
 from twisted.internet.task import Clock
 
-from bench.common import Section, percentile, table
-from rpmiddleware.builtin.memory import IConversationMemory, Memory, MemorySettings
+from bench.common import Section, percentileMs, table
+from bench.memorybench import memoryBench
+from rpmiddleware.builtin.memory import IConversationMemory, Memory
 from rpmiddleware.builtin.memory.conversation import CHARACTER, COMPLETE, PLAYER, Key
 from rpmiddleware.builtin.memory.recall import Found
 from rpmiddleware.builtin.memory.store import MemoryStore
-from rpmiddleware.cards.hasher import CardHasher
-from rpmiddleware.cards.validation import snapshotTransfer
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.protocol.prompt import AssembledPrompt
-from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.inmemory import connectInMemory
-from rpmiddleware.testing.kit import PluginHarness, exampleCard
+from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.simoptions import SimulatorOptions
 
 #: Topic (what the player asks about) and detail (what is told), each value
@@ -248,12 +246,8 @@ def costs(entries: int = ENTRIES, runs: int = 200) -> dict[str, Any]:
     db.close()
     withoutIndex = os.path.getsize(bare)
 
-    clock = Clock()
-    hasher = CardHasher(None)
-    settings = MemorySettings(path=path)
-    plugin = Memory(settings, clock, hasher, Timeline())
-    harness = PluginHarness(plugin, clock=clock)
-    owned = hasher.canonicalNow(exampleCard())
+    bench = memoryBench(path, exampleCard())
+    plugin = bench.plugin
     loaded = plugin.store.conversation(key)
     assert len(loaded.entries) == entries
     reactorPart: list[float] = []
@@ -261,17 +255,12 @@ def costs(entries: int = ENTRIES, runs: int = 200) -> dict[str, Any]:
     recalled = 0
     for i in range(runs):
         topic = DETAILS[i % len(DETAILS)][0]
-        envelope = harness.envelope(
-            "reply.request",
-            requestId=f"r{i}",
-            integrationId="bench",
-            characterId="mira",
-            card=snapshotTransfer(owned.document, owned.hash),
+        envelope = bench.request(
+            f"r{i}",
             event={"text": f"Tell me, what do you know of my {topic}?"},
             output={"modalities": ["text", "audio"], "language": "en"},
             player={"displayName": "Alex"},
         )
-        envelope.meta["client"] = "c1"
         envelope.meta["conversation"] = "save"
         started = time.perf_counter()
         prepared = plugin.recallQuery(envelope, loaded)
@@ -295,10 +284,6 @@ def costs(entries: int = ENTRIES, runs: int = 200) -> dict[str, Any]:
         "bytesWithout": withoutIndex / entries,
         "recalled": recalled,
     }
-
-
-def _ms(values: list[float], p: float) -> float:
-    return percentile(values, p) * 1000
 
 
 async def run(reactor: Any, quick: bool) -> Section:
@@ -333,14 +318,14 @@ async def run(reactor: Any, quick: bool) -> Section:
         [
             [
                 "reactor's part of a turn (what to search; rank, plan, hash)",
-                f"{_ms(cost['reactor'], 50):.2f} ms",
-                f"{_ms(cost['reactor'], 99):.2f} ms",
+                f"{percentileMs(cost['reactor'], 50):.2f} ms",
+                f"{percentileMs(cost['reactor'], 99):.2f} ms",
                 f"{max(cost['reactor']) * 1000:.2f} ms",
             ],
             [
                 "the search (FTS5, BM25), on the store's reader thread",
-                f"{_ms(cost['search'], 50):.2f} ms",
-                f"{_ms(cost['search'], 99):.2f} ms",
+                f"{percentileMs(cost['search'], 50):.2f} ms",
+                f"{percentileMs(cost['search'], 99):.2f} ms",
                 f"{max(cost['search']) * 1000:.2f} ms",
             ],
         ],
@@ -381,8 +366,8 @@ lists alone.
         ),
         (
             "reactor's part p50 < 2 ms with 10,000 entries",
-            f"{_ms(cost['reactor'], 50):.2f} ms",
-            _ms(cost["reactor"], 50) < 2.0,
+            f"{percentileMs(cost['reactor'], 50):.2f} ms",
+            percentileMs(cost["reactor"], 50) < 2.0,
         ),
         (
             "no reactor turn over 10 ms",
