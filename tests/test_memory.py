@@ -37,7 +37,8 @@ from rpmiddleware.builtin.memory.conversation import (
 )
 from rpmiddleware.builtin.memory.lorebook import EntryReader, activate, bookOf, entryFrom
 from rpmiddleware.builtin.memory.planner import Limits, labels, lineOf, plan
-from rpmiddleware.builtin.memory.store import MemoryStore, StoreError
+from rpmiddleware.builtin.memory.store import MemoryStore
+from rpmiddleware.builtin.memory.storeerrors import StoreError
 from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.plugin import PluginServices

@@ -26,7 +26,8 @@ from rpmiddleware.builtin.memory.attitude import (
 )
 from rpmiddleware.builtin.memory.conversation import Conversation, Fact, Key
 from rpmiddleware.builtin.memory.planner import Limits, plan
-from rpmiddleware.builtin.memory.store import InvalidDocument, MemoryStore
+from rpmiddleware.builtin.memory.store import MemoryStore
+from rpmiddleware.builtin.memory.storeerrors import InvalidDocument
 from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.client.status import promptSummary
 from rpmiddleware.config.settings import Settings

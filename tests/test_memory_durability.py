@@ -19,13 +19,10 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rpmiddleware.builtin.memory import Memory, MemorySettings, memory
 from rpmiddleware.builtin.memory.conversation import CHARACTER, COMPLETE, PLAYER, Conversation, Key
+from rpmiddleware.builtin.memory.exports import EXPORT_FORMAT, UNSEALED_FORMAT
 from rpmiddleware.builtin.memory.planner import MAX_FACT
-from rpmiddleware.builtin.memory.store import (
-    EXPORT_FORMAT,
-    UNSEALED_FORMAT,
-    MemoryStore,
-    StoreError,
-)
+from rpmiddleware.builtin.memory.store import MemoryStore
+from rpmiddleware.builtin.memory.storeerrors import StoreError
 from rpmiddleware.builtin.memory.summarizer import toCondense
 from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.client.messages import decodeFrame

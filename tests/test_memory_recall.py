@@ -42,7 +42,8 @@ from rpmiddleware.builtin.memory.recall import (
 )
 from rpmiddleware.builtin.memory.search import RECALL_SPAN
 from rpmiddleware.builtin.memory.sessionindex import SessionIndex
-from rpmiddleware.builtin.memory.store import InvalidDocument, MemoryStore
+from rpmiddleware.builtin.memory.store import MemoryStore
+from rpmiddleware.builtin.memory.storeerrors import InvalidDocument
 from rpmiddleware.builtin.memory.summarizer import SUMMARIZER_ID
 from rpmiddleware.client.clientext import ExtensionBridge
 from rpmiddleware.config.settings import Settings

@@ -18,11 +18,10 @@ from typing import Any
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rpmiddleware.builtin.memory import IConversationMemory, Memory, memory, saves
-from rpmiddleware.builtin.memory import store as memorystore
+from rpmiddleware.builtin.memory import IConversationMemory, Memory, exports, memory, saves
 from rpmiddleware.builtin.memory.conversation import CHARACTER, COMPLETE, PLAYER, Key
+from rpmiddleware.builtin.memory.exports import parseExport
 from rpmiddleware.builtin.memory.saves import BATCH, SAVE_FORMAT, SIZE_EVERY, DamagedSave, unseal
-from rpmiddleware.builtin.memory.store import parseExport
 from rpmiddleware.builtin.memory.summarizer import isSummaryRequest
 from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.config.settings import Settings
@@ -394,8 +393,8 @@ class LongSaveTests(SynchronousTestCase):
         lines = [(PLAYER, "Ada", f"Line {i} \u00e9\n", COMPLETE) for i in range(3 * BATCH + 7)]
         game.plugin.store.append(conversation, *lines)
         document = game.plugin.export("mira", "world-1", GAME)
-        self.patch(memorystore, "PIECE", 10**9)
-        self.assertEqual(memorystore.checksum(document), document["checksum"])
+        self.patch(exports, "PIECE", 10**9)
+        self.assertEqual(exports.checksum(document), document["checksum"])
         self.successResultOf(game.plugin.save("long", "world-1", GAME))
         game.plugin.store.append(conversation, (PLAYER, "Ada", "After.", COMPLETE))
         self.successResultOf(game.plugin.loadSave("long", "world-1", GAME))

@@ -22,7 +22,7 @@ from __future__ import annotations
 from rpmiddleware.builtin.memory.api import IConversationMemory
 from rpmiddleware.builtin.memory.plugin import NAME, Memory
 from rpmiddleware.builtin.memory.settings import MemorySettings
-from rpmiddleware.builtin.memory.store import StoreError
+from rpmiddleware.builtin.memory.storeerrors import StoreError
 from rpmiddleware.plugin import IPluginServices, PluginFactory
 
 __all__ = ["IConversationMemory", "Memory", "MemorySettings", "buildMemory", "memory"]

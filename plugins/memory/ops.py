@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.defer import Deferred, gatherResults, maybeDeferred, succeed
+from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -53,7 +53,7 @@ from rpmiddleware.builtin.memory.attitude import AttitudeError
 from rpmiddleware.builtin.memory.conversation import SESSION_PREFIX, Where
 from rpmiddleware.builtin.memory.planner import MAX_FACT
 from rpmiddleware.builtin.memory.saves import SaveRefused
-from rpmiddleware.builtin.memory.store import InvalidDocument, StoreError, describe
+from rpmiddleware.builtin.memory.storeerrors import InvalidDocument, StoreError, allKept, describe
 from rpmiddleware.plugin import IChainContext, toClient
 
 MAX_TEXT = 8000
@@ -136,16 +136,7 @@ def _written(memory: Memory, call: Callable[[], dict[str, Any]]) -> Deferred[dic
         answer = call()
     finally:
         writes = memory.store.collected()
-    if not writes:
-        return succeed(answer)
-
-    def checked(whys: list[str | None]) -> dict[str, Any]:
-        lost = [why for why in whys if why is not None]
-        if lost:
-            raise StoreError(f"not kept: {lost[0]}")
-        return answer
-
-    return gatherResults(writes).addCallback(checked)
+    return allKept(writes, answer)
 
 
 def _target(call: TargetOp) -> Op:

@@ -65,7 +65,8 @@ from rpmiddleware.builtin.memory.reflection import Reflection, Reflections, isRe
 from rpmiddleware.builtin.memory.saves import Saves
 from rpmiddleware.builtin.memory.sessionindex import SessionIndex
 from rpmiddleware.builtin.memory.settings import MemorySettings
-from rpmiddleware.builtin.memory.store import MemoryStore, describe
+from rpmiddleware.builtin.memory.store import MemoryStore
+from rpmiddleware.builtin.memory.storeerrors import describe
 from rpmiddleware.builtin.memory.summarizer import Summaries, isSummaryRequest
 from rpmiddleware.plugin import (
     CANCELLING,

@@ -30,14 +30,16 @@ import dataclasses
 import hashlib
 import json
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, Protocol
 
-from twisted.internet.defer import Deferred, FirstError, gatherResults, succeed
+from twisted.internet.defer import Deferred, FirstError, gatherResults
 from twisted.python.failure import Failure
 
 from rpmiddleware.builtin.memory.conversation import CHARACTER, Conversation, Fact, Key
-from rpmiddleware.builtin.memory.store import InvalidDocument, MemoryStore, StoreError, parseExport
+from rpmiddleware.builtin.memory.exports import parseExport
+from rpmiddleware.builtin.memory.store import MemoryStore
+from rpmiddleware.builtin.memory.storeerrors import InvalidDocument, StoreError, allKept
 
 
 class SavingPlugin(Protocol):
@@ -321,7 +323,7 @@ class Saves:
                 "restored": restored,
                 "forgotten": forgotten,
             }
-            return _allKept([kept], answer)
+            return allKept([kept], answer)
 
         d = self.store.transaction("load-save", read, write=False)
         return d.addCallback(restore)
@@ -509,21 +511,6 @@ def _failed(error: Exception) -> Deferred[Any]:
     d: Deferred[Any] = Deferred()
     d.errback(error)
     return d
-
-
-def _allKept(writes: Iterable[Deferred[str | None]], answer: dict[str, Any]) -> Deferred[Any]:
-    """C{answer} once every write is committed; a L{StoreError} when one was not."""
-    writes = list(writes)
-    if not writes:
-        return succeed(answer)
-
-    def checked(whys: list[str | None]) -> dict[str, Any]:
-        lost = [why for why in whys if why is not None]
-        if lost:
-            raise StoreError(f"not kept: {lost[0]}")
-        return answer
-
-    return gatherResults(writes).addCallback(checked)
 
 
 def _prune(
