@@ -486,14 +486,14 @@ class SpeechMarksPluginTests(SynchronousTestCase):
         The prepare thread takes the sentence due first, whatever order the
         sentences were queued in (a new line's first before another's fifth).
         """
-        from rpmiddleware.builtin.animation.marks import _Ordered, _Prepare
+        from rpmiddleware.builtin.animation.workers import Prepare, SoonestFirst
 
         done: list[str] = []
-        ordered = _Ordered()
+        ordered = SoonestFirst()
         for due, text in ((9.0, "fifth"), (1.0, "first"), (5.0, "third")):
-            ordered.push(due, _Prepare(text, lambda t, _: done.append(t), "en"))
+            ordered.push(due, Prepare(text, lambda t, _: done.append(t), "en"))
         for _ in range(3):
-            _Prepare.finished(ordered.runNext())
+            Prepare.finished(ordered.runNext())
         self.assertEqual(done, ["first", "third", "fifth"])
 
     def test_factory(self) -> None:

@@ -33,24 +33,19 @@ or visemes.  See docs/animation.md.
 
 from __future__ import annotations
 
-import heapq
-import itertools
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from twisted.internet.defer import Deferred, maybeDeferred
-from twisted.internet.interfaces import IReactorCore, IReactorFromThreads, IReactorThreads
-from twisted.internet.threads import deferToThreadPool
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.python.threadpool import ThreadPool
 
 from rpmiddleware.builtin.animation.kinds import ALIGNED, SENTENCE, VISEME, WORD, requested
 from rpmiddleware.builtin.animation.matching import LineText, Match, Sentence
+from rpmiddleware.builtin.animation.workers import Prepare, SoonestFirst, Workers
 from rpmiddleware.plugin import (
     OUTPUT_SAMPLE_RATE,
     TERMINAL,
@@ -120,61 +115,6 @@ class _Turn:
 
 
 @dataclass(eq=False)
-class _Prepare:
-    """Preparing one sentence on the prepare thread."""
-
-    text: str
-    prepare: Callable[[str, str], Any]
-    language: str
-    #: Fires with the prepared sentence (on the reactor's thread).
-    result: Deferred[Any] = field(default_factory=Deferred)
-    #: The thread has begun it (reads and writes of a bool are atomic).
-    started: bool = False
-    #: Still needed (else the thread skips it).
-    wanted: bool = True
-
-    def run(self) -> tuple[_Prepare, Any]:
-        self.started = True
-        if not self.wanted:
-            return self, None
-        try:
-            return self, self.prepare(self.text, self.language)
-        except Exception:
-            return self, Failure()
-
-    @staticmethod
-    def finished(outcome: tuple[_Prepare, Any]) -> None:
-        job, value = outcome
-        if isinstance(value, Failure):
-            job.result.errback(value)
-        else:
-            job.result.callback(value)
-
-
-class _Ordered:
-    """
-    Sentences waiting to be prepared, soonest needed first: the prepare
-    thread is given one task per sentence, and each task takes whichever
-    sentence is due first when it runs (so a new line's first sentence goes
-    before another line's fifth).
-    """
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, _Prepare]] = []
-        self._lock = threading.Lock()
-        self._count = itertools.count()
-
-    def push(self, due: float, job: _Prepare) -> None:
-        with self._lock:
-            heapq.heappush(self._heap, (due, next(self._count), job))
-
-    def runNext(self) -> tuple[_Prepare, Any]:
-        with self._lock:
-            _, _, job = heapq.heappop(self._heap)
-        return job.run()
-
-
-@dataclass(eq=False)
 class _Line:
     """One request of a game that asked for marks."""
 
@@ -195,7 +135,7 @@ class _Line:
     samples: int = 0
     collecting: _Segment | None = None
     #: Sentence index -> the work preparing it.
-    prepared: dict[int, _Prepare] = field(default_factory=dict)
+    prepared: dict[int, Prepare] = field(default_factory=dict)
     cancelled: bool = False
 
     @property
@@ -219,15 +159,13 @@ class SpeechMarks(ChainPlugin):
         @param aligner: what has C{prepare} and C{align} (tests); else the
             alignment module, imported when first needed.
         """
-        self._reactor = reactor
-        self._threads = threads
         self._run = run
         self._aligner = aligner
-        self._pools: dict[bool, ThreadPool] = {}
+        self._workers = Workers(reactor, threads)
         self._lines: dict[str, _Line] = {}
         self._turns: dict[str, _Turn] = {}
         self._context: IChainContext | None = None
-        self._ordered = _Ordered()
+        self._ordered = SoonestFirst()
 
     # Toward RPEngine: who asked, and cancels.
 
@@ -378,12 +316,12 @@ class SpeechMarks(ChainPlugin):
         for sentence in line.text.readySentences():
             known = line.prepared.get(sentence.index)
             if known is None or known.text != sentence.text:
-                job = _Prepare(sentence.text, alignment.prepare, line.language)
+                job = Prepare(sentence.text, alignment.prepare, line.language)
                 # Soonest needed first: the speech before the sentence (about
                 # SECONDS_PER_CHAR a character) from when its text came.
                 due = time.monotonic() + sentence.start * SECONDS_PER_CHAR
                 self._ordered.push(due, job)
-                self._submit(self._ordered.runNext).addCallback(_Prepare.finished)
+                self._submit(self._ordered.runNext).addCallback(Prepare.finished)
                 line.prepared[sentence.index] = job
 
     def _prepared(self, line: _Line, sentence: Sentence) -> Deferred[Any]:
@@ -476,31 +414,15 @@ class SpeechMarks(ChainPlugin):
         """
         if self._run is not None:
             return self._run(lambda: work(*args))
-        if not (
-            IReactorThreads.providedBy(self._reactor)
-            and IReactorFromThreads.providedBy(self._reactor)
-        ):
-            return maybeDeferred(work, *args)
-        if not self._pools:
-            self._pools = {
-                True: ThreadPool(0, self._threads, name="speech-marks-align"),
-                False: ThreadPool(0, 1, name="speech-marks-prepare"),
-            }
-            for pool in self._pools.values():
-                pool.start()
-            if IReactorCore.providedBy(self._reactor):
-                self._reactor.addSystemEventTrigger("during", "shutdown", self.close)
-        return deferToThreadPool(self._reactor, self._pools[urgent], work, *args)
+        return self._workers.submit(work, *args, urgent=urgent)
 
     @property
     def started(self) -> bool:
         """Whether the worker threads were started (someone asked for words or visemes)."""
-        return bool(self._pools)
+        return self._workers.started
 
     def close(self) -> None:
-        pools, self._pools = self._pools, {}
-        for pool in pools.values():
-            pool.stop()
+        self._workers.close()
 
     # Hooks.
 
