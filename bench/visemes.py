@@ -187,13 +187,21 @@ def testSpeech(
     synthesis = align_espeak.synthesize(
         plain, f"{voice}+{condition.variant}", condition.rate, condition.pitch, condition.range
     )
-    lead = numpy.zeros(int(LEAD * synthesis.rate), numpy.float32)
-    signal = numpy.concatenate([lead, synthesis.samples.astype(numpy.float32)])
+    return _asSent(synthesis.samples, synthesis.rate, seed), synthesis
+
+
+def _asSent(samples: numpy.ndarray, rate: int, seed: int) -> numpy.ndarray:
+    """
+    PCM16 C{samples} at C{rate} as the test sends them: after LEAD seconds
+    of silence, with noise at NOISE_DBFS (seeded, so every run hears the
+    same), at RPEngine's 44.1 kHz.
+    """
+    lead = numpy.zeros(int(LEAD * rate), numpy.float32)
+    signal = numpy.concatenate([lead, samples.astype(numpy.float32)])
     noise = numpy.random.default_rng(seed).standard_normal(len(signal))
     signal = signal + noise * 32768.0 * 10 ** (NOISE_DBFS / 20)
-    resampled = soxr.resample(signal / 32768.0, synthesis.rate, OUTPUT_RATE)
-    pcm = numpy.clip(numpy.round(resampled * 32767.0), -32768, 32767).astype(numpy.int16)
-    return pcm, synthesis
+    resampled = soxr.resample(signal / 32768.0, rate, OUTPUT_RATE)
+    return numpy.clip(numpy.round(resampled * 32767.0), -32768, 32767).astype(numpy.int16)
 
 
 #: Festival's voices (Debian festival, festvox-us-slt-hts, festvox-kallpc16k):
@@ -332,12 +340,7 @@ def measureFestival(name: str, voice: str, quick: bool = False) -> Tally | None:
     for number, (text, speech) in enumerate(zip(sentences, recorded, strict=True)):
         prepared = alignment.prepare(text, "en")
         assert isinstance(prepared, alignment.Prepared)
-        lead = numpy.zeros(int(LEAD * speech.rate), numpy.float32)
-        signal = numpy.concatenate([lead, speech.pcm.astype(numpy.float32)])
-        noise = numpy.random.default_rng(number).standard_normal(len(signal))
-        signal = signal + noise * 32768.0 * 10 ** (NOISE_DBFS / 20)
-        resampled = soxr.resample(signal / 32768.0, speech.rate, OUTPUT_RATE)
-        pcm = numpy.clip(numpy.round(resampled * 32767.0), -32768, 32767).astype(numpy.int16)
+        pcm = _asSent(speech.pcm, speech.rate, number)
         result, even, seconds = _aligned(tally, prepared, pcm)
         # festival's tokens are the text's words, punctuation stripped.
         names = [token for token, _ in speech.tokens]
