@@ -18,37 +18,26 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from rpmiddleware.builtin.memory import ops
-from rpmiddleware.builtin.memory.api import ATTITUDE, HEARD, HEARD_ROLES, SAID, IConversationMemory
+from rpmiddleware.builtin.memory.api import ATTITUDE, HEARD, SAID, IConversationMemory
 from rpmiddleware.builtin.memory.attitude import (
-    HIGHEST,
-    LOWEST,
     Attitude,
-    AttitudeError,
-    LevelChange,
     levelOf,
-    stanceOf,
-    valuesOf,
 )
-from rpmiddleware.builtin.memory.attitude import MAX_CHANGE as MAX_ATTITUDE_CHANGE
-from rpmiddleware.builtin.memory.attitude import STATE as ATTITUDE_STATE
+from rpmiddleware.builtin.memory.attitudehooks import AttitudeHooks
 from rpmiddleware.builtin.memory.conversation import (
     CHARACTER,
     COMPLETE,
     EVENT,
     GREETING,
-    INTERRUPTED,
-    OTHER,
     PLAYER,
     SESSION_PREFIX,
     UNHEARD,
@@ -56,18 +45,21 @@ from rpmiddleware.builtin.memory.conversation import (
     Key,
     Where,
 )
+from rpmiddleware.builtin.memory.inflight import Completed, Turn
 from rpmiddleware.builtin.memory.lorebook import Book, EntryReader, bookOf, entryFrom
 from rpmiddleware.builtin.memory.lorebook import Entry as LoreEntry
-from rpmiddleware.builtin.memory.planner import MAX_FACT, Limits, Plan, plan
+from rpmiddleware.builtin.memory.metrics import MemoryMetrics
+from rpmiddleware.builtin.memory.planner import Limits, Plan, plan
+from rpmiddleware.builtin.memory.pythonapi import PythonAPI
 from rpmiddleware.builtin.memory.recall import Found, Recalled, queryWords
-from rpmiddleware.builtin.memory.reflection import STATE as REFLECTION_STATE
-from rpmiddleware.builtin.memory.reflection import Reflection, Reflections, isReflectionRequest
+from rpmiddleware.builtin.memory.reflection import Reflections, isReflectionRequest
 from rpmiddleware.builtin.memory.saves import Saves
 from rpmiddleware.builtin.memory.sessionindex import SessionIndex
 from rpmiddleware.builtin.memory.settings import MemorySettings
 from rpmiddleware.builtin.memory.store import MemoryStore
 from rpmiddleware.builtin.memory.storeerrors import describe
 from rpmiddleware.builtin.memory.summarizer import Summaries, isSummaryRequest
+from rpmiddleware.builtin.memory.turns import MOOD_META, MOOD_STATE, TurnBook, lineOf
 from rpmiddleware.plugin import (
     CANCELLING,
     OPENING,
@@ -83,7 +75,6 @@ from rpmiddleware.plugin import (
     OwnedDocument,
     Speech,
     clientMessage,
-    heardText,
     limitOf,
     meta,
     renderMacros,
@@ -102,59 +93,13 @@ BOOKS_CACHED = 64
 #: The meta keys a Python API caller (or another plugin) names a turn's
 #: conversation, location and scene with.
 CONVERSATION, LOCATION, SCENE = "conversation", "location", "scene"
-#: A character's mood as the feelings plugin writes it on a reply (meta
-#: L{meta.MOOD}): kept with the conversation under this state name, and given
-#: back on the conversation's next request.
-MOOD_META, MOOD_STATE = meta.MOOD, "mood"
-#: Completed spoken replies kept for a late cut (L{TURN_PLAYED}): the last of
-#: each conversation, until its next turn starts, at most this many.
-COMPLETED_KEPT = 256
 #: Matches fetched among the entries the plan may give as history (all of
 #: them, in practice: the prompt's limit holds few long lines).
 RECENT_MATCHES = 200
 
 
-@dataclass
-class _Turn:
-    """One request in flight: what it will add to its conversation."""
-
-    key: Key
-    player: tuple[str, str, str, str] | None
-    character: str
-    parts: list[str] = field(default_factory=list)
-    completed: str | None = None
-    #: The client session that asked (told when its turn cannot be kept).
-    client: str = "api"
-    #: Lines the character heard while this turn played (an action's
-    #: outcome, a refused call, another's line): remembered after it.
-    after: list[tuple[str, str, str, str]] = field(default_factory=list)
-    #: The reply's speech as it passed toward the client, segment by
-    #: segment (for what the player heard of it when it is cut off).
-    speech: Speech | None = None
-    requestId: str = ""
-    #: The request id of the line this turn opens with (L{SAID}'s
-    #: C{lineId}: a scene's line its character reacts to), heard whole.
-    heardLine: str | None = None
-
-
-@dataclass
-class _Completed:
-    """
-    A spoken reply remembered whole when RPEngine completed it, while the
-    player may still be hearing it: what a late cut (L{TURN_PLAYED}) needs.
-    """
-
-    requestId: str
-    key: Key
-    #: The character's entry the reply made.
-    seq: int
-    reply: str
-    speech: Speech
-    client: str
-
-
 @implementer(IEnvelopePlugin, IClientExtension, IMetricsSource, IConversationMemory)
-class Memory(ChainPlugin):
+class Memory(TurnBook, PythonAPI, AttitudeHooks, MemoryMetrics, ChainPlugin):
     name = NAME
     clientMessageTypes = CLIENT_TYPES
     log = Logger()
@@ -200,9 +145,9 @@ class Memory(ChainPlugin):
         #: Client session to the conversation id its game chose, and where it is.
         self.chosen: dict[str, str] = {}
         self.where: dict[str, Where] = {}
-        self._turns: dict[str, _Turn] = {}
-        #: The last completed spoken reply of each conversation (L{_Completed}).
-        self._completed: OrderedDict[Key, _Completed] = OrderedDict()
+        self._turns: dict[str, Turn] = {}
+        #: The last completed spoken reply of each conversation (L{Completed}).
+        self._completed: OrderedDict[Key, Completed] = OrderedDict()
         #: The entries that hold a line heard whole (L{HEARD}'s and L{SAID}'s
         #: C{lineId}): the line's request id to (listener's key, seq,
         #: client) of each, cut with the line should its speech be cut.
@@ -542,121 +487,6 @@ class Memory(ChainPlugin):
             return None
         return envelope
 
-    def _heard(self, envelope: Envelope) -> None:
-        """
-        A line a character heard without being asked (L{HEARD}): it joins
-        that character's conversation now, so the next request of theirs
-        holds it.
-        """
-        line = _line(envelope.fields)
-        if line is None:
-            self.log.warn(
-                "dropped a heard line without role, speaker and text for {characterId}",
-                characterId=envelope.get("characterId"),
-            )
-            return
-        key = self.keyOf(envelope.fields, envelope.meta)
-        playing = self._playing(key)
-        if playing is not None:
-            # Heard while the character's own line plays: it happened after
-            # that line began, so it is remembered after it.
-            playing.after.append(line)
-            return
-        client = str(envelope.meta.get("client") or "api")
-        conversation = self.conversation(key)
-        self._heardWhole(envelope.get("lineId"), key, conversation.nextSeq, client)
-        kept = self.storeFor(key).append(conversation, line)
-        kept.addCallback(self._tellIfLost, client, key, "heard line")
-
-    def _heardWhole(self, lineId: Any, key: Key, seq: int, client: str) -> None:
-        """Entry C{seq} of C{key} holds line C{lineId}, heard whole."""
-        if not isinstance(lineId, str) or not lineId:
-            return
-        self._heardLines.setdefault(lineId, []).append((key, seq, client))
-        self._heardLines.move_to_end(lineId)
-        while len(self._heardLines) > COMPLETED_KEPT:
-            self._heardLines.popitem(last=False)
-
-    def _cutHeard(self, lineId: str, text: str) -> None:
-        """
-        Line C{lineId}, heard whole, was played only as far as C{text}:
-        the entries of those who heard it are cut so (or removed, when
-        C{text} is empty), each only while it is the newest of that
-        listener's conversation; else it is logged and left whole.
-        """
-        for key, seq, client in self._heardLines.pop(lineId, []):
-            store = self.storeFor(key)
-            conversation = store.cached(key)
-            newest = conversation.entries[-1] if conversation and conversation.entries else None
-            if (
-                conversation is None
-                or newest is None
-                or newest.seq != seq
-                or seq <= conversation.summarizedThrough
-            ):
-                self.log.warn(
-                    "line {lineId} heard by {key} was played only in part, but that entry is "
-                    "no longer the newest of the conversation; it is left whole",
-                    lineId=lineId,
-                    key=key.asDict(),
-                )
-                continue
-            kept = store.cut(conversation, seq, text)
-            kept.addCallback(self._tellIfLost, client, key, "heard line")
-
-    def _playedAfterEnd(self, envelope: Envelope) -> None:
-        """
-        A reply remembered whole when RPEngine completed it was cut off
-        while its speech still played (L{TURN_PLAYED}): its entry is cut to
-        the sentences played whole, marked as cut off (or removed, when not
-        even the first was), as a cancel would have cut it.  Only while
-        that entry is still the newest of its conversation: what came after
-        it was heard after it, and stays as it is.
-        """
-        requestId = envelope.requestId or ""
-        done = next((d for d in self._completed.values() if d.requestId == requestId), None)
-        if done is None:
-            self.log.info(
-                "no completed reply {requestId} to cut to what was played (its conversation "
-                "moved on, or it was not spoken)",
-                requestId=requestId,
-            )
-            return
-        del self._completed[done.key]
-        sentences = done.speech.heardSegments(envelope.get("played"))
-        if sentences is None:
-            return
-        text, whole = heardText(done.reply, True, sentences)
-        if whole:
-            return
-        self._cutHeard(requestId, text.strip())
-        store = self.storeFor(done.key)
-        conversation = store.cached(done.key)
-        newest = conversation.entries[-1] if conversation and conversation.entries else None
-        if (
-            conversation is None
-            or newest is None
-            or newest.seq != done.seq
-            or done.seq <= conversation.summarizedThrough
-        ):
-            self.log.warn(
-                "reply {requestId} of {key} was heard only in part, but its entry is no longer "
-                "the newest of the conversation; it is left whole",
-                requestId=requestId,
-                key=done.key.asDict(),
-            )
-            return
-        kept = store.cut(conversation, done.seq, text.strip())
-        kept.addCallback(self._tellIfLost, done.client, done.key, "turn")
-
-    def _playing(self, key: Key) -> _Turn | None:
-        """The newest turn of C{key}'s conversation still in flight, if any."""
-        found = None
-        for turn in self._turns.values():
-            if turn.key == key:
-                found = turn
-        return found
-
     def _request(self, envelope: Envelope) -> Envelope:
         fields, meta = envelope.fields, envelope.meta
         recalled = self._recalled.pop(envelope.requestId or "", None)
@@ -696,12 +526,12 @@ class Memory(ChainPlugin):
         opening = meta.get(SAID)
         heardLine = None
         if isinstance(opening, Mapping) and not capture:
-            said = _line(opening) or said
+            said = lineOf(opening) or said
             lineId = opening.get("lineId")
             heardLine = lineId if isinstance(lineId, str) and lineId else None
         spoken = capture or _hasAudio(fields)
         requestId = envelope.requestId or ""
-        self._turns[requestId] = _Turn(
+        self._turns[requestId] = Turn(
             key,
             said,
             character,
@@ -867,466 +697,7 @@ class Memory(ChainPlugin):
             self.summaries.kick()
         return envelope
 
-    def _keepMood(self, turn: _Turn, mood: Any) -> None:
-        """The mood a reply left its character in, kept with the conversation."""
-        if not isinstance(mood, Mapping):
-            return
-        conversation = self.conversation(turn.key)
-        try:
-            kept = self.storeFor(turn.key).setState(conversation, MOOD_STATE, dict(mood))
-        except ValueError as e:
-            self.log.warn("a mood that JSON cannot write was not kept: {why}", why=str(e))
-            return
-        kept.addCallback(self._tellIfLost, turn.client, turn.key, "mood")
-
-    def _ended(self, turn: _Turn, kind: str, played: Any = None) -> None:
-        """
-        Remember a turn that ended (C{kind} its terminal type) or was
-        withdrawn (C{kind} the cancel that passed toward RPEngine): the
-        one rule for every way a turn ends.  A completed reply is
-        remembered whole.  Any other end keeps the reply as far as it
-        passed toward the client, the whole text once
-        C{reply.text.completed} passed, else the deltas, marked as cut off
-        unless it was whole; a turn that failed (C{request.error}) before
-        any of its reply passed leaves nothing, so the game may ask again.
-        A cancel that says how much of the reply's speech the player was
-        played (C{played}, L{meta.PLAYED}) keeps the reply only as far as
-        the sentences that speech said whole (L{heard}), once any speech
-        passed toward the client.  What the character heard while the turn
-        played follows it.
-        """
-        reply = turn.completed if turn.completed is not None else "".join(turn.parts)
-        whole = kind == "reply.completed" or turn.completed is not None
-        sentences = None
-        cutHeard: str | None = None
-        if played is not None and turn.speech is not None:
-            sentences = turn.speech.heardSegments(played)
-        if sentences is not None:
-            reply, whole = heardText(reply, turn.completed is not None, sentences)
-            if turn.completed is not None and not whole:
-                # Those who heard it whole (told at its text's end) heard
-                # only this much.
-                cutHeard = reply.strip()
-        conversation = self.conversation(turn.key)
-        said: list[tuple[str, str, str, str]] = []
-        if kind == "request.error" and not reply.strip():
-            pass
-        elif turn.player is not None:
-            said.append(turn.player)
-        elif kind == "reply.completed" or reply.strip():
-            # A capture that never told its words.
-            said.append((PLAYER, "", "", UNHEARD))
-        status = COMPLETE if whole else INTERRUPTED
-        seq = None
-        if reply.strip() and said:
-            seq = conversation.nextSeq + len(said)
-            said.append((CHARACTER, turn.character, reply.strip(), status))
-        # What the character heard while its line played comes after it.
-        said.extend(turn.after)
-        if seq is not None and kind == "reply.completed" and turn.speech is not None:
-            # Its speech may still be playing: kept, should the player cut it.
-            self._completed.pop(turn.key, None)
-            self._completed[turn.key] = _Completed(
-                turn.requestId, turn.key, seq, reply, turn.speech, turn.client
-            )
-            while len(self._completed) > COMPLETED_KEPT:
-                self._completed.popitem(last=False)
-        if turn.heardLine is not None and said and said[0] is turn.player:
-            self._heardWhole(turn.heardLine, turn.key, conversation.nextSeq, turn.client)
-        if said:
-            kept = self.storeFor(turn.key).append(conversation, *said)
-            kept.addCallback(self._tellIfLost, turn.client, turn.key, "turn")
-            self.summaries.kept(turn.key)
-            self.reflections.noted(conversation)
-            if conversation.unsummarizedTokens() > self.settings.summarize_after_tokens:
-                self.summaries.dueFor(turn.key)
-        if cutHeard is not None:
-            self._cutHeard(turn.requestId, cutHeard)
-
-    # The Python API (IConversationMemory); the client's ops call it too.
-
-    def _key(self, characterId: str, conversationId: str, integrationId: str | None) -> Key:
-        return Key(integrationId or self.integrationId, characterId, conversationId)
-
-    def read(
-        self, characterId: str, conversationId: str, integrationId: str | None = None
-    ) -> dict[str, Any]:
-        return self.conversation(self._key(characterId, conversationId, integrationId)).asDict()
-
-    def conversations(
-        self, integrationId: str | None = None, characterId: str | None = None
-    ) -> list[dict[str, Any]]:
-        found = [
-            *self.store.briefs(integrationId, characterId),
-            *self.sessions.briefs(integrationId, characterId),
-        ]
-        return sorted(found, key=lambda brief: -brief["updated"])
-
-    def conversationsLater(
-        self, integrationId: str | None = None, characterId: str | None = None
-    ) -> Deferred[list[dict[str, Any]]]:
-        """L{conversations}, with the file read on the store's own thread."""
-
-        def merged(stored: list[dict[str, Any]]) -> list[dict[str, Any]]:
-            found = [*stored, *self.sessions.briefs(integrationId, characterId)]
-            return sorted(found, key=lambda brief: -brief["updated"])
-
-        return self.store.briefsLater(integrationId, characterId).addCallback(merged)
-
-    def loaded(
-        self, characterId: str, conversationId: str, integrationId: str | None = None
-    ) -> Deferred[Any]:
-        """Read the conversation on the store's own thread, if it is not loaded."""
-        key = self._key(characterId, conversationId, integrationId)
-        return self.storeFor(key).load(key)
-
-    def edit(
-        self,
-        characterId: str,
-        conversationId: str,
-        seq: int,
-        text: str | None,
-        integrationId: str | None = None,
-    ) -> None:
-        key = self._key(characterId, conversationId, integrationId)
-        conversation = self.conversation(key)
-        if conversation.entry(seq) is None:
-            raise KeyError(f"entry {seq}")
-        self.storeFor(key).edit(conversation, seq, text)
-
-    def pin(
-        self, characterId: str, conversationId: str, fact: str, integrationId: str | None = None
-    ) -> dict[str, Any]:
-        if len(fact.strip()) > MAX_FACT:
-            raise ValueError(f"a fact is at most {MAX_FACT} characters (what the model is shown)")
-        key = self._key(characterId, conversationId, integrationId)
-        return self.storeFor(key).pin(self.conversation(key), fact.strip()).asDict()
-
-    def unpin(
-        self, characterId: str, conversationId: str, factId: int, integrationId: str | None = None
-    ) -> None:
-        key = self._key(characterId, conversationId, integrationId)
-        try:
-            self.storeFor(key).unpin(self.conversation(key), factId)
-        except KeyError:
-            raise KeyError(f"fact {factId}")
-
-    def remember(
-        self,
-        characterId: str,
-        conversationId: str,
-        text: str,
-        importance: float = 0.5,
-        source: str = "game",
-        integrationId: str | None = None,
-    ) -> Deferred[str | None]:
-        """
-        Keep a moment for the character (L{MemoryStore.remember}): recalled
-        when a later line is about it.  Fires with C{None} once written, or
-        why it was not.
-        """
-        key = self._key(characterId, conversationId, integrationId)
-        return self.storeFor(key).remember(self.conversation(key), text, importance, source)
-
-    def setSummary(
-        self, characterId: str, conversationId: str, summary: str, integrationId: str | None = None
-    ) -> None:
-        key = self._key(characterId, conversationId, integrationId)
-        conversation = self.conversation(key)
-        self.storeFor(key).summarize(conversation, summary.strip(), conversation.summarizedThrough)
-
-    def export(
-        self, characterId: str, conversationId: str, integrationId: str | None = None
-    ) -> dict[str, Any]:
-        key = self._key(characterId, conversationId, integrationId)
-        return self.storeFor(key).export(self.conversation(key))
-
-    def restore(
-        self,
-        characterId: str,
-        conversationId: str,
-        document: Any,
-        integrationId: str | None = None,
-        empty: bool = False,
-        unverified: bool = False,
-    ) -> int:
-        key = self._key(characterId, conversationId, integrationId)
-        return len(self.storeFor(key).restore(key, document, empty, unverified).entries)
-
-    def forget(
-        self, characterId: str, conversationId: str, integrationId: str | None = None
-    ) -> bool:
-        key = self._key(characterId, conversationId, integrationId)
-        self.summaries.forget(key)
-        self.reflections.forget(key)
-        return self.storeFor(key).forget(key)
-
-    def save(
-        self,
-        saveId: str,
-        conversationId: str,
-        integrationId: str | None = None,
-        characterId: str | None = None,
-    ) -> Deferred[dict[str, Any]]:
-        integrationId = integrationId or self.integrationId
-        return self._holdUntil(self.saves.save(integrationId, conversationId, saveId, characterId))
-
-    def loadSave(
-        self, saveId: str, conversationId: str, integrationId: str | None = None
-    ) -> Deferred[dict[str, Any]]:
-        integrationId = integrationId or self.integrationId
-        return self._holdUntil(self.saves.load(integrationId, conversationId, saveId))
-
-    def listSaves(
-        self, conversationId: str | None = None, integrationId: str | None = None
-    ) -> Deferred[list[dict[str, Any]]]:
-        return self.saves.list(integrationId or self.integrationId, conversationId)
-
-    def dropSave(
-        self, saveId: str, conversationId: str, integrationId: str | None = None
-    ) -> Deferred[bool]:
-        return self.saves.drop(integrationId or self.integrationId, conversationId, saveId)
-
-    def prune(
-        self,
-        olderThanDays: float | None = None,
-        keepEntries: int | None = None,
-        keepSaves: int | None = None,
-        maxBytes: int | None = None,
-        conversationId: str | None = None,
-        characterId: str | None = None,
-        integrationId: str | None = None,
-    ) -> Deferred[dict[str, Any]]:
-        pruned = self.saves.prune(
-            integrationId or self.integrationId,
-            olderThanDays,
-            keepEntries,
-            keepSaves,
-            maxBytes,
-            conversationId,
-            characterId,
-        )
-        return self._holdUntil(pruned)
-
-    def storeSize(self) -> Deferred[dict[str, int]]:
-        return self.saves.measure()
-
-    def turnsInFlight(self) -> list[tuple[str, Key]]:
-        """The players' turns in flight: request id and conversation."""
-        return [(requestId, turn.key) for requestId, turn in self._turns.items()]
-
-    def letGo(self, key: Key) -> None:
-        """
-        Conversation C{key} is about to be replaced (a save loaded): its
-        summary or reflection in flight is cancelled, and a late cut of its
-        last reply or of a line it heard no longer applies to it.
-        """
-        current = self.summaries.current
-        context = getattr(self, "context", None)
-        if current is not None and current.key == key and context is not None:
-            self.summaries.stop(context)
-        self.summaries.forget(key)
-        # A reflection on what the save undoes must not reach the restored one.
-        reflecting = self.reflections.current
-        if reflecting is not None and reflecting.key == key and context is not None:
-            self.reflections.stop(context)
-        self.reflections.forget(key)
-        self._completed.pop(key, None)
-        for lineId, heard in list(self._heardLines.items()):
-            kept = [h for h in heard if h[0] != key]
-            if kept:
-                self._heardLines[lineId] = kept
-            else:
-                del self._heardLines[lineId]
-
-    def greeted(
-        self, characterId: str, conversationId: str, integrationId: str | None = None
-    ) -> None:
-        key = self._key(characterId, conversationId, integrationId)
-        self.conversation(key).greetingPending = True
-
-    def know(
-        self,
-        text: str,
-        keys: tuple[str, ...] = (),
-        scope: str = "world",
-        constant: bool = False,
-        integrationId: str | None = None,
-    ) -> int:
-        integrationId = integrationId or self.integrationId
-        entry = {"content": text.strip(), "keys": list(keys), "constant": constant}
-        self._known.pop(integrationId, None)
-        return self.store.know(integrationId, scope, entry)
-
-    def unknow(self, knowledgeId: int, integrationId: str | None = None) -> bool:
-        integrationId = integrationId or self.integrationId
-        self._known.pop(integrationId, None)
-        return self.store.unknow(integrationId, knowledgeId)
-
-    # Attitude (docs/memory.md, Attitude).
-
-    def attitude(
-        self, characterId: str, conversationId: str, integrationId: str | None = None
-    ) -> dict[str, Any]:
-        key = self._key(characterId, conversationId, integrationId)
-        return Attitude.fromState(self.conversation(key).state).asDict()
-
-    def setAttitude(
-        self,
-        characterId: str,
-        conversationId: str,
-        values: Mapping[str, Any] | None = None,
-        stance: str | None = None,
-        integrationId: str | None = None,
-        client: str = "api",
-    ) -> dict[str, Any]:
-        key = self._key(characterId, conversationId, integrationId)
-        checked = valuesOf(values or {}, "set", LOWEST, HIGHEST)
-        told = None if stance is None else stanceOf(stance)
-        return self._changeAttitude(key, checked, True, told, "game", client)
-
-    def adjustAttitude(
-        self,
-        characterId: str,
-        conversationId: str,
-        changes: Mapping[str, Any],
-        stance: str | None = None,
-        integrationId: str | None = None,
-        client: str = "api",
-    ) -> dict[str, Any]:
-        key = self._key(characterId, conversationId, integrationId)
-        checked = valuesOf(changes, "adjust", -MAX_ATTITUDE_CHANGE, MAX_ATTITUDE_CHANGE)
-        told = None if stance is None else stanceOf(stance)
-        return self._changeAttitude(key, checked, False, told, "game", client)
-
-    def _changeAttitude(
-        self,
-        key: Key,
-        changes: Mapping[str, int],
-        absolute: bool,
-        stance: str | None,
-        source: str,
-        client: str,
-        step: int | None = None,
-    ) -> dict[str, Any]:
-        """
-        Change a conversation's attitude (loaded: the caller saw to it),
-        keep it with the conversation, and tell the client that plays it
-        (and C{client}) which levels changed.
-        """
-        if not self.settings.attitude:
-            raise AttitudeError("attitude is turned off (plugins.memory.attitude = false)")
-        conversation = self.conversation(key)
-        before = Attitude.fromState(conversation.state)
-        after, moved = before.changed(changes, absolute, step, stance)
-        if after != before:
-            kept = self.storeFor(key).setState(conversation, ATTITUDE_STATE, after.asState())
-            kept.addCallback(self._tellIfLost, client, key, "attitude")
-        self.log.info(
-            "{characterId}'s attitude changed by {source}: {line}",
-            characterId=key.characterId,
-            source=source,
-            line=after.line(key.characterId, "the player"),
-            levels=[m.asDict() for m in moved],
-        )
-        if moved:
-            self._tellAttitude(key, moved, after, source, client)
-        return {**after.asDict(), "changes": [m.asDict() for m in moved]}
-
-    def _tellAttitude(
-        self, key: Key, moved: list[LevelChange], after: Attitude, source: str, client: str
-    ) -> None:
-        """
-        A C{memory-event} C{attitude} to the client that plays the
-        conversation and to C{client}, when they are client sessions.
-        """
-        context = getattr(self, "context", None)
-        if context is None:
-            return
-        message = {
-            "type": "memory-event",
-            "event": "attitude",
-            **key.asDict(),
-            "source": source,
-            "changes": [m.asDict() for m in moved],
-            "attitude": after.asDict(),
-        }
-        for to in dict.fromkeys((self._clientOf.get(key), client)):
-            if to is not None and to not in ("api", "memory"):
-                context.sendToGame(toClient(to, dict(message)))
-
-    def _playedBy(self, key: Key, client: str) -> None:
-        self._clientOf.pop(key, None)
-        self._clientOf[key] = client
-        while len(self._clientOf) > self.settings.cached:
-            self._clientOf.popitem(last=False)
-
-    def _attitudeEnvelope(self, envelope: Envelope) -> None:
-        """
-        An attitude change another plugin sent (L{ATTITUDE}: an action's
-        effect): applied to the conversation its meta names, once loaded.
-        """
-        key = self.keyOf(envelope.fields, envelope.meta)
-        client = str(envelope.meta.get("client") or "api")
-        reason = str(envelope.get("reason") or "")
-
-        def apply(_: object) -> None:
-            try:
-                change = valuesOf(
-                    envelope.get("change"), "change", -MAX_ATTITUDE_CHANGE, MAX_ATTITUDE_CHANGE
-                )
-                self._changeAttitude(key, change, False, None, reason or "game", client)
-            except AttitudeError as e:
-                self.log.warn("attitude change for {key} not made: {why}", key=key.asDict(), why=e)
-
-        d = self.storeFor(key).load(key).addCallback(apply)
-        d.addErrback(lambda f: self.log.failure("attitude change for {key}", f, key=key.asDict()))
-
-    def _reflected(self, conversation: Conversation, reflection: Reflection, through: int) -> None:
-        """
-        A reflection's checked answer: its details kept as memories of high
-        importance, its attitude change made (each axis by at most
-        C{reflection_step}), and how far it reached kept with the conversation.
-        """
-        key = conversation.key
-        store = self.storeFor(key)
-        for detail in reflection.details:
-            try:
-                kept = store.remember(
-                    conversation, detail, self.settings.reflection_importance, "reflection"
-                )
-            except ValueError as e:
-                self.log.warn("a reflection's detail was not kept: {why}", why=str(e))
-                continue
-            kept.addCallback(self._tellIfLost, "memory", key, "reflection")
-        if self.settings.attitude and (reflection.change or reflection.stance):
-            self._changeAttitude(
-                key,
-                reflection.change,
-                False,
-                reflection.stance,
-                "reflection",
-                self._clientOf.get(key, "memory"),
-                step=self.settings.reflection_step,
-            )
-        done = store.setState(conversation, REFLECTION_STATE, {"through": through})
-        done.addCallback(self._tellIfLost, "memory", key, "reflection")
-
-    def _attitudeLine(
-        self, conversation: Conversation, card: Mapping[str, Any], fields: Mapping[str, Any]
-    ) -> str:
-        """The one line the model is given of the attitude, or "" (neutral, or off)."""
-        if not self.settings.attitude:
-            return ""
-        attitude = Attitude.fromState(conversation.state)
-        if attitude.neutral:
-            return ""
-        data = card.get("data")
-        character = trimmed(data.get("name")) if isinstance(data, Mapping) else ""
-        player = trimmed((fields.get("player") or {}).get("displayName")) or "Player"
-        return attitude.line(character, player)
-
-    # Sessions and metrics.
+    # Sessions (the metrics: L{MemoryMetrics}).
 
     def engineSessionStarted(self, session: IEngineSessionInfo, context: IChainContext) -> None:
         self.reflections.warm()
@@ -1335,86 +706,6 @@ class Memory(ChainPlugin):
     def engineSessionEnded(self, session: IEngineSessionInfo, context: IChainContext) -> None:
         self.summaries.sessionEnded()
         self.reflections.sessionEnded()
-
-    def collectMetrics(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        yield CounterMetricFamily(
-            "rpmiddleware_memory_planned_tokens",
-            "Tokens (RPEngine's estimate) of the requests the memory plugin planned.",
-            value=self.counts["tokens"],
-        )
-        yield CounterMetricFamily(
-            "rpmiddleware_memory_plans",
-            "Requests the memory plugin gave a conversation to.",
-            value=self.counts["planned"],
-        )
-        summaries = CounterMetricFamily(
-            "rpmiddleware_memory_summaries",
-            "Summaries RPEngine wrote for the memory plugin, by outcome.",
-            labels=["outcome"],
-        )
-        summaries.add_metric(["written"], self.counts["summaries"])
-        summaries.add_metric(["failed"], self.counts["summaryFailures"])
-        yield summaries
-        reflections = CounterMetricFamily(
-            "rpmiddleware_memory_reflections",
-            "Reflections RPEngine answered for the memory plugin, by outcome (dropped: the "
-            "answer failed its schema, or the request failed).",
-            labels=["outcome"],
-        )
-        reflections.add_metric(["kept"], self.counts["reflections"])
-        reflections.add_metric(["dropped"], self.counts["reflectionFailures"])
-        yield reflections
-        yield CounterMetricFamily(
-            "rpmiddleware_memory_store_writes",
-            "Transactions committed to the memory database.",
-            value=self.store.writes,
-        )
-        lost = CounterMetricFamily(
-            "rpmiddleware_memory_store_lost",
-            "Writes to the memory database given up (the disk locked or failing past "
-            "write_timeout), by what they were; each was reported to the game.",
-            labels=["what"],
-        )
-        for what, count in sorted(self.lostWrites.items()):
-            lost.add_metric([what], count)
-        yield lost
-        yield GaugeMetricFamily(
-            "rpmiddleware_memory_store_queued",
-            "Memory database work waiting for or running on the store's own thread.",
-            value=self.store.queued,
-        )
-        # Measured on the store's reader thread, never at the scrape.
-        size = self.saves.sizeForMetrics()
-        yield GaugeMetricFamily(
-            "rpmiddleware_memory_store_bytes",
-            "Bytes of the memory database file and its -wal log, as last measured.",
-            value=size["bytes"],
-        )
-        yield GaugeMetricFamily(
-            "rpmiddleware_memory_store_entries",
-            "Entries (lines) kept in the memory database, as last measured.",
-            value=size["entries"],
-        )
-        yield GaugeMetricFamily(
-            "rpmiddleware_memory_store_saves",
-            "Game saves kept in the memory database, as last measured.",
-            value=size["saves"],
-        )
-
-
-def _line(fields: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
-    """
-    The entry a heard or said line makes (L{HEARD}, L{SAID}), or C{None}
-    when it has no valid role or no words.
-    """
-    role, speaker, text = fields.get("role"), fields.get("speaker"), fields.get("text")
-    if role not in HEARD_ROLES or not isinstance(text, str) or not text.strip():
-        return None
-    speaker = trimmed(speaker) if isinstance(speaker, str) else ""
-    if role == OTHER and not speaker:
-        return None
-    status = INTERRUPTED if fields.get("cutOff") is True else COMPLETE
-    return (str(role), speaker, text.strip(), status)
 
 
 def _eventText(fields: Mapping[str, Any]) -> str:
