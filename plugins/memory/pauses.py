@@ -24,6 +24,36 @@ from rpmiddleware.builtin.memory.store import MemoryStore
 from rpmiddleware.plugin import CardHasher, Envelope, IChainContext, snapshotTransfer
 
 
+def ownCard(
+    name: str, description: str, personality: str, scenario: str, systemPrompt: str
+) -> dict[str, Any]:
+    """
+    A card of the plugin's own (a character RPEngine is asked as, never
+    shown to players): a plain C{chara_card_v2} with no greeting or
+    examples.
+    """
+    return {
+        "spec": "chara_card_v2",
+        "spec_version": "2.0",
+        "data": {
+            "name": name,
+            "description": description,
+            "personality": personality,
+            "scenario": scenario,
+            "first_mes": "",
+            "mes_example": "",
+            "creator_notes": "Used by rpmiddleware's memory plugin; never shown to players.",
+            "system_prompt": systemPrompt,
+            "post_history_instructions": "",
+            "alternate_greetings": [],
+            "tags": [],
+            "creator": "rpmiddleware",
+            "character_version": "1",
+            "extensions": {},
+        },
+    }
+
+
 def saidLines(entries: Sequence[Entry], character: str, player: str) -> list[str]:
     """
     The words of C{entries}, one line each with who said it (C{character}

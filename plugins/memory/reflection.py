@@ -32,6 +32,7 @@ from rpmiddleware.builtin.memory.pauses import (
     PauseRequests,
     Pending,
     namesIn,
+    ownCard,
     ownRequest,
     saidLines,
 )
@@ -87,30 +88,17 @@ SCHEMA: dict[str, Any] = {
 }
 
 #: The card the reflections are asked of.
-REFLECTOR_CARD: dict[str, Any] = {
-    "spec": "chara_card_v2",
-    "spec_version": "2.0",
-    "data": {
-        "name": "Reflector",
-        "description": (
-            "The Reflector reads a conversation from a game character's point of view and "
-            "says what that character makes of it: the details worth remembering and how the "
-            "character now feels about the player."
-        ),
-        "personality": "Exact, brief. Never invents anything.",
-        "scenario": "The Reflector is asked to reflect on recent events.",
-        "first_mes": "",
-        "mes_example": "",
-        "creator_notes": "Used by rpmiddleware's memory plugin; never shown to players.",
-        "system_prompt": "You answer with one JSON object only: no greeting, no commentary.",
-        "post_history_instructions": "",
-        "alternate_greetings": [],
-        "tags": [],
-        "creator": "rpmiddleware",
-        "character_version": "1",
-        "extensions": {},
-    },
-}
+REFLECTOR_CARD: dict[str, Any] = ownCard(
+    name="Reflector",
+    description=(
+        "The Reflector reads a conversation from a game character's point of view and "
+        "says what that character makes of it: the details worth remembering and how the "
+        "character now feels about the player."
+    ),
+    personality="Exact, brief. Never invents anything.",
+    scenario="The Reflector is asked to reflect on recent events.",
+    systemPrompt="You answer with one JSON object only: no greeting, no commentary.",
+)
 
 
 def isReflectionRequest(requestId: Any) -> bool:

@@ -37,14 +37,7 @@ Known = tuple[int, str, dict[str, Any]]
 class StoreFile:
     """
     The file under L{MemoryStore}: what every change and read goes through.
-
-    @param path: the database file; C{":memory:"} keeps everything in this
-        process only.
-    @param now: the clock entries are stamped with (the reactor's).
-    @param reactor: where the store's threads hand results back; without
-        one (or one without threads, a Clock) the work is done at once on
-        the caller's thread.
-    @param writeTimeout: seconds a write waits for a lock.
+    Its parameters are L{MemoryStore}'s (all but C{cached}).
     """
 
     def __init__(

@@ -22,6 +22,7 @@ from rpmiddleware.builtin.memory.pauses import (
     PauseRequests,
     Pending,
     namesIn,
+    ownCard,
     ownRequest,
     saidLines,
 )
@@ -38,33 +39,20 @@ from rpmiddleware.plugin import (
 SUMMARIZER_ID = "rpmiddleware-memory-summarizer"
 REQUEST_PREFIX = "memory-summary-"
 #: The card the summaries are asked of.
-SUMMARIZER_CARD: dict[str, Any] = {
-    "spec": "chara_card_v2",
-    "spec_version": "2.0",
-    "data": {
-        "name": "Chronicler",
-        "description": (
-            "The Chronicler keeps the record of a conversation between a player and a "
-            "character in a game. It writes short, plain summaries in the third person: "
-            "who said what, names, places, promises, feelings and facts that matter later."
-        ),
-        "personality": "Exact, brief, neutral. Never invents anything.",
-        "scenario": "The Chronicler is asked to update a running summary.",
-        "first_mes": "",
-        "mes_example": "",
-        "creator_notes": "Used by rpmiddleware's memory plugin; never shown to players.",
-        "system_prompt": (
-            "You update a running summary of a conversation. Reply with the new summary "
-            "only: no greeting, no heading, no commentary."
-        ),
-        "post_history_instructions": "",
-        "alternate_greetings": [],
-        "tags": [],
-        "creator": "rpmiddleware",
-        "character_version": "1",
-        "extensions": {},
-    },
-}
+SUMMARIZER_CARD: dict[str, Any] = ownCard(
+    name="Chronicler",
+    description=(
+        "The Chronicler keeps the record of a conversation between a player and a "
+        "character in a game. It writes short, plain summaries in the third person: "
+        "who said what, names, places, promises, feelings and facts that matter later."
+    ),
+    personality="Exact, brief, neutral. Never invents anything.",
+    scenario="The Chronicler is asked to update a running summary.",
+    systemPrompt=(
+        "You update a running summary of a conversation. Reply with the new summary "
+        "only: no greeting, no heading, no commentary."
+    ),
+)
 
 
 def isSummaryRequest(requestId: Any) -> bool:
