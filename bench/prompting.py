@@ -26,6 +26,7 @@ from rpmiddleware.builtin.memory.lorebook import bookOf
 from rpmiddleware.builtin.memory.planner import Limits, plan
 from rpmiddleware.builtin.memory.store import MemoryStore
 from rpmiddleware.protocol.prompt import assemble, promptRequest
+from rpmiddleware.protocol.rules import SPEECH_MODEL
 from rpmiddleware.testing.kit import exampleCard
 
 TURNS = 500
@@ -50,7 +51,11 @@ def _card() -> dict[str, Any]:
 def _fields(i: int) -> dict[str, Any]:
     return {
         "event": {"text": f"Tell me about place{i % ENTRIES} and person{(i * 7) % ENTRIES}."},
-        "output": {"modalities": ["text", "audio"], "language": "en"},
+        "output": {
+            "modalities": ["text", "audio"],
+            "language": "en",
+            "audio": {"model": SPEECH_MODEL, "voice": "F4"},
+        },
         "player": {"displayName": "Alex"},
     }
 
@@ -97,14 +102,21 @@ async def run(reactor: Any, quick: bool) -> Section:
     bench = memoryBench(":memory:", card)
     bench.plugin.sessions.restore(Key("bench", "mira", "session:c1"), store.export(conversation))
 
+    refused: list[str] = []
+
     def step(i: int) -> Any:
-        return bench.harness.toEngine(bench.request(f"r{i}", **_fields(i)))
+        sent = bench.harness.toEngine(bench.request(f"r{i}", **_fields(i)))
+        # A request RPEngine would refuse times the refusal, not the step.
+        sent.addErrback(lambda failure: refused.append(str(failure.value)))
+        return sent
 
     rounds: dict[str, list[float]] = {"floor": [], "plan": [], "step": []}
     for _ in range(3):  # interleaved, so a noisy moment hits all three
         rounds["floor"] += _timed(floor, runs // 3)
         rounds["plan"] += _timed(planOnly, runs // 3)
         rounds["step"] += _timed(step, runs // 3)
+    if refused:
+        raise RuntimeError(f"{len(refused)} benchmark requests were refused: {refused[0]}")
 
     folder = tempfile.mkdtemp(prefix="rpm-bench-")
     # Without a reactor the store writes on the caller's thread: this is the
