@@ -11,6 +11,7 @@ C{summarizedThrough} are told by C{summary} and no longer planned one by one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from rpmiddleware.plugin import estimateTokens
@@ -68,9 +69,13 @@ class Entry:
     speaker: str = ""
     at: float = 0.0
 
-    @property
+    @cached_property
     def tokens(self) -> int:
-        """About what the entry costs as a line of prompt, speaker included."""
+        """
+        About what the entry costs as a line of prompt, speaker included:
+        counted once, since an entry is never changed in place (an edit or a
+        cut replaces it), and every plan and recall walks back over it.
+        """
         return estimateTokens(f"{self.speaker}: {self.text}")
 
     def asDict(self) -> dict[str, Any]:

@@ -8,9 +8,12 @@ an in-memory SQLite database with the same row ids and the same search
 (L{rpmiddleware.builtin.memory.search}), on a thread of its own (a L{Lane}),
 never the reactor's.  Before each search it brings the conversation's rows
 up to date: what changed since the last one (new entries, a cut or edited
-line, one removed, new memories), found by a walk of the conversation that
-compares each line with what was indexed (the same string object, mostly:
-a few microseconds for a thousand entries).  A session's rows go when the
+line, one removed, new memories), found on that thread by a walk that
+compares each line with what was indexed (the same string object, mostly);
+the reactor only copies the conversation's lines for it (tens of
+microseconds for a thousand entries).  What the index holds of each
+conversation (L{_Indexed}) is read and changed on that thread alone, so the
+copy is all the two threads share.  A session's rows go when the
 session ends (L{forget}), and those of a session conversation no longer kept
 in memory are dropped at the next search of any.
 """
@@ -34,6 +37,8 @@ _TABLE = (
 
 #: A change to the index: a row's id and its new text (C{None}: removed).
 _Change = tuple[int, str | None]
+#: A conversation's lines as the reactor copied them: (seq or id, text).
+_Lines = list[tuple[int, str]]
 
 
 class _Indexed:
@@ -66,14 +71,18 @@ class SessionIndex:
             self._db.execute(_TABLE)
         return self._db
 
-    def _changes(self, conversation: Conversation, indexed: _Indexed) -> list[_Change]:
-        """What differs between C{conversation} and what the index holds of it."""
+    @staticmethod
+    def _changes(indexed: _Indexed, entries: _Lines, memories: _Lines) -> list[_Change]:
+        """
+        What differs between a conversation's lines and what the index holds
+        of it (the index's thread).
+        """
         base = indexed.number * RECALL_SPAN
         changes: list[_Change] = []
         # An entry's row id is base + seq; a memory's -(base + id).
         for rows, items, sign in (
-            (indexed.entries, [(e.seq, e.text) for e in conversation.entries], 1),
-            (indexed.memories, [(m.id, m.text) for m in conversation.memories], -1),
+            (indexed.entries, entries, 1),
+            (indexed.memories, memories, -1),
         ):
             present = set()
             for ref, text in items:
@@ -90,17 +99,19 @@ class SessionIndex:
                 del rows[ref]
         return changes
 
-    def _gone(self) -> list[_Change]:
-        """The rows of session conversations no longer kept in memory."""
-        changes: list[_Change] = []
-        for key in [key for key in self._indexed if not self._kept(key)]:
-            changes += self._removed(self._indexed.pop(key))
-        return changes
+    def _gone(self) -> list[_Indexed]:
+        """The session conversations no longer kept in memory, let go of."""
+        return [self._indexed.pop(key) for key in list(self._indexed) if not self._kept(key)]
 
-    def _removed(self, indexed: _Indexed) -> list[_Change]:
-        base = indexed.number * RECALL_SPAN
-        removed: list[_Change] = [(base + seq, None) for seq in indexed.entries]
-        return removed + [(-(base + i), None) for i in indexed.memories]
+    @staticmethod
+    def _removed(gone: Sequence[_Indexed]) -> list[_Change]:
+        """The rows of conversations let go of (the index's thread)."""
+        removed: list[_Change] = []
+        for indexed in gone:
+            base = indexed.number * RECALL_SPAN
+            removed += [(base + seq, None) for seq in indexed.entries]
+            removed += [(-(base + i), None) for i in indexed.memories]
+        return removed
 
     def _apply(self, db: sqlite3.Connection, changes: list[_Change]) -> None:
         if not changes:
@@ -131,25 +142,23 @@ class SessionIndex:
         if indexed is None:
             indexed = self._indexed[key] = _Indexed(self._next)
             self._next += 1
-        changes = self._gone() + self._changes(conversation, indexed)
+        gone = self._gone()
+        entries = [(e.seq, e.text) for e in conversation.entries]
+        kept = [(m.id, m.text) for m in conversation.memories]
         number, words = indexed.number, list(words)
 
         def work() -> list[Found]:
             db = self._open()
-            self._apply(db, changes)
+            self._apply(db, self._removed(gone) + self._changes(indexed, entries, kept))
             return searchIndex(db, number, words, recentFrom, older, recent, memories)
 
         return self._lane.run(work)
 
     def forget(self, keys: Sequence[Key]) -> None:
         """The sessions of C{keys} are over: their rows go."""
-        changes: list[_Change] = []
-        for key in keys:
-            indexed = self._indexed.pop(key, None)
-            if indexed is not None:
-                changes += self._removed(indexed)
-        if changes:
-            self._lane.run(lambda: self._apply(self._open(), changes))
+        gone = [self._indexed.pop(key) for key in keys if key in self._indexed]
+        if gone:
+            self._lane.run(lambda: self._apply(self._open(), self._removed(gone)))
 
     def close(self) -> None:
         self._lane.stop()
