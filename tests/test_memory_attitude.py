@@ -31,10 +31,11 @@ from rpmiddleware.builtin.memory.storeerrors import InvalidDocument
 from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.client.status import promptSummary
 from rpmiddleware.config.settings import Settings
-from rpmiddleware.plugin import Envelope, PluginServices, transferDocument
+from rpmiddleware.plugin import Envelope, PluginServices
 from rpmiddleware.plugin.clientext import TO_CLIENT
 from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import PluginHarness, exampleAction, exampleCard
+from tests.support.memory import scenarioOf
 
 KEY = Key("game", "c1", "slot-1")
 #: What the ops name: the configured integration (the client named no character).
@@ -188,12 +189,6 @@ class Rig:
         self.harness.toGame("reply.text.completed", requestId=requestId, text=reply)
         self.harness.toGame("reply.completed", requestId=requestId)
         return sent
-
-
-def scenarioOf(request: Envelope) -> str:
-    card = transferDocument(request["card"])
-    assert card is not None
-    return str(card["data"].get("scenario", ""))
 
 
 class OpTests(SynchronousTestCase):

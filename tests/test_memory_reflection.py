@@ -33,13 +33,13 @@ from rpmiddleware.builtin.memory.summarizer import SUMMARIZER_ID
 from rpmiddleware.cards.hasher import CardHasher
 from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.middleware import Middleware
-from rpmiddleware.plugin import Envelope, PluginServices, transferDocument
+from rpmiddleware.plugin import Envelope, PluginServices
 from rpmiddleware.plugin.clientext import TO_CLIENT
 from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.inmemory import connectInMemory
 from rpmiddleware.testing.kit import PluginHarness, exampleCard
 from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText
-from tests.support.memory import settle
+from tests.support.memory import scenarioOf, settle
 
 KEY = Key("game", "c1", "slot-1")
 TEXT_ONLY = {"modalities": ["text"], "language": "en"}
@@ -119,12 +119,6 @@ class Rig:
 
     def seenByGame(self, requestId: str | None) -> list[Envelope]:
         return [e for e in self.harness.sentToGame if e.requestId == requestId]
-
-
-def scenarioOf(request: Envelope) -> str:
-    card = transferDocument(request["card"])
-    assert card is not None
-    return str(card["data"].get("scenario", ""))
 
 
 class ReflectionTests(SynchronousTestCase):
