@@ -54,6 +54,7 @@ from rpmiddleware.protocol.prompt import (
 )
 from rpmiddleware.protocol.timeline import Timeline
 from rpmiddleware.testing.kit import PluginHarness, exampleCard
+from tests.support.memory import assertAssembledAsPlanned
 
 KEY = Key("game", "mira", "save-1")
 
@@ -240,11 +241,7 @@ class PlanHoldsProperties(SynchronousTestCase):
         )
         if made.card is None:
             return
-        prompt = promptRequest(request, made.card)
-        prompt["maxInputTokens"] = limit
-        result = assemble(prompt)
-        self.assertEqual(result.droppedExamples, 0)
-        self.assertEqual(result.tokens, made.report["estimatedTokens"])
+        result = assertAssembledAsPlanned(self, request, made.card, made.report, limit)
         kept = made.report["history"]["kept"]
         if kept:
             newest = lineOf(conversation.entries[-1], ("x", "y"))

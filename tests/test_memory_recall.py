@@ -50,14 +50,14 @@ from rpmiddleware.config.settings import Settings
 from rpmiddleware.core.middleware import Middleware
 from rpmiddleware.core.replystream import ReplyStream
 from rpmiddleware.plugin import renderMacros
-from rpmiddleware.protocol.prompt import AssembledPrompt, assemble, promptRequest
+from rpmiddleware.protocol.prompt import AssembledPrompt
 from rpmiddleware.testing.inmemory import connectInMemory
 from rpmiddleware.testing.kit import exampleCard
 from rpmiddleware.testing.simoptions import SimulatorOptions, defaultReplyText
 from rpmiddleware.testing.simsummaries import isSummaryRequest, lossySummary
 from tests.support.client import clockedEndpoint
 from tests.support.connections import OpenConnections
-from tests.support.memory import settle
+from tests.support.memory import assertAssembledAsPlanned, settle
 
 KEY = Key("game", "mira", "save-1")
 KEY_A = Key("game", "mira", "session:a")
@@ -575,11 +575,7 @@ class RecallPlanHoldsProperties(SynchronousTestCase):
         )
         if made.card is None:
             return
-        prompt = promptRequest(request, made.card)
-        prompt["maxInputTokens"] = limit
-        result = assemble(prompt)
-        self.assertEqual(result.droppedExamples, 0)
-        self.assertEqual(result.tokens, made.report["estimatedTokens"])
+        result = assertAssembledAsPlanned(self, request, made.card, made.report, limit)
         self.assertLessEqual(result.tokens, limit)
         recall = made.report["recall"]
         self.assertLessEqual(recall["moments"], count)
